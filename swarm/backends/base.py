@@ -1,0 +1,70 @@
+"""The small interface every runtime backend implements.
+
+A backend turns a validated spec into running nodes and back. It must be able to remove a swarm knowing
+only its name (after a crash the state file may be gone), and `wipe` must find everything the framework
+made from labels or name prefixes alone. A future multi-host `stack` backend (Docker Swarm) implements
+the same methods.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Callable, ClassVar
+
+from ..probe import Capabilities
+from ..runner import Result, Runner
+from ..spec import NodePlan, SwarmSpec
+
+Progress = Callable[[int, int, str], None]  # (done, total, what is happening)
+
+
+def swarm_dir(workdir: Path, swarm: str) -> Path:
+    """Where the framework keeps a swarm's state, logs and pid files: <workdir>/.swarm/<swarm>/."""
+    return workdir / ".swarm" / swarm
+
+
+def no_progress(done: int, total: int, what: str) -> None:
+    """A progress callback that shows nothing (the library default; the CLI passes a bar)."""
+
+
+class Backend(ABC):
+    """Runtime backend: creates, inspects, enters and removes the nodes of swarms."""
+
+    name: ClassVar[str]
+
+    def __init__(self, runner: Runner, caps: Capabilities, workdir: Path):
+        self.runner = runner
+        self.caps = caps
+        self.workdir = workdir
+
+    @abstractmethod
+    def check_available(self) -> None:
+        """Raise SpecError naming what is missing if this backend cannot run on this host."""
+
+    @abstractmethod
+    def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress) -> None:
+        """Create and start every node. Raises on failure; the caller rolls back with `down`."""
+
+    @abstractmethod
+    def down(self, swarm: str) -> list[str]:
+        """Remove everything this backend made for `swarm`; return what was removed (empty: nothing)."""
+
+    @abstractmethod
+    def node_states(self, swarm: str) -> dict[str, str]:
+        """State of each node that exists: running, exited, paused, created, ..."""
+
+    @abstractmethod
+    def exec_prefix(self, swarm: str, node: str) -> list[str]:
+        """argv prefix that runs a command inside `node` (pure: no I/O)."""
+
+    @abstractmethod
+    def logs(self, swarm: str, node: str, tail: int = 50) -> str:
+        """The last lines the node's main process wrote."""
+
+    @abstractmethod
+    def wipe(self) -> list[str]:
+        """Remove everything carrying the framework's label or prefix, of every swarm."""
+
+    def exec(self, swarm: str, node: str, argv: list[str], *, check: bool = True, timeout: float | None = None) -> Result:
+        """Run `argv` inside `node` and return its result."""
+        return self.runner.run(self.exec_prefix(swarm, node) + list(argv), check=check, timeout=timeout)

@@ -1,0 +1,111 @@
+"""Compose backend: one container per node on two Docker bridge networks, driven by a Compose file.
+
+`up` writes compose/<swarm>.yml and runs `<compose> up -d` on it; everything else works from the
+`io.swarm-emu.swarm` label, so `down` needs neither the file nor the state (after a crash) and never
+touches a container, network or volume the framework did not label.
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from ..compose import LABEL_NODE, LABEL_SWARM, compose_yaml, container_name, project_name, render_compose
+from ..errors import SpecError
+from ..spec import NodePlan, SwarmSpec
+from .base import Backend, Progress
+
+
+class ComposeBackend(Backend):
+    """Docker Compose on one host."""
+
+    name = "compose"
+
+    def check_available(self) -> None:
+        if not self.caps.docker:
+            raise SpecError("backend 'compose': Docker is not running (docker version found no server); use --backend netns")
+        if not self.caps.compose:
+            raise SpecError("backend 'compose': neither 'docker compose' nor 'docker-compose' is installed")
+
+    def compose_file(self, swarm: str) -> Path:
+        return self.workdir / "compose" / f"{swarm}.yml"
+
+    def write_compose(self, spec: SwarmSpec, image: str, source: str = "") -> Path:
+        """Render and write compose/<swarm>.yml; return its path."""
+        path = self.compose_file(spec.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(compose_yaml(render_compose(spec, image), source))
+        return path
+
+    def compose_argv(self, swarm: str, *args: str) -> list[str]:
+        return [*self.caps.compose, "-f", str(self.compose_file(swarm)), "-p", project_name(swarm), *args]
+
+    def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress) -> None:
+        self.write_compose(spec, image)
+        total = len(nodes)
+        outcome: dict[str, BaseException] = {}
+
+        def run_compose() -> None:
+            try:
+                self.runner.run(self.compose_argv(spec.name, "up", "-d", "--no-color"), env_extra={"COMPOSE_PARALLEL_LIMIT": "16"})
+            except BaseException as exc:  # handed to the main thread
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=run_compose, daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(timeout=0.5)
+            progress(self._count_started(spec.name), total, "starting containers")
+        if "error" in outcome:
+            raise outcome["error"]
+        progress(total, total, "containers started")
+
+    def _count_started(self, swarm: str) -> int:
+        res = self.runner.run(
+            ["docker", "ps", "-q", "--filter", f"label={LABEL_SWARM}={swarm}"], check=False, timeout=10
+        )
+        return len(res.stdout.split())
+
+    def node_states(self, swarm: str) -> dict[str, str]:
+        res = self.runner.run(
+            ["docker", "ps", "-a", "--filter", f"label={LABEL_SWARM}={swarm}",
+             "--format", f'{{{{.Label "{LABEL_NODE}"}}}}\t{{{{.State}}}}'],
+            timeout=30,
+        )
+        states = {}
+        for line in res.stdout.splitlines():
+            node, _, state = line.partition("\t")
+            states[node] = state
+        return states
+
+    def exec_prefix(self, swarm: str, node: str) -> list[str]:
+        return ["docker", "exec", container_name(swarm, node)]
+
+    def logs(self, swarm: str, node: str, tail: int = 50) -> str:
+        res = self.runner.run(["docker", "logs", "--tail", str(tail), container_name(swarm, node)], check=False, timeout=30)
+        return (res.stdout + res.stderr).strip()
+
+    def _remove_labelled(self, label_filter: str) -> list[str]:
+        removed: list[str] = []
+        ids = self.runner.run(["docker", "ps", "-aq", "--filter", label_filter], timeout=60).stdout.split()
+        if ids:
+            self.runner.run(["docker", "rm", "-f", "-v", *ids], timeout=600)
+            removed.append(f"{len(ids)} container(s)")
+        nets = self.runner.run(["docker", "network", "ls", "-q", "--filter", label_filter], timeout=60).stdout.split()
+        if nets:
+            self.runner.run(["docker", "network", "rm", *nets], timeout=120)
+            removed.append(f"{len(nets)} network(s)")
+        vols = self.runner.run(["docker", "volume", "ls", "-q", "--filter", label_filter], timeout=60).stdout.split()
+        if vols:
+            self.runner.run(["docker", "volume", "rm", *vols], timeout=120)
+            removed.append(f"{len(vols)} volume(s)")
+        return removed
+
+    def down(self, swarm: str) -> list[str]:
+        if not self.caps.docker:
+            return []
+        return self._remove_labelled(f"label={LABEL_SWARM}={swarm}")
+
+    def wipe(self) -> list[str]:
+        if not self.caps.docker:
+            return []
+        return self._remove_labelled(f"label={LABEL_SWARM}")
