@@ -1,16 +1,40 @@
 #!/usr/bin/env python3
-"""In-node agent: the main process of every spacecraft node (container or namespace).
+"""In-node agent: the main process of every spacecraft node, and its traffic launcher.
 
-`agent.py run` is the node's long-running process: it reports the node's identity, then waits for
-SIGTERM/SIGINT and exits 0. It uses only the Python standard library, because it runs both inside the
-node image and, with the netns backend, on the host.
+Subcommands (each node runs them in its own container or namespace; standard library only, because the
+agent runs both inside the node image and, with the netns backend, on the host):
+
+- `run`: the node's long-running main process; waits for SIGTERM/SIGINT and exits 0.
+- `servers --bind IP --ports P,P,..`: start one one-off iperf3 server per port, return once every port
+  listens (so clients are never released before their servers).
+- `clients`: reads a JSON list of flows ({"id", "argv"}) as one line on stdin, parks one iperf3 client
+  per flow in a tiny bash wrapper blocked on a shared pipe, prints {"parked": n}, then reads the release
+  instant T (epoch seconds) as the next line; at T it closes the pipe, which releases every client of
+  this node with one system call. Each wrapper stamps $EPOCHREALTIME just before exec'ing iperf3, so every flow's
+  real start is known to the microsecond; the agent stamps each exit. Prints one JSON line per flow:
+  {"id", "spawn_ts", "exit_ts", "returncode", "output"} (output = iperf3's verbatim JSON).
+- `cleanup`: kill the iperf3 processes this agent started (from its pid file) and nothing else.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import selectors
 import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
+
+WRAPPER = 'read -r _ <&"$SWARM_RELEASE_FD"; printf "@start %s\\n" "$EPOCHREALTIME"; exec "$@"'
+
+
+def run_dir() -> Path:
+    """Per-node scratch directory ($SWARM_RUN_DIR; namespaces share the host's /run)."""
+    d = Path(os.environ.get("SWARM_RUN_DIR", "/run/swarm"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 def cmd_run(_args: argparse.Namespace) -> int:
@@ -32,10 +56,131 @@ def cmd_run(_args: argparse.Namespace) -> int:
     return 0
 
 
+def listening_tcp_ports() -> set[int]:
+    """TCP ports in LISTEN state in this network namespace."""
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A":  # TCP_LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _remember(pids: list[int]) -> None:
+    with open(run_dir() / "iperf3.pids", "a") as f:
+        f.writelines(f"{p}\n" for p in pids)
+
+
+def cmd_servers(args: argparse.Namespace) -> int:
+    """Start one-off iperf3 servers and wait until they all listen."""
+    ports = [int(p) for p in args.ports.split(",") if p]
+    pids = []
+    for port in ports:
+        proc = subprocess.Popen(["iperf3", "-s", "-1", "-J", "-B", args.bind, "-p", str(port)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        pids.append(proc.pid)
+    _remember(pids)
+    deadline = time.monotonic() + args.timeout
+    while True:
+        missing = set(ports) - listening_tcp_ports()
+        if not missing:
+            print(json.dumps({"listening": len(ports)}))
+            return 0
+        if time.monotonic() > deadline:
+            print(json.dumps({"listening": len(ports) - len(missing), "missing": sorted(missing)}))
+            return 1
+        time.sleep(0.02)
+
+
+def cmd_clients(args: argparse.Namespace) -> int:
+    """Park one client per flow, release them all at the instant read from stdin, report each flow."""
+    flows = json.loads(sys.stdin.readline())
+    release_r, release_w = os.pipe()
+    procs = {}
+    for flow in flows:
+        procs[flow["id"]] = subprocess.Popen(
+            ["bash", "-c", WRAPPER, "wrapper", *flow["argv"]], pass_fds=(release_r,),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env={**os.environ, "BASH_ENV": "", "SWARM_RELEASE_FD": str(release_r)}, start_new_session=True,
+        )
+    os.close(release_r)
+    _remember([p.pid for p in procs.values()])
+    print(json.dumps({"parked": len(procs)}), flush=True)
+    line = sys.stdin.readline()
+    if not line.strip():  # the host went away: release nobody, kill the parked wrappers
+        for proc in procs.values():
+            proc.kill()
+        return 1
+    delay = float(line) - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    os.close(release_w)  # every parked wrapper's read returns now
+    # Drain every pipe concurrently (outputs can exceed a pipe buffer) and stamp each exit.
+    sel = selectors.DefaultSelector()
+    chunks: dict[str, list[bytes]] = {fid: [] for fid in procs}
+    for fid, proc in procs.items():
+        sel.register(proc.stdout, selectors.EVENT_READ, fid)
+    exit_ts: dict[str, float] = {}
+    open_pipes = len(procs)
+    while open_pipes:
+        for key, _ in sel.select(timeout=1.0):
+            data = os.read(key.fileobj.fileno(), 65536)
+            if data:
+                chunks[key.data].append(data)
+            else:
+                sel.unregister(key.fileobj)
+                exit_ts[key.data] = time.time()
+                open_pipes -= 1
+    for fid, proc in procs.items():
+        proc.wait()
+        text = b"".join(chunks[fid]).decode(errors="replace")
+        spawn_ts = None
+        if text.startswith("@start "):
+            first, _, text = text.partition("\n")
+            spawn_ts = float(first.split()[1])
+        print(json.dumps({"id": fid, "spawn_ts": spawn_ts, "exit_ts": exit_ts[fid],
+                          "returncode": proc.returncode, "output": text}), flush=True)
+    return 0
+
+
+def cmd_cleanup(_args: argparse.Namespace) -> int:
+    """Kill the iperf3 processes this agent started that are still running."""
+    path = run_dir() / "iperf3.pids"
+    killed = 0
+    if path.exists():
+        for pid in {int(p) for p in path.read_text().split()}:
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue
+            if comm == "iperf3":
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+                except ProcessLookupError:
+                    pass
+        path.unlink()
+    print(json.dumps({"killed": killed}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent.py", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="the node's main process").set_defaults(func=cmd_run)
+    p = sub.add_parser("servers", help="start one-off iperf3 servers and wait until they listen")
+    p.add_argument("--bind", required=True)
+    p.add_argument("--ports", required=True)
+    p.add_argument("--timeout", type=float, default=30)
+    p.set_defaults(func=cmd_servers)
+    sub.add_parser("clients", help="park iperf3 clients, release them at one instant").set_defaults(func=cmd_clients)
+    sub.add_parser("cleanup", help="kill iperf3 processes this agent started").set_defaults(func=cmd_cleanup)
     args = parser.parse_args(argv)
     return args.func(args)
 

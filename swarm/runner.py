@@ -66,6 +66,16 @@ class Runner:
             raise CommandError(argv, proc.returncode, result.stdout, result.stderr)
         return result
 
+    def popen(self, argv: Sequence[str]) -> subprocess.Popen:
+        """Start a command with pipes on stdin and stdout (text mode), for a conversation with it."""
+        argv = [str(a) for a in argv]
+        log.debug("popen: %s", shlex.join(argv))
+        try:
+            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, bufsize=1)
+        except FileNotFoundError as exc:
+            raise CommandError(argv, 127, "", f"{argv[0]}: not found ({exc.strerror})") from None
+
     def start(self, argv: Sequence[str], *, stdout_path: str | None = None) -> subprocess.Popen:
         """Start a long-running process in its own session (so it survives our Ctrl-C) and return it."""
         argv = [str(a) for a in argv]

@@ -54,8 +54,12 @@ class Backend(ABC):
         """State of each node that exists: running, exited, paused, created, ..."""
 
     @abstractmethod
-    def exec_prefix(self, swarm: str, node: str) -> list[str]:
-        """argv prefix that runs a command inside `node` (pure: no I/O)."""
+    def exec_prefix(self, swarm: str, node: str, interactive: bool = False) -> list[str]:
+        """argv prefix that runs a command inside `node` (pure: no I/O); `interactive` keeps stdin open."""
+
+    @abstractmethod
+    def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
+        """argv that runs `flightsw/agent.py <args>` inside `node`, with stdin open (pure: no I/O)."""
 
     @abstractmethod
     def logs(self, swarm: str, node: str, tail: int = 50) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from ..compose import LABEL_NODE, LABEL_SWARM, compose_yaml, container_name, project_name, render_compose
+from ..compose import AGENT_COMMAND, LABEL_NODE, LABEL_SWARM, compose_yaml, container_name, project_name, render_compose
 from ..errors import SpecError
 from ..spec import NodePlan, SwarmSpec
 from .base import Backend, Progress
@@ -77,8 +77,11 @@ class ComposeBackend(Backend):
             states[node] = state
         return states
 
-    def exec_prefix(self, swarm: str, node: str) -> list[str]:
-        return ["docker", "exec", container_name(swarm, node)]
+    def exec_prefix(self, swarm: str, node: str, interactive: bool = False) -> list[str]:
+        return ["docker", "exec", *(["-i"] if interactive else []), container_name(swarm, node)]
+
+    def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
+        return self.exec_prefix(swarm, node, interactive=True) + [*AGENT_COMMAND[:2], *args]
 
     def logs(self, swarm: str, node: str, tail: int = 50) -> str:
         res = self.runner.run(["docker", "logs", "--tail", str(tail), container_name(swarm, node)], check=False, timeout=30)

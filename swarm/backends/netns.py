@@ -117,6 +117,7 @@ class NetnsBackend(Backend):
             self._run_all(plan_node(spec, node))
             command = node.spec.command or ["python3", str(self.agent_path()), "run"]
             env = [f"{k}={v}" for k, v in node_environment(spec, node).items()]
+            env.append(f"SWARM_RUN_DIR={self.node_run_dir(spec.name, node.name)}")
             proc = self.runner.start(
                 ["ip", "netns", "exec", node_ns(spec.name, node.name), "env", *env, *command],
                 stdout_path=str(logs / f"{node.name}.log"),
@@ -149,8 +150,16 @@ class NetnsBackend(Backend):
                 states[ns[len(prefix):]] = "running" if self._pids_in(ns) else "exited"
         return states
 
-    def exec_prefix(self, swarm: str, node: str) -> list[str]:
+    def exec_prefix(self, swarm: str, node: str, interactive: bool = False) -> list[str]:
         return ["ip", "netns", "exec", node_ns(swarm, node)]
+
+    def node_run_dir(self, swarm: str, node: str) -> Path:
+        """The node's private scratch directory (namespaces share the host's /run)."""
+        return self.state_dir(swarm) / "nodes" / node
+
+    def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
+        return self.exec_prefix(swarm, node) + [
+            "env", f"SWARM_RUN_DIR={self.node_run_dir(swarm, node)}", "python3", str(self.agent_path()), *args]
 
     def logs(self, swarm: str, node: str, tail: int = 50) -> str:
         path = self.state_dir(swarm) / "logs" / f"{node}.log"

@@ -1,0 +1,233 @@
+"""Experiment spec (YAML, validated) and the pure planners of a sweep: tests, flows, client commands.
+
+A sweep runs every combination of swarm size x protocol x offered UDP rate x repeat. For each test the
+traffic pattern gives the directed flows; every flow gets its own iperf3 server port on its destination
+(as in the thesis: one server per directed connection), port = base_port + source index - 1.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from .analysis import parse_rate, rate_label
+from .errors import SpecError
+from .spec import MAX_NODES, NodePlan, SwarmSpec, _check_name, _Strict, format_validation_error
+
+PATTERNS = ("full-mesh", "ring", "pairs", "one-to-all")
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m)?$")
+
+
+def parse_duration(value: Any, field: str = "duration") -> float:
+    """'10s', '500ms', '2m', 10 -> seconds (> 0)."""
+    match = _DURATION_RE.match(str(value).strip())
+    if not match:
+        raise ValueError(f"{field} {value!r}: expected seconds, e.g. 10, 10s, 500ms or 2m")
+    number, unit = float(match.group(1)), match.group(2) or "s"
+    seconds = number * {"ms": 0.001, "s": 1, "m": 60}[unit]
+    if seconds <= 0:
+        raise ValueError(f"{field} {value!r}: must be positive")
+    return seconds
+
+
+class IperfOptions(_Strict):
+    """iperf3 client options applied to every flow."""
+
+    length: Optional[str] = None  # -l, e.g. 1400 or 128K
+    window: Optional[str] = None  # -w, socket buffer
+    parallel: int = Field(1, ge=1, le=128)  # -P
+    interval: float = Field(1.0, ge=0.1, le=60)  # -i, seconds between interval reports
+
+    @field_validator("length", "window")
+    @classmethod
+    def _size(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not re.fullmatch(r"[1-9][0-9]*[KMG]?", str(v)):
+            raise ValueError(f"{v!r}: expected a size like 1400, 128K or 4M")
+        return None if v is None else str(v)
+
+
+class ExperimentSpec(_Strict):
+    """A bandwidth/loss sweep."""
+
+    name: str
+    sizes: list[int]
+    protocols: list[Literal["tcp", "udp"]]
+    rates: list[str] = Field(default_factory=list)
+    duration: float = 10.0
+    repeats: int = Field(1, ge=1, le=1000)
+    pattern: Literal["full-mesh", "ring", "pairs", "one-to-all"] = "full-mesh"
+    network: Literal["isl", "ground"] = "isl"
+    base_port: int = Field(5201, ge=1024, le=60000)
+    settle: float = Field(1.0, ge=0, le=600)  # pause between tests, seconds
+    iperf3: IperfOptions = IperfOptions()
+    backend: Optional[Literal["compose", "netns"]] = None
+    swarm: dict[str, Any] = Field(default_factory=dict)  # swarm spec fields (networks, defaults, ...)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name("experiment", v)
+
+    @field_validator("duration", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @field_validator("sizes")
+    @classmethod
+    def _sizes(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("sizes: give at least one swarm size")
+        for n in v:
+            if not 2 <= n <= MAX_NODES:
+                raise ValueError(f"size {n}: a swarm has 2 to {MAX_NODES} nodes")
+        return v
+
+    @field_validator("rates")
+    @classmethod
+    def _rates(cls, v: list[str]) -> list[str]:
+        for r in v:
+            try:
+                bps = parse_rate(r)
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+            if bps <= 0:
+                raise ValueError(f"rate {r!r}: must be positive")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ExperimentSpec":
+        if not self.protocols:
+            raise ValueError("protocols: give tcp, udp or both")
+        if "udp" in self.protocols and not self.rates:
+            raise ValueError("rates: udp needs at least one offered rate (e.g. [1M, 10M])")
+        for key in ("name", "nodes", "node_list", "groups"):
+            if key in self.swarm:
+                raise ValueError(f"swarm.{key}: set by the sweep (the swarm is sized per test)")
+        top = max(self.sizes)
+        if self.base_port + top > 65535:
+            raise ValueError(f"base_port {self.base_port}: ports for {top} nodes would pass 65535")
+        self.swarm_spec(top)  # the template must be valid for the largest size
+        return self
+
+    @property
+    def rates_bps(self) -> list[int]:
+        return [parse_rate(r) for r in self.rates]
+
+    def swarm_spec(self, size: int) -> SwarmSpec:
+        """The swarm of `size` nodes a test runs on (validated; a bad template is a SpecError)."""
+        from .spec import spec_from_dict
+
+        data = {**self.swarm, "name": f"{self.name}-n{size}", "nodes": size}
+        if self.backend:
+            data["backend"] = self.backend
+        return spec_from_dict(data, f"{self.name}: swarm")
+
+
+def load_experiment(path: str | Path) -> ExperimentSpec:
+    """Read and validate an experiment file; errors are one-line SpecErrors."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read experiment file ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{p}: malformed YAML: {getattr(exc, 'problem', None) or exc}") from None
+    return experiment_from_dict(data, str(p))
+
+
+def experiment_from_dict(data: Any, source: str = "") -> ExperimentSpec:
+    if not isinstance(data, dict):
+        raise SpecError(f"{source or 'experiment'}: expected a mapping at the top level")
+    try:
+        return ExperimentSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, data, source)) from None
+    except SpecError as exc:
+        raise SpecError(f"{source}: {exc}" if source and not str(exc).startswith(source) else str(exc)) from None
+
+
+# --------------------------------------------------------------------------------------------- planning
+@dataclass(frozen=True)
+class TestCase:
+    """One test of a sweep."""
+
+    test_id: str
+    size: int
+    protocol: str
+    rate_bps: Optional[int]
+    repeat: int
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One directed connection: src's client sends to dst's server on `port`."""
+
+    src: NodePlan
+    dst: NodePlan
+    port: int
+
+    @property
+    def flow_id(self) -> str:
+        return f"{self.src.name}__{self.dst.name}"
+
+
+def plan_tests(exp: ExperimentSpec) -> list[TestCase]:
+    """Every test, size-major (one bring-up per size), then protocol, rate, repeat."""
+    tests = []
+    for size in exp.sizes:
+        for proto in exp.protocols:
+            rates: list[Optional[int]] = exp.rates_bps if proto == "udp" else [None]
+            for rate in rates:
+                for rep in range(1, exp.repeats + 1):
+                    label = f"-{rate_label(rate)}" if rate else ""
+                    tests.append(TestCase(f"n{size:03d}-{proto}{label}-r{rep}", size, proto, rate, rep))
+    return tests
+
+
+def plan_pairs(count: int, pattern: str) -> list[tuple[int, int]]:
+    """Directed (src, dst) index pairs (0-based) for `count` nodes under `pattern`."""
+    if pattern == "full-mesh":
+        return [(s, d) for s in range(count) for d in range(count) if s != d]
+    if pattern == "ring":
+        return [(s, (s + 1) % count) for s in range(count)] if count > 2 else [(0, 1), (1, 0)]
+    if pattern == "pairs":
+        return [p for s in range(0, count - 1, 2) for p in ((s, s + 1), (s + 1, s))]
+    if pattern == "one-to-all":
+        return [(0, d) for d in range(1, count)]
+    raise SpecError(f"pattern {pattern!r}: expected one of {', '.join(PATTERNS)}")
+
+
+def plan_flows(nodes: list[NodePlan], pattern: str, base_port: int) -> list[Flow]:
+    """The directed flows of one test, each with its own server port on its destination."""
+    return [Flow(nodes[s], nodes[d], base_port + nodes[s].index - 1) for s, d in plan_pairs(len(nodes), pattern)]
+
+
+def client_argv(flow: Flow, exp: ExperimentSpec, test: TestCase) -> list[str]:
+    """The iperf3 client command of one flow (runs on flow.src)."""
+    src_ip, dst_ip = _ips(flow, exp.network)
+    argv = ["iperf3", "-c", dst_ip, "-p", str(flow.port), "-B", src_ip, "-t", f"{exp.duration:g}",
+            "-i", f"{exp.iperf3.interval:g}", "-J", "--get-server-output"]
+    if test.protocol == "udp":
+        argv += ["-u", "-b", str(test.rate_bps)]
+    if exp.iperf3.length:
+        argv += ["-l", exp.iperf3.length]
+    if exp.iperf3.window:
+        argv += ["-w", exp.iperf3.window]
+    if exp.iperf3.parallel > 1:
+        argv += ["-P", str(exp.iperf3.parallel)]
+    return argv
+
+
+def _ips(flow: Flow, network: str) -> tuple[str, str]:
+    if network == "ground":
+        return flow.src.ground_ip, flow.dst.ground_ip
+    return flow.src.isl_ip, flow.dst.isl_ip
+
+
+def server_ip(node: NodePlan, network: str) -> str:
+    return node.ground_ip if network == "ground" else node.isl_ip

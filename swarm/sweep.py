@@ -1,0 +1,371 @@
+"""Sweep executor and crash-safe results store.
+
+For each swarm size the swarm is brought up once; each test then
+1. starts one one-off iperf3 server per directed flow on every destination (one `agent servers` call per
+   node) and waits until all listen;
+2. hands every source node's agent its flows over stdin; each agent parks its clients behind a pipe and
+   says "parked"; once every agent has, the host picks a release instant T a little in the future and
+   sends it; every agent releases all its clients at T (one close() each). Start skew and the concurrent
+   window are then measured from each flow's own start stamp, not assumed;
+3. writes every client's JSON verbatim under raw/ as it arrives, parses it, and appends one row per flow
+   (errors included) to flows.csv and one row per test to tests.csv, flushed to disk at once.
+A crash or Ctrl-C loses nothing already measured; `resume` runs only the tests missing from tests.csv.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from .core import Swarm
+from .errors import RuntimeFailure, SpecError
+from .experiment import ExperimentSpec, Flow, TestCase, client_argv, experiment_from_dict, plan_flows, plan_tests, server_ip
+from .iperf3 import concurrent_window, parse_client_json, start_skew, window_figures
+from .runner import Runner
+
+FLOW_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "src", "dst", "port", "spawn_ts",
+                "exit_ts", "ok", "error", "bits_per_second", "lost_percent", "lost_packets", "packets", "jitter_ms",
+                "window_bits_per_second", "window_lost_percent", "skew_s", "window_s", "duration_s"]
+TEST_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "flows", "flows_ok", "duration_s",
+                "release_ts", "skew_s", "window_s", "window_fraction", "cpu_busy_pct", "cpu_busy_max_pct",
+                "mem_used_peak_mib", "setup_s", "wall_s"]
+
+SweepProgress = Callable[[int, int, str], None]
+
+
+# ------------------------------------------------------------------------------------------- the store
+class ResultsStore:
+    """One folder per run: experiment.yaml, host.json, raw/<test>/<src>__<dst>.json, flows.csv, tests.csv."""
+
+    def __init__(self, run_dir: Path):
+        self.dir = run_dir
+
+    @classmethod
+    def create(cls, root: Path, exp: ExperimentSpec, host_facts: dict) -> "ResultsStore":
+        run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{exp.name}"
+        store = cls(root / run_id)
+        store.dir.mkdir(parents=True, exist_ok=False)
+        (store.dir / "raw").mkdir()
+        (store.dir / "experiment.yaml").write_text(yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False))
+        (store.dir / "host.json").write_text(json.dumps(host_facts, indent=1))
+        return store
+
+    @property
+    def run_id(self) -> str:
+        return self.dir.name
+
+    def experiment(self) -> ExperimentSpec:
+        path = self.dir / "experiment.yaml"
+        if not path.exists():
+            raise SpecError(f"{self.dir}: not a results folder (no experiment.yaml)")
+        return experiment_from_dict(yaml.safe_load(path.read_text()), str(path))
+
+    def completed_tests(self) -> set[str]:
+        path = self.dir / "tests.csv"
+        if not path.exists():
+            return set()
+        with path.open() as f:
+            return {row["test_id"] for row in csv.DictReader(f)}
+
+    def drop_incomplete_flows(self) -> None:
+        """Remove flow rows of tests that never got their tests.csv row (a crash between the two)."""
+        path, done = self.dir / "flows.csv", self.completed_tests()
+        if not path.exists():
+            return
+        with path.open() as f:
+            rows = [r for r in csv.DictReader(f) if r["test_id"] in done]
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, FLOW_COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+        tmp.replace(path)
+
+    def raw_path(self, test_id: str, flow_id: str) -> Path:
+        d = self.dir / "raw" / test_id
+        d.mkdir(parents=True, exist_ok=True)
+        return d / f"{flow_id}.json"
+
+    def _append(self, name: str, columns: list[str], rows: list[dict]) -> None:
+        path = self.dir / name
+        new = not path.exists()
+        with path.open("a", newline="") as f:
+            writer = csv.DictWriter(f, columns, extrasaction="ignore")
+            if new:
+                writer.writeheader()
+            writer.writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def append_flows(self, rows: list[dict]) -> None:
+        self._append("flows.csv", FLOW_COLUMNS, rows)
+
+    def append_test(self, row: dict) -> None:
+        self._append("tests.csv", TEST_COLUMNS, [row])
+
+
+def host_facts(swarm: Swarm | None = None) -> dict:
+    """CPU, kernel, tools and backend of this host, stored with every run."""
+    from .probe import capabilities
+
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kib = _meminfo().get("MemTotal", 0)
+    caps = capabilities()
+    facts = {"hostname": platform.node(), "cpu_count": os.cpu_count(), "cpu_model": model,
+             "memory_gib": round(mem_kib / 2**20, 1), "kernel": platform.release(), "python": sys.version.split()[0],
+             "iperf3": caps.iperf3_version, "docker": caps.docker_version, "compose": caps.compose_version,
+             "sch_netem": caps.sch_netem, "batman_adv": caps.batman_adv}
+    if swarm is not None:
+        facts["backend"] = swarm.backend.name
+        facts["image"] = swarm.image
+    return facts
+
+
+# ------------------------------------------------------------------------------------ host sampling
+def _meminfo() -> dict[str, int]:
+    out = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        out[key] = int(rest.split()[0])
+    return out
+
+
+def _cpu_times() -> tuple[int, int]:
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+@dataclass
+class HostSampler:
+    """Samples host CPU busy % and used memory every `period` s in a thread while a test runs."""
+
+    period: float = 0.5
+    busy: list[float] = field(default_factory=list)
+    used_mib: list[float] = field(default_factory=list)
+
+    def __post_init__(self):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        last = _cpu_times()
+        while not self._stop.wait(self.period):
+            now = _cpu_times()
+            dbusy, dtotal = now[0] - last[0], now[1] - last[1]
+            last = now
+            if dtotal:
+                self.busy.append(100.0 * dbusy / dtotal)
+            mem = _meminfo()
+            self.used_mib.append((mem["MemTotal"] - mem["MemAvailable"]) / 1024)
+
+    def __enter__(self) -> "HostSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict:
+        mean = sum(self.busy) / len(self.busy) if self.busy else math.nan
+        return {"cpu_busy_pct": round(mean, 1), "cpu_busy_max_pct": round(max(self.busy, default=math.nan), 1),
+                "mem_used_peak_mib": round(max(self.used_mib, default=math.nan), 1)}
+
+
+# ------------------------------------------------------------------------------------------ running
+def _release_lead(flow_count: int) -> float:
+    """Seconds between sending the release instant and the instant itself."""
+    return 0.3 + 0.0002 * flow_count
+
+
+class TestRunner:
+    """Runs the tests of one size on one swarm that is up."""
+
+    def __init__(self, swarm: Swarm, exp: ExperimentSpec, store: ResultsStore, message: Callable[[str], None]):
+        self.swarm = swarm
+        self.exp = exp
+        self.store = store
+        self.message = message
+        self.workers = max(4, min(32, len(swarm.nodes)))
+
+    def _agent(self, node: str, *args: str) -> list[str]:
+        return self.swarm.backend.agent_argv(self.swarm.name, node, *args)
+
+    def start_servers(self, flows: list[Flow]) -> dict[str, str]:
+        """Start every flow's server; returns {dst node: error} for destinations whose servers failed."""
+        by_dst: dict[str, list[Flow]] = {}
+        for f in flows:
+            by_dst.setdefault(f.dst.name, []).append(f)
+
+        def start(dst: str) -> tuple[str, str]:
+            node = self.swarm.node(dst)
+            ports = ",".join(str(f.port) for f in by_dst[dst])
+            res = self.swarm.runner.run(self._agent(dst, "servers", "--bind", server_ip(node, self.exp.network),
+                                                    "--ports", ports), check=False, timeout=120)
+            return dst, "" if res.ok else f"servers on {dst} failed: {(res.stderr or res.stdout).strip()[-300:]}"
+
+        with ThreadPoolExecutor(self.workers) as pool:
+            return {dst: error for dst, error in pool.map(start, by_dst) if error}
+
+    def run_clients(self, test: TestCase, flows: list[Flow]) -> tuple[dict[str, dict], float]:
+        """Park, release at one instant, collect. Returns ({flow_id: agent record}, release epoch)."""
+        by_src: dict[str, list[Flow]] = {}
+        for f in flows:
+            by_src.setdefault(f.src.name, []).append(f)
+        procs = {src: self.swarm.runner.popen(self._agent(src, "clients")) for src in by_src}
+        for src, proc in procs.items():
+            payload = [{"id": f.flow_id, "argv": client_argv(f, self.exp, test)} for f in by_src[src]]
+            proc.stdin.write(json.dumps(payload) + "\n")
+            proc.stdin.flush()
+        records: dict[str, dict] = {}
+        failed: dict[str, str] = {}
+        for src, proc in procs.items():  # wait until every agent parked its clients
+            line = proc.stdout.readline()
+            if not line.startswith('{"parked"'):
+                failed[src] = f"agent on {src} did not park its clients: {(line + proc.stderr.read()).strip()[-300:]}"
+        release = time.time() + _release_lead(len(flows))
+        for src, proc in procs.items():
+            if src not in failed:
+                try:
+                    proc.stdin.write(f"{release}\n")
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    failed[src] = f"agent on {src} went away before the release"
+
+        def collect(item: tuple[str, object]) -> tuple[str, list[dict], str]:
+            src, proc = item
+            got = []
+            for line in proc.stdout:
+                if line.startswith('{"id"'):
+                    got.append(json.loads(line))
+            proc.wait()
+            err = "" if proc.returncode == 0 else f"agent on {src} exited {proc.returncode}: {proc.stderr.read().strip()[-300:]}"
+            return src, got, err
+
+        with ThreadPoolExecutor(self.workers) as pool:
+            for src, got, err in pool.map(collect, procs.items()):
+                for rec in got:
+                    records[rec["id"]] = rec
+                if err and src not in failed:
+                    failed[src] = err
+        for src, error in failed.items():
+            for f in by_src[src]:
+                records.setdefault(f.flow_id, {"id": f.flow_id, "error": error})
+        return records, release
+
+    def cleanup(self) -> None:
+        with ThreadPoolExecutor(self.workers) as pool:
+            list(pool.map(lambda n: self.swarm.runner.run(self._agent(n.name, "cleanup"), check=False, timeout=60),
+                          self.swarm.nodes))
+
+    def run(self, test: TestCase) -> dict:
+        """Run one test end to end; rows go to the store before this returns."""
+        t_start = time.monotonic()
+        flows = plan_flows(self.swarm.nodes, self.exp.pattern, self.exp.base_port)
+        server_errors = self.start_servers(flows)
+        setup_s = time.monotonic() - t_start
+        runnable = [f for f in flows if f.dst.name not in server_errors]
+        with HostSampler() as sampler:
+            records, release = self.run_clients(test, runnable) if runnable else ({}, time.time())
+        self.cleanup()
+        return self._record(test, flows, records, server_errors, release, sampler, setup_s,
+                            time.monotonic() - t_start)
+
+    def _record(self, test, flows, records, server_errors, release, sampler, setup_s, wall_s) -> dict:
+        parsed = {}
+        for f in flows:
+            rec = records.get(f.flow_id)
+            if rec and "output" in rec:
+                self.store.raw_path(test.test_id, f.flow_id).write_text(rec["output"])
+                result = parse_client_json(rec["output"], rec.get("spawn_ts"))
+            else:
+                from .iperf3 import FlowResult
+
+                error = server_errors.get(f.dst.name) or (rec or {}).get("error") or "no result from agent"
+                result = FlowResult(error=error)
+            parsed[f.flow_id] = (f, rec or {}, result)
+        ok = [r for _, _, r in parsed.values() if r.ok]
+        t0, t1 = concurrent_window(ok)
+        window_s = (t1 - t0) if not math.isnan(t0) else 0.0
+        skew = start_skew([r.spawn_ts for r in ok])
+        rows = []
+        for f, rec, r in parsed.values():
+            win = window_figures(r, t0, t1) if r.ok and window_s > 0 else {}
+            rows.append({
+                "run_id": self.store.run_id, "test_id": test.test_id, "size": test.size, "protocol": test.protocol,
+                "rate_bps": test.rate_bps if test.rate_bps is not None else "", "repeat": test.repeat,
+                "src": f.src.name, "dst": f.dst.name, "port": f.port, "spawn_ts": rec.get("spawn_ts", ""),
+                "exit_ts": rec.get("exit_ts", ""), "ok": r.ok, "error": r.error,
+                "bits_per_second": r.bits_per_second, "lost_percent": r.lost_percent,
+                "lost_packets": r.lost_packets, "packets": r.packets, "jitter_ms": r.jitter_ms,
+                "window_bits_per_second": win.get("bits_per_second", math.nan),
+                "window_lost_percent": win.get("lost_percent", math.nan),
+                "skew_s": round(skew, 6), "window_s": round(window_s, 6), "duration_s": self.exp.duration,
+            })
+        self.store.append_flows(rows)
+        test_row = {"run_id": self.store.run_id, "test_id": test.test_id, "size": test.size,
+                    "protocol": test.protocol, "rate_bps": test.rate_bps or "", "repeat": test.repeat,
+                    "flows": len(flows), "flows_ok": len(ok), "duration_s": self.exp.duration,
+                    "release_ts": round(release, 6), "skew_s": round(skew, 6), "window_s": round(window_s, 6),
+                    "window_fraction": round(window_s / self.exp.duration, 4), **sampler.summary(),
+                    "setup_s": round(setup_s, 3), "wall_s": round(wall_s, 3)}
+        self.store.append_test(test_row)
+        return test_row
+
+
+def run_sweep(exp: ExperimentSpec, store: ResultsStore, *, backend: str | None = None,
+              progress: SweepProgress = lambda d, t, w: None, message: Callable[[str], None] = lambda m: None,
+              swarm_progress=None, abort_on_error: bool = False, runner: Runner | None = None) -> list[dict]:
+    """Run every test of `exp` missing from `store`; returns the test rows written by this call."""
+    from .backends import no_progress
+
+    store.drop_incomplete_flows()
+    done = store.completed_tests()
+    tests = plan_tests(exp)
+    todo = [t for t in tests if t.test_id not in done]
+    written: list[dict] = []
+    finished = len(tests) - len(todo)
+    progress(finished, len(tests), f"{len(todo)} tests to run")
+    for size in sorted({t.size for t in todo}, key=exp.sizes.index):
+        swarm = Swarm(exp.swarm_spec(size), backend=backend or exp.backend, runner=runner,
+                      progress=swarm_progress or no_progress, message=message)
+        message(f"bringing up {size} nodes ({swarm.backend.name})")
+        swarm.up()
+        try:
+            if not (store.dir / "host.json").exists() or "backend" not in json.loads((store.dir / "host.json").read_text()):
+                (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
+            runner_ = TestRunner(swarm, exp, store, message)
+            for test in [t for t in todo if t.size == size]:
+                progress(finished, len(tests), f"{test.test_id}")
+                row = runner_.run(test)
+                written.append(row)
+                finished += 1
+                progress(finished, len(tests), f"{test.test_id}: {row['flows_ok']}/{row['flows']} flows ok, "
+                                               f"skew {row['skew_s'] * 1000:.0f} ms")
+                if abort_on_error and row["flows_ok"] < row["flows"]:
+                    raise RuntimeFailure(f"test {test.test_id}: {row['flows'] - row['flows_ok']} flows failed (--abort-on-error)")
+                if exp.settle:
+                    time.sleep(exp.settle)
+        finally:
+            swarm.down()
+    return written

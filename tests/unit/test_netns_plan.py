@@ -1,0 +1,62 @@
+"""The netns backend's planned commands (pure) and the backend registry."""
+import json
+
+import pytest
+
+from swarm.backends import REGISTRY, default_backend_name, get_backend
+from swarm.backends.netns import host_link, plan_node, plan_switch
+from swarm.errors import SpecError
+from swarm.probe import Capabilities
+from swarm.runner import RecordingRunner
+from swarm.spec import BACKENDS, plan_nodes, spec_from_dict
+
+from conftest import golden
+
+CAPS = Capabilities(kernel="x", root=True, docker=False, docker_version="", compose=[], compose_version="",
+                    netns=True, sch_netem=False, batman_adv=False, nftables=True, tbf=True,
+                    iperf3_version="iperf 3.12", batmand=True, ddsperf=True)
+
+
+def test_golden_netns_plan():
+    spec = spec_from_dict({"name": "demo", "nodes": 2})
+    plan = plan_switch(spec) + [cmd for n in plan_nodes(spec) for cmd in plan_node(spec, n)]
+    text = "\n".join(" ".join(cmd) for cmd in plan) + "\n"
+    assert text == golden("netns_demo2.txt", text)
+
+
+def test_host_link_name_fits_kernel_limit():
+    assert len(host_link("a" * 32)) <= 15
+
+
+def test_registry_matches_spec_literal_and_unknown_name_is_an_error(tmp_path):
+    assert tuple(sorted(REGISTRY)) == tuple(sorted(BACKENDS))
+    with pytest.raises(SpecError, match="backend 'k8s': unknown backend"):
+        get_backend("k8s", RecordingRunner(), CAPS, tmp_path)
+
+
+def test_default_backend_follows_docker():
+    assert default_backend_name(CAPS) == "netns"
+    from dataclasses import replace
+    assert default_backend_name(replace(CAPS, docker=True, compose=["docker-compose"])) == "compose"
+
+
+def test_compose_backend_refuses_without_docker(tmp_path):
+    backend = get_backend("compose", RecordingRunner(), CAPS, tmp_path)
+    with pytest.raises(SpecError, match="Docker is not running"):
+        backend.check_available()
+
+
+def test_compose_down_removes_only_labelled_ids(tmp_path):
+    from dataclasses import replace
+    from swarm.runner import Result
+
+    runner = RecordingRunner(answers=[
+        (lambda a: a[:2] == ["docker", "ps"], lambda a: Result(a, 0, "c1\nc2\n")),
+        (lambda a: a[:3] == ["docker", "network", "ls"], lambda a: Result(a, 0, "n1\n")),
+    ])
+    backend = get_backend("compose", runner, replace(CAPS, docker=True, compose=["docker-compose"]), tmp_path)
+    assert backend.down("demo") == ["2 container(s)", "1 network(s)"]
+    lists = [c for c in runner.calls if "ls" in c or "ps" in c]
+    assert all("label=io.swarm-emu.swarm=demo" in c for c in lists)
+    assert ["docker", "rm", "-f", "-v", "c1", "c2"] in runner.calls
+    assert ["docker", "network", "rm", "n1"] in runner.calls
