@@ -227,6 +227,63 @@ def probe() -> None:
     click.echo(json.dumps(capabilities().as_dict(), indent=1))
 
 
+@cli.command()
+@click.argument("experiment_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), help="Finish the interrupted run in this folder.")
+@click.option("--backend", help="compose or netns (default: the experiment's, else the host's default).")
+@click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
+@click.option("--abort-on-error", is_flag=True, help="Stop at the first test with a failed flow.")
+@click.option("--report/--no-report", "make_report", default=True, show_default=True, help="Write the report at the end.")
+def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, make_report) -> None:
+    """Run the bandwidth/loss sweep in EXPERIMENT_FILE (or --resume a run folder)."""
+    from rich.progress import TimeRemainingColumn
+
+    from .experiment import load_experiment
+    from .sweep import ResultsStore, host_facts, run_sweep
+
+    if resume_dir:
+        store = ResultsStore(Path(resume_dir))
+        exp = store.experiment()
+        if experiment_file and load_experiment(experiment_file) != exp:
+            raise SwarmErrorExit(f"{experiment_file}: differs from the experiment stored in {resume_dir}", 2)
+    elif experiment_file:
+        exp = load_experiment(experiment_file)
+        Swarm(exp.swarm_spec(min(exp.sizes)), backend=backend or exp.backend).backend.check_available()
+        store = ResultsStore.create(Path(results_root), exp, host_facts())
+    else:
+        raise SwarmErrorExit("sweep: give an EXPERIMENT_FILE or --resume RUN_DIR", 2)
+    err.print(f"run folder: {store.dir}")
+    bar = Progress(TextColumn("[bold]sweep[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err)
+    with bar:
+        task = bar.add_task("starting", total=None)
+        run_sweep(exp, store, backend=backend, abort_on_error=abort_on_error, message=lambda m: bar.console.print(m),
+                  progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w))
+    out.print(f"sweep done: {store.dir}")
+    if make_report:
+        _write_report(store.dir)
+
+
+def _write_report(run_dir: Path) -> None:
+    import pandas as pd
+
+    from .report import write_report
+
+    flows, tests = run_dir / "flows.csv", run_dir / "tests.csv"
+    if not flows.exists():
+        raise SwarmErrorExit(f"{run_dir}: no flows.csv (not a results folder, or no test finished yet)", 2)
+    host = json.loads((run_dir / "host.json").read_text()) if (run_dir / "host.json").exists() else {}
+    paths = write_report(run_dir, pd.read_csv(flows), host, pd.read_csv(tests) if tests.exists() else None)
+    out.print(f"report: {paths['report_html']} and {paths['report_md']}")
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+def report(run_dir: str) -> None:
+    """Write tables, plots, report.md and report.html for the run in RUN_DIR."""
+    _write_report(Path(run_dir))
+
+
 class SwarmErrorExit(SwarmError):
     """A CLI usage error with its own exit code."""
 

@@ -219,23 +219,34 @@ def concurrent_window(flows: list[FlowResult]) -> tuple[float, float]:
 
 
 def window_figures(flow: FlowResult, t0: float, t1: float) -> dict:
-    """Figures from the flow's intervals lying fully inside [t0, t1] (epoch seconds).
+    """Figures of the flow over exactly [t0, t1] (epoch seconds), from its receiver intervals.
 
-    Returns bits_per_second (bytes / covered seconds), lost_percent (100 * lost / packets, UDP with
-    receiver intervals only), lost_packets, packets, seconds covered and the number of intervals.
-    Figures are NaN when no interval fits (or, for loss, when the intervals carry no loss counts).
+    An interval partly inside the window counts in proportion to its overlap (bytes, packets and lost
+    packets are taken as spread evenly over the interval), so the figure covers the whole window even
+    when intervals of differently started flows are not aligned. Returns bits_per_second, lost_percent
+    (UDP with receiver intervals only), lost_packets, packets, seconds covered and the number of
+    intervals touched. Figures are NaN when nothing overlaps (or, for loss, without loss counts).
     """
-    eps = 1e-6
     origin = flow.origin
-    inside = [
-        iv for iv in flow.intervals
-        if origin + iv.start >= t0 - eps and origin + iv.end <= t1 + eps
-    ]
-    seconds = sum(iv.end - iv.start for iv in inside)
-    figures = {"intervals": len(inside), "seconds": seconds, "bits_per_second": NAN,
+    parts = []  # (interval, fraction of it inside the window)
+    for iv in flow.intervals:
+        start, end = origin + iv.start, origin + iv.end
+        overlap = min(end, t1) - max(start, t0)
+        if end > start and overlap > 1e-9:
+            parts.append((iv, overlap / (end - start)))
+    seconds = sum((iv.end - iv.start) * frac for iv, frac in parts)
+    figures = {"intervals": len(parts), "seconds": seconds, "bits_per_second": NAN,
                "lost_percent": NAN, "lost_packets": NAN, "packets": NAN}
-    if not inside or seconds <= 0:
+    if not parts or seconds <= 0:
         return figures
+    figures["bits_per_second"] = 8 * sum(iv.bytes * frac for iv, frac in parts) / seconds
+    if flow.protocol == "udp" and all(iv.lost_packets is not None and iv.packets is not None for iv, _ in parts):
+        lost = sum(iv.lost_packets * frac for iv, frac in parts)
+        packets = sum(iv.packets * frac for iv, frac in parts)
+        figures["lost_packets"], figures["packets"] = lost, packets
+        if packets > 0:
+            figures["lost_percent"] = 100.0 * lost / packets
+    return figures
     figures["bits_per_second"] = 8 * sum(iv.bytes for iv in inside) / seconds
     if flow.protocol == "udp" and all(iv.lost_packets is not None and iv.packets is not None for iv in inside):
         lost = sum(iv.lost_packets for iv in inside)

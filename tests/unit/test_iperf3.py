@@ -148,7 +148,7 @@ def test_window_on_real_udp_loss_fixture():
     assert r.origin == spawn
     t0, t1 = concurrent_window([r])
     assert (t0, t1) == (pytest.approx(spawn), pytest.approx(spawn + 2.000585))
-    figures = window_figures(r, spawn, spawn + 2.0003)  # the 0.35 ms tail interval is left out
+    figures = window_figures(r, spawn, spawn + 2.000232)  # ends where the 0.35 ms tail interval starts
     assert figures["intervals"] == 2
     assert figures["lost_percent"] == pytest.approx(100 * (3239 + 4207) / (19063 + 19073))
     assert figures["bits_per_second"] == pytest.approx(8 * (518520832 + 487129088) / 2.000232)
@@ -178,16 +178,16 @@ def test_concurrent_window_and_window_figures():
     b = flow(101.5, [500] * 4, lost=[5, 5, 0, 0], packets=[50] * 4)                   # 101.5..105.5
     t0, t1 = concurrent_window([a, b])
     assert (t0, t1) == (101.5, 104.0)
-    # a: [102,103] and [103,104] fit; [101,102] starts before t0
+    # a: half of [101,102], all of [102,103] and [103,104]: 2.5 s
     fa = window_figures(a, t0, t1)
-    assert fa["intervals"] == 2 and fa["seconds"] == 2.0
-    assert fa["bits_per_second"] == 8 * (3000 + 4000) / 2
-    assert (fa["lost_packets"], fa["packets"]) == (50, 200)
-    assert fa["lost_percent"] == 25.0
-    # b: [101.5,102.5] and [102.5,103.5] fit; [103.5,104.5] ends after t1
+    assert fa["intervals"] == 3 and fa["seconds"] == 2.5
+    assert fa["bits_per_second"] == 8 * (0.5 * 2000 + 3000 + 4000) / 2.5
+    assert (fa["lost_packets"], fa["packets"]) == (0.5 * 10 + 20 + 30, 250)
+    assert fa["lost_percent"] == pytest.approx(100 * 55 / 250)
+    # b: all of [101.5,102.5] and [102.5,103.5], half of [103.5,104.5]
     fb = window_figures(b, t0, t1)
-    assert fb["bits_per_second"] == 8 * 1000 / 2
-    assert fb["lost_percent"] == 10.0
+    assert fb["seconds"] == 2.5 and fb["bits_per_second"] == 8 * 1250 / 2.5
+    assert fb["lost_percent"] == pytest.approx(100 * 10 / 125)
 
 
 def test_failed_flows_do_not_shrink_the_window():
