@@ -76,14 +76,16 @@ class Runner:
         except FileNotFoundError as exc:
             raise CommandError(argv, 127, "", f"{argv[0]}: not found ({exc.strerror})") from None
 
-    def start(self, argv: Sequence[str], *, stdout_path: str | None = None) -> subprocess.Popen:
+    def start(self, argv: Sequence[str], *, stdout_path: str | None = None,
+              env_extra: dict[str, str] | None = None) -> subprocess.Popen:
         """Start a long-running process in its own session (so it survives our Ctrl-C) and return it."""
         argv = [str(a) for a in argv]
         log.debug("start: %s", shlex.join(argv))
         out = open(stdout_path, "ab") if stdout_path else subprocess.DEVNULL
         try:
             return subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, **env_extra} if env_extra else None,
             )
         except FileNotFoundError as exc:
             raise CommandError(argv, 127, "", f"{argv[0]}: not found ({exc.strerror})") from None

@@ -6,13 +6,14 @@ touches a container, network or volume the framework did not label.
 """
 from __future__ import annotations
 
-import threading
+import subprocess
+import time
 from pathlib import Path
 
 from ..compose import AGENT_COMMAND, LABEL_NODE, LABEL_SWARM, compose_yaml, container_name, project_name, render_compose
-from ..errors import SpecError
+from ..errors import CommandError, SpecError
 from ..spec import NodePlan, SwarmSpec
-from .base import Backend, Progress
+from .base import Backend, Progress, swarm_dir
 
 
 class ComposeBackend(Backend):
@@ -41,23 +42,27 @@ class ComposeBackend(Backend):
 
     def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress) -> None:
         self.write_compose(spec, image)
-        total = len(nodes)
-        outcome: dict[str, BaseException] = {}
-
-        def run_compose() -> None:
+        log = swarm_dir(self.workdir, spec.name) / "compose-up.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        argv = self.compose_argv(spec.name, "up", "-d", "--no-color")
+        # Its own session: a Ctrl-C reaches us, and we stop Compose before rolling back, so it cannot
+        # go on creating containers behind the rollback.
+        proc = self.runner.start(argv, stdout_path=str(log), env_extra={"COMPOSE_PARALLEL_LIMIT": "16"})
+        try:
+            while proc.poll() is None:
+                progress(self._count_started(spec.name), len(nodes), "starting containers")
+                time.sleep(0.5)
+        except BaseException:
+            proc.terminate()
             try:
-                self.runner.run(self.compose_argv(spec.name, "up", "-d", "--no-color"), env_extra={"COMPOSE_PARALLEL_LIMIT": "16"})
-            except BaseException as exc:  # handed to the main thread
-                outcome["error"] = exc
-
-        worker = threading.Thread(target=run_compose, daemon=True)
-        worker.start()
-        while worker.is_alive():
-            worker.join(timeout=0.5)
-            progress(self._count_started(spec.name), total, "starting containers")
-        if "error" in outcome:
-            raise outcome["error"]
-        progress(total, total, "containers started")
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+        if proc.returncode != 0:
+            raise CommandError(argv, proc.returncode, "", log.read_text(errors="replace"))
+        progress(len(nodes), len(nodes), "containers started")
 
     def _count_started(self, swarm: str) -> int:
         res = self.runner.run(
@@ -103,12 +108,22 @@ class ComposeBackend(Backend):
             removed.append(f"{len(vols)} volume(s)")
         return removed
 
+    def _remove_until_gone(self, label_filter: str) -> list[str]:
+        """Remove labelled objects; repeat briefly in case a create request was still in flight."""
+        removed = self._remove_labelled(label_filter)
+        for _ in range(3):
+            if not removed or not (more := self._remove_labelled(label_filter)):
+                break
+            removed += more
+            time.sleep(0.5)
+        return removed
+
     def down(self, swarm: str) -> list[str]:
         if not self.caps.docker:
             return []
-        return self._remove_labelled(f"label={LABEL_SWARM}={swarm}")
+        return self._remove_until_gone(f"label={LABEL_SWARM}={swarm}")
 
     def wipe(self) -> list[str]:
         if not self.caps.docker:
             return []
-        return self._remove_labelled(f"label={LABEL_SWARM}")
+        return self._remove_until_gone(f"label={LABEL_SWARM}")

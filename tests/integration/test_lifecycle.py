@@ -99,6 +99,8 @@ def test_failing_node_shows_logs_and_rolls_back(backend_ready):
 @pytest.mark.parametrize("backend_ready", BACKENDS, indirect=True)
 def test_ctrl_c_during_up_leaves_nothing(backend_ready, tmp_path):
     name = f"it-{backend_ready}-intr"
+    subprocess.run([sys.executable, "-m", "swarm", "down", name], cwd=REPO, check=True, capture_output=True)
+    assert leftovers(name) == []
     spec = tmp_path / "s.yaml"
     spec.write_text(f"name: {name}\nnodes: 12\nbackend: {backend_ready}\n"
                     "networks: {isl: {subnet: 10.95.0.0/24}, ground: {subnet: 10.96.0.0/24}}\n")

@@ -50,9 +50,19 @@ def test_compose_down_removes_only_labelled_ids(tmp_path):
     from dataclasses import replace
     from swarm.runner import Result
 
+    removed: set[str] = set()  # a fake daemon: what was removed is no longer listed
+
+    def listing(ids):
+        return lambda a: Result(a, 0, "".join(f"{i}\n" for i in ids if i not in removed))
+
+    def remove(a):
+        removed.update(x for x in a if x in ("c1", "c2", "n1"))
+        return Result(a, 0)
+
     runner = RecordingRunner(answers=[
-        (lambda a: a[:2] == ["docker", "ps"], lambda a: Result(a, 0, "c1\nc2\n")),
-        (lambda a: a[:3] == ["docker", "network", "ls"], lambda a: Result(a, 0, "n1\n")),
+        (lambda a: a[:2] == ["docker", "ps"], listing(["c1", "c2"])),
+        (lambda a: a[:3] == ["docker", "network", "ls"], listing(["n1"])),
+        (lambda a: a[:2] == ["docker", "rm"] or a[:3] == ["docker", "network", "rm"], remove),
     ])
     backend = get_backend("compose", runner, replace(CAPS, docker=True, compose=["docker-compose"]), tmp_path)
     assert backend.down("demo") == ["2 container(s)", "1 network(s)"]
