@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 
 from .backends import REGISTRY, Backend, Progress, get_backend, no_progress, swarm_dir
 from .errors import RuntimeFailure, SpecError
+from .host import ensure_neighbour_capacity
 from .probe import Capabilities, capabilities
 from .runner import Result, Runner
 from .spec import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
@@ -118,6 +119,7 @@ class Swarm:
         self.backend.check_available()
         self._check_conflicts()
         started = time.monotonic()
+        ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
         if self.backend.name == "compose":
             self.image = self._ensure_images()
         write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,

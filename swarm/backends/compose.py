@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 
 from ..compose import AGENT_COMMAND, LABEL_NODE, LABEL_SWARM, compose_yaml, container_name, project_name, render_compose
-from ..errors import CommandError, SpecError
+from ..errors import CommandError, RuntimeFailure, SpecError
 from ..spec import NodePlan, SwarmSpec
 from .base import Backend, Progress, swarm_dir
+
+STALL_SECONDS = 120  # docker-compose v1 has been seen to hang mid-`up`; give up when nothing moves
 
 
 class ComposeBackend(Backend):
@@ -47,10 +49,17 @@ class ComposeBackend(Backend):
         argv = self.compose_argv(spec.name, "up", "-d", "--no-color")
         # Its own session: a Ctrl-C reaches us, and we stop Compose before rolling back, so it cannot
         # go on creating containers behind the rollback.
-        proc = self.runner.start(argv, stdout_path=str(log), env_extra={"COMPOSE_PARALLEL_LIMIT": "16"})
+        proc = self.runner.start(argv, stdout_path=str(log))
         try:
+            last, last_change = -1, time.monotonic()
             while proc.poll() is None:
-                progress(self._count_started(spec.name), len(nodes), "starting containers")
+                started = self._count_started(spec.name)
+                progress(started, len(nodes), "starting containers")
+                if started != last:
+                    last, last_change = started, time.monotonic()
+                elif time.monotonic() - last_change > STALL_SECONDS:
+                    raise RuntimeFailure(f"compose up: no container started for {STALL_SECONDS} s "
+                                         f"({started}/{len(nodes)} running); see {log}")
                 time.sleep(0.5)
         except BaseException:
             proc.terminate()
