@@ -113,11 +113,22 @@ class Swarm:
                 return n
         raise SpecError(f"node {name!r}: no such node in swarm {self.name!r} (nodes: {self.nodes[0].name}..{self.nodes[-1].name})")
 
+    @property
+    def links(self):
+        """The swarm's link conditions and faults (swarm.faults.LinkController): impair, cut, heal, partition,
+        node_action, rows (what is set now)."""
+        from .faults import LinkController
+
+        return LinkController(self)
+
     # ------------------------------------------------------------------------------------------ up/down
     def up(self, ready_timeout: float | None = None) -> float:
         """Create, start and wait for every node; returns seconds taken. Rolls back on any failure."""
         self.backend.check_available()
         self._check_conflicts()
+        links = self.links if self.spec.links else None
+        if links:
+            links.spec_links()  # a parameter this host's impairment engine cannot apply: SpecError, nothing created
         started = time.monotonic()
         ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
         if self.backend.name == "compose":
@@ -129,6 +140,8 @@ class Swarm:
         try:
             self.backend.up(self.spec, self.nodes, self.image, self.progress)
             self._wait_ready(ready_timeout or 60 + 0.5 * len(self.nodes))
+            if links:
+                links.apply_spec()
         except BaseException:
             if not self.keep_on_failure:
                 self._rollback()
@@ -164,6 +177,11 @@ class Swarm:
         if read_state(self.workdir, self.name) is not None or self.backend.node_states(self.name):
             raise SpecError(f"swarm {self.name!r}: already up; run `swarm down {self.name}` first")
         mine = [ipaddress.IPv4Network(n.subnet) for n in (self.spec.networks.isl, self.spec.networks.ground)]
+        for label, net in zip(("isl", "ground"), mine):
+            for ifname, theirs in host_networks(self.runner):
+                if theirs.overlaps(net):
+                    raise SpecError(f"networks.{label}.subnet {str(net)!r}: overlaps {theirs} on host interface "
+                                    f"{ifname}; choose another subnet")
         for other, state in all_states(self.workdir):
             spec = spec_from_dict(state["spec"], f"state of {other}")
             for label in ("isl", "ground"):
@@ -181,10 +199,24 @@ class Swarm:
                 raise SpecError(f"node {node.name!r}: image {node.spec.image!r} not found locally (no registry to pull from)")
         return ensure_image(self.runner, self.workdir, progress=self.message)
 
+    def _prober(self) -> NodePlan | None:
+        """A node that can run fping: any node with netns (host tools), else one on the framework image."""
+        if self.backend.name == "netns":
+            return self.nodes[0]
+        return next((n for n in self.nodes if not n.spec.image), None)
+
     def _wait_ready(self, timeout: float) -> None:
-        """Wait until every node's process runs and every ISL address answers; raise NodeFailed if not."""
+        """Wait until every node's process runs and every ISL address answers; raise NodeFailed if not.
+
+        ISL addresses are pinged from one node (the ISL network is internal, the host cannot reach it);
+        when every node runs a user image, which may lack fping, readiness is the processes running.
+        """
         total = len(self.nodes)
+        prober = self._prober()
+        if prober is None:
+            self.message("no node runs the framework image: ready means every node's process runs")
         deadline = time.monotonic() + timeout
+        alive: set[str] = set()
         while True:
             states = self.backend.node_states(self.name)
             for node in self.nodes:
@@ -193,7 +225,9 @@ class Swarm:
             running = [n for n in self.nodes if states.get(n.name) == "running"]
             self.progress(len(running), total, "nodes running")
             if len(running) == total:
-                alive = self._isl_alive_from(self.nodes[0])
+                if prober is None:
+                    return
+                alive = self._isl_alive_from(prober)
                 self.progress(len(alive), total, "ISL addresses answering")
                 if len(alive) == total:
                     return
@@ -241,6 +275,17 @@ class Swarm:
         with ThreadPoolExecutor(max_workers=8) as pool:
             alive = dict(pool.map(row, self.nodes))
         return {s.name: {d.name: d.isl_ip in alive[s.name] for d in self.nodes if d is not s} for s in self.nodes}
+
+
+def host_networks(runner: Runner) -> list[tuple[str, ipaddress.IPv4Network]]:
+    """(interface, network) of every IPv4 address on the host, Docker bridges included."""
+    res = runner.run(["ip", "-j", "-4", "addr", "show"], check=False, timeout=30)
+    out = []
+    for link in json.loads(res.stdout or "[]"):
+        for addr in link.get("addr_info", []):
+            if addr.get("family") == "inet" and addr.get("scope") != "host":
+                out.append((link["ifname"], ipaddress.IPv4Network(f"{addr['local']}/{addr['prefixlen']}", strict=False)))
+    return out
 
 
 def _raise_interrupt(signum, frame):

@@ -101,21 +101,45 @@ class ComposeBackend(Backend):
         res = self.runner.run(["docker", "logs", "--tail", str(tail), container_name(swarm, node)], check=False, timeout=30)
         return (res.stdout + res.stderr).strip()
 
+    def node_action(self, swarm: str, node: str, action: str) -> None:
+        argv = {"stop": ["docker", "stop", "-t", "2"], "kill": ["docker", "kill"], "pause": ["docker", "pause"],
+                "unpause": ["docker", "unpause"], "restart": ["docker", "restart", "-t", "2"]}.get(action)
+        if argv is None:
+            raise SpecError(f"node action {action!r}: expected one of stop, kill, pause, unpause, restart")
+        self.runner.run([*argv, container_name(swarm, node)], timeout=120)
+
     def _remove_labelled(self, label_filter: str) -> list[str]:
         removed: list[str] = []
         ids = self.runner.run(["docker", "ps", "-aq", "--filter", label_filter], timeout=60).stdout.split()
         if ids:
+            # Stop first, then remove: with Docker 20.10, `rm -f` of ~100 running containers at once
+            # raced the daemon's own network cleanup and left a network with a phantom endpoint.
+            self.runner.run(["docker", "stop", "-t", "1", *ids], timeout=600, check=False)
             self.runner.run(["docker", "rm", "-f", "-v", *ids], timeout=600)
             removed.append(f"{len(ids)} container(s)")
         nets = self.runner.run(["docker", "network", "ls", "-q", "--filter", label_filter], timeout=60).stdout.split()
         if nets:
-            self.runner.run(["docker", "network", "rm", *nets], timeout=120)
+            self._remove_networks(nets)
             removed.append(f"{len(nets)} network(s)")
         vols = self.runner.run(["docker", "volume", "ls", "-q", "--filter", label_filter], timeout=60).stdout.split()
         if vols:
             self.runner.run(["docker", "volume", "rm", *vols], timeout=120)
             removed.append(f"{len(vols)} volume(s)")
         return removed
+
+    def _remove_networks(self, nets: list[str]) -> None:
+        """docker network rm, retried: right after `rm -f` of many containers the daemon may still be
+        releasing their endpoints and refuse with 'has active endpoints'."""
+        for attempt in range(6):
+            res = self.runner.run(["docker", "network", "rm", *nets], check=False, timeout=120)
+            if res.ok:
+                return
+            nets = [n for n in nets if self.runner.run(["docker", "network", "inspect", n], check=False).ok]
+            if not nets:
+                return
+            time.sleep(0.5 * (attempt + 1))
+        raise RuntimeFailure(f"docker network rm {' '.join(nets)}: {res.stderr.strip().splitlines()[0]} "
+                             "(no container is attached: a Docker daemon bug; restarting the daemon clears it)")
 
     def _remove_until_gone(self, label_filter: str) -> list[str]:
         """Remove labelled objects; repeat briefly in case a create request was still in flight."""

@@ -70,3 +70,17 @@ def test_compose_down_removes_only_labelled_ids(tmp_path):
     assert all("label=io.swarm-emu.swarm=demo" in c for c in lists)
     assert ["docker", "rm", "-f", "-v", "c1", "c2"] in runner.calls
     assert ["docker", "network", "rm", "n1"] in runner.calls
+
+
+def test_up_refuses_a_subnet_a_host_interface_uses(tmp_path):
+    import json as _json
+    from swarm.core import Swarm
+    from swarm.runner import Result
+
+    addrs = [{"ifname": "br-1234", "addr_info": [{"family": "inet", "local": "10.78.0.1", "prefixlen": 16, "scope": "global"}]}]
+    runner = RecordingRunner(answers=[(lambda a: a[:2] == ["ip", "-j"], lambda a: Result(a, 0, _json.dumps(addrs)))])
+    swarm = Swarm(spec_from_dict({"name": "x", "nodes": 2}), backend="netns", runner=runner, caps=CAPS, workdir=tmp_path)
+    with pytest.raises(SpecError, match=r"networks.ground.subnet '10.78.0.0/16': overlaps 10.78.0.0/16 on host interface br-1234"):
+        swarm.up()
+    assert not any(c[:3] == ["ip", "netns", "add"] for c in runner.calls)
+    assert not (tmp_path / ".swarm").exists()

@@ -1,0 +1,27 @@
+"""A sweep on nodes that cannot run iperf3 records every flow as an error row and carries on."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from swarm.experiment import experiment_from_dict
+from swarm.sweep import ResultsStore, host_facts, run_sweep
+
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.docker]
+
+
+def test_image_without_iperf3_gives_error_rows_and_the_sweep_continues(tmp_path, need_docker):
+    # The plain Debian base has neither python3 (the agent) nor iperf3.
+    exp = experiment_from_dict({
+        "name": "it-noiperf", "sizes": [2, 3], "protocols": ["udp"], "rates": ["1M"], "duration": "1s",
+        "settle": 0, "backend": "compose",
+        "swarm": {"defaults": {"image": "debian:bookworm-slim", "command": ["sleep", "infinity"]},
+                  "networks": {"isl": {"subnet": "10.105.0.0/24"}, "ground": {"subnet": "10.106.0.0/24"}}},
+    })
+    store = ResultsStore.create(tmp_path, exp, host_facts())
+    rows = run_sweep(exp, store)
+    assert [(r["test_id"], r["flows"], r["flows_ok"]) for r in rows] == [
+        ("n002-udp-1Mbps-r1", 2, 0), ("n003-udp-1Mbps-r1", 6, 0)]
+    flows = pd.read_csv(store.dir / "flows.csv")
+    assert len(flows) == 8 and not flows["ok"].any()
+    assert flows["error"].str.contains("servers on sat0").all(), flows["error"].tolist()
