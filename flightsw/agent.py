@@ -5,14 +5,16 @@ Subcommands (each node runs them in its own container or namespace; standard lib
 agent runs both inside the node image and, with the netns backend, on the host):
 
 - `run`: the node's long-running main process; waits for SIGTERM/SIGINT and exits 0.
-- `servers --bind IP --ports P,P,..`: start one one-off iperf3 server per port, return once every port
-  listens (so clients are never released before their servers).
-- `clients`: reads a JSON list of flows ({"id", "argv"}) as one line on stdin, parks one iperf3 client
-  per flow in a tiny bash wrapper blocked on a shared pipe, prints {"parked": n}, then reads the release
-  instant T (epoch seconds) as the next line; at T it closes the pipe, which releases every client of
-  this node with one system call. Each wrapper stamps $EPOCHREALTIME just before exec'ing iperf3, so every flow's
-  real start is known to the microsecond; the agent stamps each exit. Prints one JSON line per flow:
-  {"id", "spawn_ts", "exit_ts", "returncode", "output"} (output = iperf3's verbatim JSON).
+- `servers --bind IP --ports P,P,..`: start one one-off iperf3 server per port, wait until every
+  port listens, then stop them (SIGSTOP). A stopped server's kernel socket
+  still completes TCP handshakes, so clients can connect and wait before the test is released.
+- `clients`: reads a JSON list of flows ({"id", "argv"}) as one line on stdin and starts one iperf3
+  client per flow at once: each connects to its (stopped) server and waits there, with its process
+  start-up cost already paid. Prints {"parked": n}, reads the release instant T (epoch seconds) as the
+  next line, and at T continues this node's stopped servers (one kill(SIGCONT) each): every flow whose
+  destination is this node starts now. Stamps that instant and each client's exit, and prints one JSON
+  line per flow: {"id", "release_ts", "exit_ts", "returncode", "output"} (output: iperf3's JSON verbatim).
+  Every node holding servers runs `clients`, with an empty list if it sends nothing.
 - `cleanup`: kill the iperf3 processes this agent started (from its pid file) and nothing else.
 """
 from __future__ import annotations
@@ -26,8 +28,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-WRAPPER = 'read -r _ <&"$SWARM_RELEASE_FD"; printf "@start %s\\n" "$EPOCHREALTIME"; exec "$@"'
 
 
 def run_dir() -> Path:
@@ -77,58 +77,70 @@ def _remember(pids: list[int]) -> None:
 
 
 def cmd_servers(args: argparse.Namespace) -> int:
-    """Start one-off iperf3 servers and wait until they all listen."""
+    """Start one-off iperf3 servers, wait until they listen, then stop them (SIGSTOP)."""
     ports = [int(p) for p in args.ports.split(",") if p]
-    pids = []
-    for port in ports:
-        proc = subprocess.Popen(["iperf3", "-s", "-1", "-J", "-B", args.bind, "-p", str(port)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-        pids.append(proc.pid)
+    # Each server in a session of its own: a stopped process group that loses its parent (this agent
+    # exits) is sent SIGHUP by the kernel, and iperf3 ends on SIGHUP.
+    pids = [subprocess.Popen(["iperf3", "-s", "-1", "-J", "-B", args.bind, "-p", str(port)],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True).pid for port in ports]
     _remember(pids)
     deadline = time.monotonic() + args.timeout
     while True:
         missing = set(ports) - listening_tcp_ports()
         if not missing:
-            print(json.dumps({"listening": len(ports)}))
-            return 0
+            break
         if time.monotonic() > deadline:
             print(json.dumps({"listening": len(ports) - len(missing), "missing": sorted(missing)}))
             return 1
         time.sleep(0.02)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    with open(run_dir() / "servers.stopped", "a") as f:
+        f.writelines(f"{p}\n" for p in pids)
+    print(json.dumps({"listening": len(ports), "stopped": len(pids)}))
+    return 0
+
+
+def _continue_servers() -> None:
+    """SIGCONT every server `servers` stopped on this node (a few microseconds per server)."""
+    path = run_dir() / "servers.stopped"
+    if path.exists():
+        for pid in path.read_text().split():
+            try:
+                os.kill(int(pid), signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        path.unlink()
 
 
 def cmd_clients(args: argparse.Namespace) -> int:
-    """Park one client per flow, release them all at the instant read from stdin, report each flow."""
+    """Start every client (they wait on the stopped servers), release at the instant read from stdin."""
     flows = json.loads(sys.stdin.readline())
-    release_r, release_w = os.pipe()
-    procs = {}
-    for flow in flows:
-        procs[flow["id"]] = subprocess.Popen(
-            ["bash", "-c", WRAPPER, "wrapper", *flow["argv"]], pass_fds=(release_r,),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env={**os.environ, "BASH_ENV": "", "SWARM_RELEASE_FD": str(release_r)}, start_new_session=True,
-        )
-    os.close(release_r)
+    procs = {
+        flow["id"]: subprocess.Popen(flow["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        for flow in flows
+    }
     _remember([p.pid for p in procs.values()])
     print(json.dumps({"parked": len(procs)}), flush=True)
     line = sys.stdin.readline()
-    if not line.strip():  # the host went away: release nobody, kill the parked wrappers
+    if not line.strip():  # the host went away: release nobody
         for proc in procs.values():
             proc.kill()
         return 1
     delay = float(line) - time.time()
     if delay > 0:
         time.sleep(delay)
-    os.close(release_w)  # every parked wrapper's read returns now
+    _continue_servers()
+    release_ts = time.time()
     # Drain every pipe concurrently (outputs can exceed a pipe buffer) and stamp each exit.
     sel = selectors.DefaultSelector()
     chunks: dict[str, list[bytes]] = {fid: [] for fid in procs}
     for fid, proc in procs.items():
         sel.register(proc.stdout, selectors.EVENT_READ, fid)
     exit_ts: dict[str, float] = {}
-    open_pipes = len(procs)
-    while open_pipes:
+    while len(exit_ts) < len(procs):
         for key, _ in sel.select(timeout=1.0):
             data = os.read(key.fileobj.fileno(), 65536)
             if data:
@@ -136,21 +148,17 @@ def cmd_clients(args: argparse.Namespace) -> int:
             else:
                 sel.unregister(key.fileobj)
                 exit_ts[key.data] = time.time()
-                open_pipes -= 1
+    print(json.dumps({"release_ts": release_ts}), flush=True)
     for fid, proc in procs.items():
         proc.wait()
-        text = b"".join(chunks[fid]).decode(errors="replace")
-        spawn_ts = None
-        if text.startswith("@start "):
-            first, _, text = text.partition("\n")
-            spawn_ts = float(first.split()[1])
-        print(json.dumps({"id": fid, "spawn_ts": spawn_ts, "exit_ts": exit_ts[fid],
-                          "returncode": proc.returncode, "output": text}), flush=True)
+        print(json.dumps({"id": fid, "release_ts": release_ts, "exit_ts": exit_ts[fid], "returncode": proc.returncode,
+                          "output": b"".join(chunks[fid]).decode(errors="replace")}), flush=True)
     return 0
 
 
 def cmd_cleanup(_args: argparse.Namespace) -> int:
     """Kill the iperf3 processes this agent started that are still running."""
+    _continue_servers()
     path = run_dir() / "iperf3.pids"
     killed = 0
     if path.exists():

@@ -32,7 +32,7 @@ def leftovers(name: str) -> int:
 
 
 def bench(backend: str, n: int) -> dict:
-    name = f"bench-{backend}-{n}"
+    name = f"bu-{backend}-{n}"
     nets = {"isl": {"subnet": "10.64.0.0/16"}, "ground": {"subnet": "10.65.0.0/16"}}
     swarm = Swarm(spec_from_dict({"name": name, "nodes": n, "networks": nets}), backend=backend)
     swarm.down()
