@@ -105,7 +105,10 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
     """Bring up the swarm in SPEC_FILE and wait until every node is ready."""
     if check:
         swarm = Swarm.from_yaml(spec_file, backend=backend)
-        out.print(f"{spec_file}: valid ({len(swarm.nodes)} nodes, backend {swarm.backend.name})")
+        engine = swarm.links.engine
+        if swarm.spec.links:
+            swarm.links.spec_links()  # every condition possible with this host's impairment engine
+        out.print(f"{spec_file}: valid ({len(swarm.nodes)} nodes, backend {swarm.backend.name}, impairment engine {engine.name})")
         return
     with ProgressBar("up") as bar:
         swarm = Swarm.from_yaml(spec_file, backend=backend, progress=bar, keep_on_failure=keep_on_failure,
@@ -121,8 +124,10 @@ def status(name: str, as_json: bool) -> None:
     """Show every node of swarm NAME: addresses, state, health."""
     swarm = Swarm.attach(name)
     rows = swarm.status()
+    engine = swarm.links.engine
     if as_json:
-        click.echo(json.dumps({"swarm": name, "backend": swarm.backend.name, "nodes": [asdict(r) for r in rows]}, indent=1))
+        click.echo(json.dumps({"swarm": name, "backend": swarm.backend.name, "impairment_engine": engine.name,
+                               "nodes": [asdict(r) for r in rows]}, indent=1))
         return
     table = Table(title=f"swarm {name} ({swarm.backend.name})")
     for col in ("node", "ISL address", "ground address", "state", "health"):
@@ -131,6 +136,7 @@ def status(name: str, as_json: bool) -> None:
         style = "green" if r.state == "running" and r.health == "ok" else "red"
         table.add_row(r.name, r.isl_ip, r.ground_ip, f"[{style}]{r.state}[/]", f"[{style}]{r.health}[/]")
     out.print(table)
+    out.print(f"impairment engine: {engine.describe()}; `swarm impair {name} --show` for the link conditions")
 
 
 @cli.command(name="exec", context_settings={"ignore_unknown_options": True})
@@ -282,6 +288,10 @@ def _write_report(run_dir: Path) -> None:
 def report(run_dir: str) -> None:
     """Write tables, plots, report.md and report.html for the run in RUN_DIR."""
     _write_report(Path(run_dir))
+
+
+from .cli_links import register as _register_link_commands  # noqa: E402  (impair, fault)
+_register_link_commands(cli)
 
 
 class SwarmErrorExit(SwarmError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -322,9 +323,15 @@ def forget_state(workdir: Path, name: str) -> bool:
     d = swarm_dir(workdir, name)
     if not d.exists():
         return False
-    for path in sorted(d.rglob("*"), reverse=True):
-        path.rmdir() if path.is_dir() else path.unlink()
-    d.rmdir()
+    for attempt in range(5):  # a node process that is still exiting may write one last file
+        try:
+            shutil.rmtree(d)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            time.sleep(0.2 * (attempt + 1))
+    shutil.rmtree(d)
     return True
 
 

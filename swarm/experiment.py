@@ -16,6 +16,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .analysis import parse_rate, rate_label
 from .errors import SpecError
+from .faults import FaultEvent, check_timeline
+from .impair import LinksSpec
 from .spec import MAX_NODES, NodePlan, SwarmSpec, _check_name, _Strict, format_validation_error
 
 PATTERNS = ("full-mesh", "ring", "pairs", "one-to-all")
@@ -41,6 +43,9 @@ class IperfOptions(_Strict):
     window: Optional[str] = None  # -w, socket buffer
     parallel: int = Field(1, ge=1, le=128)  # -P
     interval: float = Field(1.0, ge=0.1, le=60)  # -i, seconds between interval reports
+    # --pacing-timer, microseconds: iperf3 wakes every 1000 us per flow by default, which alone can
+    # saturate a small host running hundreds of flows; a larger value sends in larger bursts.
+    pacing_timer_us: Optional[int] = Field(None, ge=1, le=10_000_000)
 
     @field_validator("length", "window")
     @classmethod
@@ -66,6 +71,8 @@ class ExperimentSpec(_Strict):
     iperf3: IperfOptions = IperfOptions()
     backend: Optional[Literal["compose", "netns"]] = None
     swarm: dict[str, Any] = Field(default_factory=dict)  # swarm spec fields (networks, defaults, ...)
+    links: Optional[LinksSpec] = None  # link conditions of every test's swarm (swarm.impair)
+    faults: list[FaultEvent] = Field(default_factory=list)  # timeline per test, from the traffic's release
 
     @field_validator("name")
     @classmethod
@@ -111,7 +118,13 @@ class ExperimentSpec(_Strict):
         top = max(self.sizes)
         if self.base_port + top > 65535:
             raise ValueError(f"base_port {self.base_port}: ports for {top} nodes would pass 65535")
+        if self.links is not None and "links" in self.swarm:
+            raise ValueError("links: given both at the top level and in swarm:; keep one")
         self.swarm_spec(top)  # the template must be valid for the largest size
+        if self.links is not None or self.faults:  # node names must exist at every size
+            for size in sorted(self.sizes, reverse=True):
+                nodes = [n.name for n in self.swarm_spec(size).resolved_nodes()]
+                check_timeline(self.faults, nodes, self.duration, note=f" at size {size}" if size != top else "")
         return self
 
     @property
@@ -123,6 +136,8 @@ class ExperimentSpec(_Strict):
         from .spec import spec_from_dict
 
         data = {**self.swarm, "name": f"{self.name}-n{size}", "nodes": size}
+        if self.links is not None:
+            data["links"] = self.links.model_dump(mode="json", exclude_none=True)
         if self.backend:
             data["backend"] = self.backend
         return spec_from_dict(data, f"{self.name}: swarm")
@@ -220,6 +235,8 @@ def client_argv(flow: Flow, exp: ExperimentSpec, test: TestCase) -> list[str]:
         argv += ["-w", exp.iperf3.window]
     if exp.iperf3.parallel > 1:
         argv += ["-P", str(exp.iperf3.parallel)]
+    if exp.iperf3.pacing_timer_us:
+        argv += ["--pacing-timer", str(exp.iperf3.pacing_timer_us)]
     return argv
 
 

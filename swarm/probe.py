@@ -34,6 +34,7 @@ class Capabilities:
     iperf3_version: str
     batmand: bool
     ddsperf: bool
+    htb: bool = False  # HTB qdisc: per-link rate limits of the impairment engines
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -93,6 +94,7 @@ def probe(runner: Runner | None = None) -> Capabilities:
         iperf3_version=iperf.splitlines()[0] if iperf else "",
         batmand=shutil.which("batmand") is not None,
         ddsperf=shutil.which("ddsperf") is not None,
+        htb=netns and _ok(runner, in_scratch_netns(["tc", "qdisc", "add", "dev", "lo", "root", "htb"])),
     )
 
 

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from swarm.analysis import (load_reference, rate_label, summarize, table_largest_lossfree,
                             table_tcp_bandwidth, table_udp_loss)
+from swarm.report_faults import fault_table, write_fault_timeseries  # noqa: F401  (faults around a test)
 
 THESIS_LABEL = "thesis (16 vCPU host)"
 WINDOW_WARN_FRACTION = 0.8
@@ -70,6 +71,11 @@ def write_report(run_dir: Path, df: pd.DataFrame, host_facts: dict, tests: pd.Da
     paths.update({name: path for name, (path, _) in figures.items()})
 
     sections = _sections(tables, figures, has_tcp, has_udp)
+    fault_figures = write_fault_timeseries(run_dir, out)  # only for runs with a fault timeline (faults.csv)
+    if fault_figures:
+        paths.update({f"faults_{test_id}": path for test_id, (path, _) in fault_figures.items()})
+        sections.insert(-2, ("Faults: throughput and loss around each fault (dashed: when it took effect)",
+                             [("table", fault_table(run_dir))] + [("figure", f) for f in fault_figures.values()]))
     warnings = per_test_warnings(per_test)
     title = f"Swarm sweep report: {Path(run_dir).resolve().name}"
     scope = "each test's concurrent window (all flows running)" if basis == "window" else "each flow's whole test"
@@ -205,6 +211,11 @@ def _fmt(value) -> str:
 
 def _display(table: pd.DataFrame) -> pd.DataFrame:
     return table.astype(object).map(_fmt)
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """A DataFrame as a Markdown table with the report's number formatting."""
+    return _markdown(_display(table))
 
 
 def _markdown(table: pd.DataFrame) -> str:

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import SpecError
+from .impair import LinksSpec, resolve_links
 
 MAX_NODES = 1000
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
@@ -135,6 +136,7 @@ class SwarmSpec(_Strict):
     defaults: NodeTemplate = NodeTemplate()
     networks: Networks = Networks()
     backend: Optional[Literal["compose", "netns"]] = None
+    links: Optional[LinksSpec] = None  # ISL link conditions (swarm.impair): default + per-link/per-node overrides
 
     @field_validator("name")
     @classmethod
@@ -167,6 +169,11 @@ class SwarmSpec(_Strict):
                 raise ValueError(
                     f"networks.{label}.subnet {net.subnet!r}: too small for {len(resolved)} nodes (room for {room})"
                 )
+        if self.links is not None:  # node names, profiles and consistency (the engine is checked at `up`)
+            try:
+                resolve_links(self.links, [n.name for n in resolved])
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
     def resolved_nodes(self) -> list[NodeSpec]:

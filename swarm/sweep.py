@@ -2,22 +2,27 @@
 
 For each swarm size the swarm is brought up once; each test then
 1. starts one one-off iperf3 server per directed flow on every destination (one `agent servers` call per
-   node) and waits until all listen;
-2. hands every source node's agent its flows over stdin; each agent parks its clients behind a pipe and
-   says "parked"; once every agent has, the host picks a release instant T a little in the future and
-   sends it; every agent releases all its clients at T (one close() each). Start skew and the concurrent
-   window are then measured from each flow's own start stamp, not assumed;
+   node), waits until all listen, and stops them (SIGSTOP): their sockets still accept connections;
+2. hands every node's agent its flows over stdin; each agent starts its clients at once, which connect
+   and wait on the stopped servers (process start-up paid before the test), and says "parked"; once
+   every agent has, the host picks a release instant T a little in the future and sends it; at T every
+   agent continues its node's servers (SIGCONT) and the flows start. Each flow's data start is inferred
+   from its exit stamp less the test length iperf3 reports, so start skew and the concurrent window are
+   measured, not assumed (pessimistically: the end-of-test exchange is counted in);
 3. writes every client's JSON verbatim under raw/ as it arrives, parses it, and appends one row per flow
    (errors included) to flows.csv and one row per test to tests.csv, flushed to disk at once.
 A crash or Ctrl-C loses nothing already measured; `resume` runs only the tests missing from tests.csv.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
+import dataclasses
 import json
 import math
 import os
 import platform
+import signal
 import sys
 import threading
 import time
@@ -32,14 +37,14 @@ import yaml
 from .core import Swarm
 from .errors import RuntimeFailure, SpecError
 from .experiment import ExperimentSpec, Flow, TestCase, client_argv, experiment_from_dict, plan_flows, plan_tests, server_ip
-from .iperf3 import concurrent_window, parse_client_json, start_skew, window_figures
+from .iperf3 import FlowResult, concurrent_window, parse_client_json, start_skew, window_figures
 from .runner import Runner
 
-FLOW_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "src", "dst", "port", "spawn_ts",
-                "exit_ts", "ok", "error", "bits_per_second", "lost_percent", "lost_packets", "packets", "jitter_ms",
+FLOW_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "src", "dst", "port", "start_ts",
+                "release_ts", "exit_ts", "ok", "error", "bits_per_second", "lost_percent", "lost_packets", "packets", "jitter_ms",
                 "window_bits_per_second", "window_lost_percent", "skew_s", "window_s", "duration_s"]
 TEST_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "flows", "flows_ok", "duration_s",
-                "release_ts", "skew_s", "window_s", "window_fraction", "cpu_busy_pct", "cpu_busy_max_pct",
+                "release_ts", "release_spread_s", "skew_s", "window_s", "window_fraction", "cpu_busy_pct", "cpu_busy_max_pct",
                 "mem_used_peak_mib", "setup_s", "wall_s"]
 
 SweepProgress = Callable[[int, int, str], None]
@@ -115,6 +120,12 @@ class ResultsStore:
     def append_test(self, row: dict) -> None:
         self._append("tests.csv", TEST_COLUMNS, [row])
 
+    def append_faults(self, rows: list[dict]) -> None:
+        """One row per timeline fault of a test: planned and actual application time (swarm.faults)."""
+        from .faults import FAULT_COLUMNS
+
+        self._append("faults.csv", FAULT_COLUMNS, rows)
+
 
 def host_facts(swarm: Swarm | None = None) -> dict:
     """CPU, kernel, tools and backend of this host, stored with every run."""
@@ -136,6 +147,7 @@ def host_facts(swarm: Swarm | None = None) -> dict:
              "sch_netem": caps.sch_netem, "batman_adv": caps.batman_adv}
     if swarm is not None:
         facts["backend"] = swarm.backend.name
+        facts["impairment_engine"] = swarm.links.engine.name
         facts["image"] = swarm.image
     return facts
 
@@ -193,6 +205,72 @@ class HostSampler:
 
 
 # ------------------------------------------------------------------------------------------ running
+def with_inferred_start(result: FlowResult, exit_ts: float | None) -> FlowResult:
+    """The flow with its data start inferred as (client exit) - (test length iperf3 reports).
+
+    Clients start before the release and wait on stopped servers, so no process start marks a flow's
+    real start; its exit does, less the test length. The end-of-test result exchange (normally a few ms,
+    more on a saturated host) makes this an upper bound on each start, so the skew it gives is pessimistic.
+    """
+    if exit_ts is None or not result.ok:
+        return result
+    length = result.intervals[-1].end if result.intervals else result.duration
+    if length is None or math.isnan(length):
+        return result
+    return dataclasses.replace(result, spawn_ts=float(exit_ts) - float(length))
+
+
+def stopped_servers(netns_ids: set[str]) -> list[int]:
+    """PIDs of stopped iperf3 processes in the given network namespaces (the sweep's parked servers)."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                stat = f.read()
+            comm, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2]
+            if comm == "iperf3" and state == "T" and os.readlink(f"/proc/{entry.name}/ns/net") in netns_ids:
+                pids.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def continue_at(pids: list[int], instant: float) -> float:
+    """Sleep until `instant` (epoch s), SIGCONT every pid, return the epoch time the last one was sent.
+
+    Every process woken preempts the waker, so on a small host a plain loop over ~1000 servers took
+    25 s: the flows already released starved it. The loop runs as a real-time (SCHED_FIFO) task where
+    allowed, which ordinary tasks cannot preempt.
+    """
+    with _realtime():  # also while waiting: a starved waker would start late
+        delay = instant - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        return time.time()
+
+
+@contextlib.contextmanager
+def _realtime():
+    """Run the block as SCHED_FIFO (priority 50) if the host allows it, else as it is."""
+    try:
+        previous = os.sched_getscheduler(0), os.sched_getparam(0)
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+    except (OSError, AttributeError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, previous[0], previous[1])
+
+
 def _release_lead(flow_count: int) -> float:
     """Seconds between sending the release instant and the instant itself."""
     return 0.3 + 0.0002 * flow_count
@@ -207,6 +285,7 @@ class TestRunner:
         self.store = store
         self.message = message
         self.workers = max(4, min(32, len(swarm.nodes)))
+        self.on_release: Callable[[float], None] | None = None  # called with the release instant (fault timeline)
 
     def _agent(self, node: str, *args: str) -> list[str]:
         return self.swarm.backend.agent_argv(self.swarm.name, node, *args)
@@ -227,11 +306,15 @@ class TestRunner:
         with ThreadPoolExecutor(self.workers) as pool:
             return {dst: error for dst, error in pool.map(start, by_dst) if error}
 
-    def run_clients(self, test: TestCase, flows: list[Flow]) -> tuple[dict[str, dict], float]:
-        """Park, release at one instant, collect. Returns ({flow_id: agent record}, release epoch)."""
+    def run_clients(self, test: TestCase, flows: list[Flow]) -> tuple[dict[str, dict], float, float]:
+        """Start clients, release at one instant, collect.
+
+        Returns ({flow_id: agent record}, the release instant, the spread of the nodes' actual releases).
+        """
         by_src: dict[str, list[Flow]] = {}
-        for f in flows:
+        for f in flows:  # every node holding servers runs `clients` too: it releases them
             by_src.setdefault(f.src.name, []).append(f)
+            by_src.setdefault(f.dst.name, [])
         procs = {src: self.swarm.runner.popen(self._agent(src, "clients")) for src in by_src}
         for src, proc in procs.items():
             payload = [{"id": f.flow_id, "argv": client_argv(f, self.exp, test)} for f in by_src[src]]
@@ -239,11 +322,15 @@ class TestRunner:
             proc.stdin.flush()
         records: dict[str, dict] = {}
         failed: dict[str, str] = {}
+        releases: dict[str, float] = {}
         for src, proc in procs.items():  # wait until every agent parked its clients
             line = proc.stdout.readline()
             if not line.startswith('{"parked"'):
                 failed[src] = f"agent on {src} did not park its clients: {(line + proc.stderr.read()).strip()[-300:]}"
+        stopped = stopped_servers(self.swarm.backend.netns_ids(self.swarm.name)) if os.geteuid() == 0 else []
         release = time.time() + _release_lead(len(flows))
+        if self.on_release is not None:
+            self.on_release(release)
         for src, proc in procs.items():
             if src not in failed:
                 try:
@@ -252,12 +339,19 @@ class TestRunner:
                 except BrokenPipeError:
                     failed[src] = f"agent on {src} went away before the release"
 
+        # The host continues every stopped server itself, in one tight loop at the release instant: the
+        # agents would do it too, but once the first flows run they can be starved for seconds on a
+        # small host. (Their own SIGCONT then finds the servers already running.)
+        host_release = continue_at(stopped, release) if stopped else math.nan
+
         def collect(item: tuple[str, object]) -> tuple[str, list[dict], str]:
             src, proc = item
             got = []
             for line in proc.stdout:
                 if line.startswith('{"id"'):
                     got.append(json.loads(line))
+                elif line.startswith('{"release_ts"'):
+                    releases[src] = json.loads(line)["release_ts"]
             proc.wait()
             err = "" if proc.returncode == 0 else f"agent on {src} exited {proc.returncode}: {proc.stderr.read().strip()[-300:]}"
             return src, got, err
@@ -271,7 +365,11 @@ class TestRunner:
         for src, error in failed.items():
             for f in by_src[src]:
                 records.setdefault(f.flow_id, {"id": f.flow_id, "error": error})
-        return records, release
+        if stopped:
+            spread = host_release - release
+        else:
+            spread = (max(releases.values()) - min(releases.values())) if releases else math.nan
+        return records, release, spread
 
     def cleanup(self) -> None:
         with ThreadPoolExecutor(self.workers) as pool:
@@ -285,36 +383,46 @@ class TestRunner:
         server_errors = self.start_servers(flows)
         setup_s = time.monotonic() - t_start
         runnable = [f for f in flows if f.dst.name not in server_errors]
-        with HostSampler() as sampler:
-            records, release = self.run_clients(test, runnable) if runnable else ({}, time.time())
+        timeline = None
+        if self.exp.faults:
+            from .faults import FaultTimeline
+
+            timeline = FaultTimeline(self.swarm.links, self.exp.faults, test.test_id, self.store.run_id, self.message)
+        self.on_release = timeline.start if timeline else None
+        try:
+            with HostSampler() as sampler:
+                records, release, release_spread = (self.run_clients(test, runnable) if runnable
+                                                else ({}, time.time(), math.nan))
+        finally:
+            if timeline:  # back to the spec's conditions (nodes restarted, cuts healed) before the next test
+                self.store.append_faults(timeline.finish(timeout=self.exp.duration + 30))
         self.cleanup()
-        return self._record(test, flows, records, server_errors, release, sampler, setup_s,
+        return self._record(test, flows, records, server_errors, release, release_spread, sampler, setup_s,
                             time.monotonic() - t_start)
 
-    def _record(self, test, flows, records, server_errors, release, sampler, setup_s, wall_s) -> dict:
+    def _record(self, test, flows, records, server_errors, release, release_spread, sampler, setup_s, wall_s) -> dict:
         parsed = {}
         for f in flows:
             rec = records.get(f.flow_id)
             if rec and "output" in rec:
                 self.store.raw_path(test.test_id, f.flow_id).write_text(rec["output"])
-                result = parse_client_json(rec["output"], rec.get("spawn_ts"))
+                result = with_inferred_start(parse_client_json(rec["output"]), rec.get("exit_ts"))
             else:
-                from .iperf3 import FlowResult
-
                 error = server_errors.get(f.dst.name) or (rec or {}).get("error") or "no result from agent"
                 result = FlowResult(error=error)
             parsed[f.flow_id] = (f, rec or {}, result)
         ok = [r for _, _, r in parsed.values() if r.ok]
         t0, t1 = concurrent_window(ok)
         window_s = (t1 - t0) if not math.isnan(t0) else 0.0
-        skew = start_skew([r.spawn_ts for r in ok])
+        skew = start_skew([r.spawn_ts for r in ok])  # spawn_ts holds each flow's inferred data start
         rows = []
         for f, rec, r in parsed.values():
             win = window_figures(r, t0, t1) if r.ok and window_s > 0 else {}
             rows.append({
                 "run_id": self.store.run_id, "test_id": test.test_id, "size": test.size, "protocol": test.protocol,
                 "rate_bps": test.rate_bps if test.rate_bps is not None else "", "repeat": test.repeat,
-                "src": f.src.name, "dst": f.dst.name, "port": f.port, "spawn_ts": rec.get("spawn_ts", ""),
+                "src": f.src.name, "dst": f.dst.name, "port": f.port, "start_ts": r.spawn_ts if r.spawn_ts is not None else "",
+                "release_ts": rec.get("release_ts", ""),
                 "exit_ts": rec.get("exit_ts", ""), "ok": r.ok, "error": r.error,
                 "bits_per_second": r.bits_per_second, "lost_percent": r.lost_percent,
                 "lost_packets": r.lost_packets, "packets": r.packets, "jitter_ms": r.jitter_ms,
@@ -326,7 +434,8 @@ class TestRunner:
         test_row = {"run_id": self.store.run_id, "test_id": test.test_id, "size": test.size,
                     "protocol": test.protocol, "rate_bps": test.rate_bps or "", "repeat": test.repeat,
                     "flows": len(flows), "flows_ok": len(ok), "duration_s": self.exp.duration,
-                    "release_ts": round(release, 6), "skew_s": round(skew, 6), "window_s": round(window_s, 6),
+                    "release_ts": round(release, 6), "release_spread_s": round(release_spread, 6),
+                    "skew_s": round(skew, 6), "window_s": round(window_s, 6),
                     "window_fraction": round(window_s / self.exp.duration, 4), **sampler.summary(),
                     "setup_s": round(setup_s, 3), "wall_s": round(wall_s, 3)}
         self.store.append_test(test_row)
@@ -337,6 +446,18 @@ def run_sweep(exp: ExperimentSpec, store: ResultsStore, *, backend: str | None =
               progress: SweepProgress = lambda d, t, w: None, message: Callable[[str], None] = lambda m: None,
               swarm_progress=None, abort_on_error: bool = False, runner: Runner | None = None) -> list[dict]:
     """Run every test of `exp` missing from `store`; returns the test rows written by this call."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a kill tears the swarm down like Ctrl-C
+    try:
+        return _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_error, runner)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_error, runner) -> list[dict]:
     from .backends import no_progress
 
     store.drop_incomplete_flows()

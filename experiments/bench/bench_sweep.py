@@ -64,6 +64,7 @@ def main() -> None:
     print(markdown_table(summary))
     if {"netns", "compose"} <= set(args.backends.split(",")):
         key = ["experiment", "protocol", "size", "rate_bps"]
+        summary["rate_bps"] = summary["rate_bps"].fillna(0)  # TCP has no offered rate; keep its rows
         wide = summary.pivot_table(index=key, columns="backend",
                                    values=["system_bps", "max_loss_pct", "median_loss_pct"], aggfunc="first")
         print("\n## compose ÷ netns\n")

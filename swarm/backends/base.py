@@ -16,6 +16,7 @@ from ..runner import Result, Runner
 from ..spec import NodePlan, SwarmSpec
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is happening)
+NODE_ACTIONS = ("stop", "kill", "pause", "unpause", "restart")  # faults on one node (swarm.faults)
 
 
 def swarm_dir(workdir: Path, swarm: str) -> Path:
@@ -66,8 +67,17 @@ class Backend(ABC):
         """The last lines the node's main process wrote."""
 
     @abstractmethod
+    def node_action(self, swarm: str, node: str, action: str) -> None:
+        """Fault on one node, one of NODE_ACTIONS: stop (graceful), kill, pause, unpause, restart (the node
+        comes back with its addresses and main process; link conditions are re-applied by swarm.faults)."""
+
+    @abstractmethod
     def wipe(self) -> list[str]:
         """Remove everything carrying the framework's label or prefix, of every swarm."""
+
+    @abstractmethod
+    def netns_ids(self, swarm: str) -> set[str]:
+        """The network-namespace ids ('net:[inode]') of the swarm's nodes, as /proc/<pid>/ns/net shows them."""
 
     def exec(self, swarm: str, node: str, argv: list[str], *, check: bool = True, timeout: float | None = None) -> Result:
         """Run `argv` inside `node` and return its result."""

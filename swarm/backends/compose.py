@@ -6,6 +6,7 @@ touches a container, network or volume the framework did not label.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -15,7 +16,9 @@ from ..errors import CommandError, RuntimeFailure, SpecError
 from ..spec import NodePlan, SwarmSpec
 from .base import Backend, Progress, swarm_dir
 
-STALL_SECONDS = 120  # docker-compose v1 has been seen to hang mid-`up`; give up when nothing moves
+RM_BATCH = 10  # containers per `docker rm`: bounded concurrent endpoint releases in the daemon
+STALL_SECONDS = 60  # docker-compose v1 has been seen to hang mid-`up`; retry a batch when nothing moves
+UP_BATCH = 20  # services per `compose up` call
 
 
 class ComposeBackend(Backend):
@@ -43,35 +46,50 @@ class ComposeBackend(Backend):
         return [*self.caps.compose, "-f", str(self.compose_file(swarm)), "-p", project_name(swarm), *args]
 
     def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress) -> None:
+        """`<compose> up -d` in batches of UP_BATCH services, each watched for stalls and retried once.
+
+        docker-compose v1 was seen here to hang for good partway through one `up -d` of 50-100 services
+        (every thread waiting, the daemon idle). Batches bound its concurrency, let progress move per
+        batch, and turn a hang into one retry of that batch (`up` is idempotent) rather than a failure.
+        """
         self.write_compose(spec, image)
         log = swarm_dir(self.workdir, spec.name) / "compose-up.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        argv = self.compose_argv(spec.name, "up", "-d", "--no-color")
+        names = [n.name for n in nodes]
+        for i in range(0, len(names), UP_BATCH):
+            batch = names[i:i + UP_BATCH]
+            argv = self.compose_argv(spec.name, "up", "-d", "--no-color", "--no-deps", *batch)
+            for attempt in (1, 2):
+                if self._run_compose(argv, log, i + len(batch), len(nodes), spec.name, progress):
+                    break
+                if attempt == 2:
+                    raise RuntimeFailure(f"compose up: stalled twice on {batch[0]}..{batch[-1]} "
+                                         f"(nothing started for {STALL_SECONDS} s); see {log}")
+        progress(len(nodes), len(nodes), "containers started")
+
+    def _run_compose(self, argv: list[str], log: Path, target: int, total: int, swarm: str,
+                     progress: Progress) -> bool:
+        """Run one Compose call; False if it stalled (it is stopped then). Raises if it failed."""
         # Its own session: a Ctrl-C reaches us, and we stop Compose before rolling back, so it cannot
         # go on creating containers behind the rollback.
         proc = self.runner.start(argv, stdout_path=str(log))
         try:
             last, last_change = -1, time.monotonic()
             while proc.poll() is None:
-                started = self._count_started(spec.name)
-                progress(started, len(nodes), "starting containers")
+                started = self._count_started(swarm)
+                progress(started, total, "starting containers")
                 if started != last:
                     last, last_change = started, time.monotonic()
-                elif time.monotonic() - last_change > STALL_SECONDS:
-                    raise RuntimeFailure(f"compose up: no container started for {STALL_SECONDS} s "
-                                         f"({started}/{len(nodes)} running); see {log}")
+                elif started < target and time.monotonic() - last_change > STALL_SECONDS:
+                    _stop(proc)
+                    return False
                 time.sleep(0.5)
         except BaseException:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _stop(proc)
             raise
         if proc.returncode != 0:
             raise CommandError(argv, proc.returncode, "", log.read_text(errors="replace"))
-        progress(len(nodes), len(nodes), "containers started")
+        return True
 
     def _count_started(self, swarm: str) -> int:
         res = self.runner.run(
@@ -90,6 +108,19 @@ class ComposeBackend(Backend):
             node, _, state = line.partition("\t")
             states[node] = state
         return states
+
+    def netns_ids(self, swarm: str) -> set[str]:
+        ids = self.runner.run(["docker", "ps", "-q", "--filter", f"label={LABEL_SWARM}={swarm}"], timeout=60).stdout.split()
+        if not ids:
+            return set()
+        pids = self.runner.run(["docker", "inspect", "-f", "{{.State.Pid}}", *ids], timeout=60).stdout.split()
+        out = set()
+        for pid in pids:
+            try:
+                out.add(os.readlink(f"/proc/{pid}/ns/net"))
+            except OSError:
+                pass
+        return out
 
     def exec_prefix(self, swarm: str, node: str, interactive: bool = False) -> list[str]:
         return ["docker", "exec", *(["-i"] if interactive else []), container_name(swarm, node)]
@@ -115,7 +146,9 @@ class ComposeBackend(Backend):
             # Stop first, then remove: with Docker 20.10, `rm -f` of ~100 running containers at once
             # raced the daemon's own network cleanup and left a network with a phantom endpoint.
             self.runner.run(["docker", "stop", "-t", "1", *ids], timeout=600, check=False)
-            self.runner.run(["docker", "rm", "-f", "-v", *ids], timeout=600)
+            self._wait_networks_released(label_filter)
+            for i in range(0, len(ids), RM_BATCH):
+                self.runner.run(["docker", "rm", "-f", "-v", *ids[i:i + RM_BATCH]], timeout=600)
             removed.append(f"{len(ids)} container(s)")
         nets = self.runner.run(["docker", "network", "ls", "-q", "--filter", label_filter], timeout=60).stdout.split()
         if nets:
@@ -126,6 +159,21 @@ class ComposeBackend(Backend):
             self.runner.run(["docker", "volume", "rm", *vols], timeout=120)
             removed.append(f"{len(vols)} volume(s)")
         return removed
+
+    def _wait_networks_released(self, label_filter: str, timeout: float = 120) -> None:
+        """Wait until no container port is left on the bridges of the labelled networks.
+
+        Docker 20.10 releases a stopped container's endpoints in its exit handler, one container at a
+        time (seconds for 100 containers); removing a container before that finished released them
+        twice, and the network's endpoint count drifted: it then refuses removal with 'has active
+        endpoints' though nothing is attached. The host-side veths leaving the bridge mark the release.
+        """
+        nets = self.runner.run(["docker", "network", "ls", "-q", "--no-trunc", "--filter", label_filter],
+                               check=False, timeout=60).stdout.split()
+        bridges = [Path("/sys/class/net") / f"br-{n[:12]}" / "brif" for n in nets]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(b.is_dir() and any(b.iterdir()) for b in bridges):
+            time.sleep(0.25)
 
     def _remove_networks(self, nets: list[str]) -> None:
         """docker network rm, retried: right after `rm -f` of many containers the daemon may still be
@@ -160,3 +208,12 @@ class ComposeBackend(Backend):
         if not self.caps.docker:
             return []
         return self._remove_until_gone(f"label={LABEL_SWARM}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -112,19 +112,65 @@ class NetnsBackend(Backend):
         logs.mkdir(parents=True, exist_ok=True)
         self._run_all(plan_switch(spec))
         pids: dict[str, int] = {}
+        launch: dict[str, dict] = {}
         for done, node in enumerate(nodes):
             progress(done, total, f"creating {node.name}")
             self._run_all(plan_node(spec, node))
-            command = node.spec.command or ["python3", str(self.agent_path()), "run"]
-            env = [f"{k}={v}" for k, v in node_environment(spec, node).items()]
-            env.append(f"SWARM_RUN_DIR={self.node_run_dir(spec.name, node.name)}")
-            proc = self.runner.start(
-                ["ip", "netns", "exec", node_ns(spec.name, node.name), "env", *env, *command],
-                stdout_path=str(logs / f"{node.name}.log"),
-            )
-            pids[node.name] = proc.pid
+            launch[node.name] = self.launch_plan(spec, node)
+            pids[node.name] = self._start_node(spec.name, node.name, launch[node.name])
+        (self.state_dir(spec.name) / "launch.json").write_text(json.dumps(launch))
         (self.state_dir(spec.name) / "pids.json").write_text(json.dumps(pids))
         progress(total, total, "namespaces created")
+
+    def launch_plan(self, spec: SwarmSpec, node: NodePlan) -> dict:
+        """How a node's main process is started (pure), kept in launch.json so `restart` starts it again."""
+        command = node.spec.command or ["python3", str(self.agent_path()), "run"]
+        env = [f"{k}={v}" for k, v in node_environment(spec, node).items()]
+        env.append(f"SWARM_RUN_DIR={self.node_run_dir(spec.name, node.name)}")
+        return {"argv": ["ip", "netns", "exec", node_ns(spec.name, node.name), "env", *env, *command],
+                "gateway": gateway_address(spec.networks.ground.subnet)}
+
+    def _start_node(self, swarm: str, node: str, launch: dict) -> int:
+        """Start a node's main process, its output appended to the node's log; returns its pid."""
+        log = self.state_dir(swarm) / "logs" / f"{node}.log"
+        return self.runner.start(launch["argv"], stdout_path=str(log)).pid
+
+    def node_action(self, swarm: str, node: str, action: str) -> None:
+        """Processes of a namespace: stop (SIGTERM, then SIGKILL) / kill (SIGKILL) also take the node's links
+        down, as a stopped container has no network; pause / unpause: SIGSTOP / SIGCONT every process;
+        restart: stop, links up again (addresses and default route restored), main process started again."""
+        ns = node_ns(swarm, node)
+        if ns not in self._swarm_namespaces(swarm):
+            raise SpecError(f"node {node!r}: swarm {swarm!r} has no such node (namespace {ns} missing)")
+        if action in ("pause", "unpause"):
+            sig = signal.SIGSTOP if action == "pause" else signal.SIGCONT
+            for pid in self._pids_in(ns):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            return
+        if action not in ("stop", "kill", "restart"):
+            raise SpecError(f"node action {action!r}: expected one of stop, kill, pause, unpause, restart")
+        if action == "kill":
+            for pid in self._pids_in(ns):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self._kill_all([ns])  # SIGTERM, then SIGKILL for what is left (SIGKILL also ends a paused process)
+        if action != "restart":
+            for ifname in (ISL_IF, GROUND_IF):
+                self.runner.run(["ip", "-n", ns, "link", "set", ifname, "down"], timeout=30)
+            return
+        launch = json.loads((self.state_dir(swarm) / "launch.json").read_text())[node]
+        for ifname in (GROUND_IF, ISL_IF):
+            self.runner.run(["ip", "-n", ns, "link", "set", ifname, "up"], timeout=30)
+        self.runner.run(["ip", "-n", ns, "route", "replace", "default", "via", launch["gateway"]], timeout=30)
+        pid = self._start_node(swarm, node, launch)
+        pids_file = self.state_dir(swarm) / "pids.json"
+        pids = json.loads(pids_file.read_text()) if pids_file.exists() else {}
+        pids_file.write_text(json.dumps({**pids, node: pid}))
 
     def _run_all(self, cmds: list[list[str]]) -> None:
         for argv in cmds:
@@ -150,6 +196,11 @@ class NetnsBackend(Backend):
                 states[ns[len(prefix):]] = "running" if self._pids_in(ns) else "exited"
         return states
 
+    def netns_ids(self, swarm: str) -> set[str]:
+        prefix = switch_ns(swarm) + "_"
+        return {f"net:[{os.stat(f'/run/netns/{ns}').st_ino}]" for ns in self._swarm_namespaces(swarm)
+                if ns.startswith(prefix)}
+
     def exec_prefix(self, swarm: str, node: str, interactive: bool = False) -> list[str]:
         return ["ip", "netns", "exec", node_ns(swarm, node)]
 
@@ -168,19 +219,26 @@ class NetnsBackend(Backend):
         return "\n".join(path.read_text(errors="replace").splitlines()[-tail:])
 
     def _kill_all(self, namespaces: list[str]) -> int:
-        """SIGTERM then SIGKILL every process inside the given namespaces (only those: we made them)."""
-        victims = {ns: self._pids_in(ns) for ns in namespaces}
-        count = sum(len(p) for p in victims.values())
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pids in victims.values():
-                for pid in pids:
+        """SIGTERM, then SIGKILL, every process inside the given namespaces (only those: we made them).
+
+        Listed again until none is left: an agent still running may start processes (e.g. iperf3
+        servers) after a listing, and those would outlive the namespace's name.
+        """
+        count = 0
+        for _round in range(5):
+            victims = [pid for ns in namespaces for pid in self._pids_in(ns)]
+            if not victims:
+                break
+            count += len(victims)
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                for pid in victims:
                     try:
                         os.kill(pid, sig)
                     except ProcessLookupError:
                         pass
-            deadline = time.monotonic() + 3
-            while time.monotonic() < deadline and any(self._alive(p) for ps in victims.values() for p in ps):
-                time.sleep(0.05)
+                deadline = time.monotonic() + (3 if sig == signal.SIGTERM else 1)
+                while time.monotonic() < deadline and any(self._alive(p) for p in victims):
+                    time.sleep(0.05)
         return count
 
     @staticmethod
