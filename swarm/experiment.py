@@ -11,14 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .analysis import parse_rate, rate_label
 from .errors import SpecError
 from .faults import FaultEvent, check_timeline
 from .impair import LinksSpec
-from .spec import MAX_NODES, NodePlan, SwarmSpec, _check_name, _Strict, format_validation_error
+from .spec import MAX_NODES, NodePlan, SwarmSpec, _check_name, _Strict, read_yaml, validate_document
 
 PATTERNS = ("full-mesh", "ring", "pairs", "one-to-all")
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m)?$")
@@ -145,25 +144,12 @@ class ExperimentSpec(_Strict):
 
 def load_experiment(path: str | Path) -> ExperimentSpec:
     """Read and validate an experiment file; errors are one-line SpecErrors."""
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise SpecError(f"{p}: cannot read experiment file ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: malformed YAML: {getattr(exc, 'problem', None) or exc}") from None
-    return experiment_from_dict(data, str(p))
+    return experiment_from_dict(read_yaml(path, "experiment"), str(path))
 
 
 def experiment_from_dict(data: Any, source: str = "") -> ExperimentSpec:
-    if not isinstance(data, dict):
-        raise SpecError(f"{source or 'experiment'}: expected a mapping at the top level")
-    try:
-        return ExperimentSpec.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(format_validation_error(exc, data, source)) from None
-    except SpecError as exc:
-        raise SpecError(f"{source}: {exc}" if source and not str(exc).startswith(source) else str(exc)) from None
+    """Validate a parsed experiment document, raising SpecError with one line."""
+    return validate_document(ExperimentSpec, data, source, "experiment")
 
 
 # --------------------------------------------------------------------------------------------- planning

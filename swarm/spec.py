@@ -292,31 +292,42 @@ def format_validation_error(exc: ValidationError, data: Any, source: str) -> str
     return f"{prefix}{where + ': ' if where else ''}{msg}"
 
 
-def spec_from_dict(data: Any, source: str = "") -> SwarmSpec:
-    """Validate a parsed YAML/JSON document into a SwarmSpec, raising SpecError with one line."""
+def validate_document(model: type[BaseModel], data: Any, source: str, what: str) -> Any:
+    """Validate a parsed YAML/JSON mapping into `model`, raising SpecError with one line."""
     if not isinstance(data, dict):
-        raise SpecError(f"{source or 'spec'}: expected a mapping at the top level, got {type(data).__name__}")
+        raise SpecError(f"{source or what}: expected a mapping at the top level, got {type(data).__name__}")
     try:
-        return SwarmSpec.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, data, source)) from None
+    except SpecError as exc:  # raised by a nested spec (e.g. an experiment's swarm template)
+        raise SpecError(f"{source}: {exc}" if source and not str(exc).startswith(source) else str(exc)) from None
 
 
-def load_spec(path: str | Path) -> SwarmSpec:
-    """Read and validate a swarm spec file."""
+def read_yaml(path: str | Path, what: str) -> Any:
+    """Parse a YAML file; unreadable or malformed files are one-line SpecErrors."""
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as exc:
-        raise SpecError(f"{p}: cannot read spec file ({exc.strerror})") from None
+        raise SpecError(f"{p}: cannot read {what} file ({exc.strerror})") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SpecError(f"{p}:{where}: malformed YAML: {problem}") from None
-    return spec_from_dict(data, str(p))
+
+
+def spec_from_dict(data: Any, source: str = "") -> SwarmSpec:
+    """Validate a parsed YAML/JSON document into a SwarmSpec, raising SpecError with one line."""
+    return validate_document(SwarmSpec, data, source, "spec")
+
+
+def load_spec(path: str | Path) -> SwarmSpec:
+    """Read and validate a swarm spec file."""
+    return spec_from_dict(read_yaml(path, "spec"), str(path))
 
 
 def json_schema() -> dict[str, Any]:
