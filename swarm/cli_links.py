@@ -22,9 +22,6 @@ import click
 
 from .errors import SpecError
 
-PARAM_OPTIONS = ("delay", "jitter", "jitter_distribution", "loss", "loss_correlation", "rate", "corrupt", "duplicate",
-                 "reorder")
-
 
 def register(cli: click.Group) -> None:
     """Add `impair` and `fault` to the `swarm` command group."""

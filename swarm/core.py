@@ -137,7 +137,7 @@ class Swarm:
         write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
                                                "spec": self.spec.model_dump(mode="json", exclude_none=True),
                                                "image": self.image, "created": time.time()})
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
         try:
             self.backend.up(self.spec, self.nodes, self.image, self.progress)
             self._wait_ready(ready_timeout or 60 + 0.5 * len(self.nodes))
@@ -289,7 +289,8 @@ def host_networks(runner: Runner) -> list[tuple[str, ipaddress.IPv4Network]]:
     return out
 
 
-def _raise_interrupt(signum, frame):
+def raise_keyboard_interrupt(signum, _frame):
+    """Signal handler: turn SIGTERM into KeyboardInterrupt, so a kill rolls back like Ctrl-C."""
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -341,9 +342,15 @@ def wipe(runner: Runner | None = None, workdir: Path | None = None) -> list[str]
     caps = capabilities()
     workdir = workdir or default_workdir()
     removed: list[str] = []
-    for name in REGISTRY:
-        removed += [f"{name}: {r}" for r in get_backend(name, runner, caps, workdir).wipe()]
+    failures: list[str] = []
+    for name in REGISTRY:  # one backend failing must not keep the others' leftovers in place
+        try:
+            removed += [f"{name}: {r}" for r in get_backend(name, runner, caps, workdir).wipe()]
+        except RuntimeFailure as exc:
+            failures.append(f"{name}: {exc}")
     for other, _ in list(all_states(workdir)):
         forget_state(workdir, other)
         removed.append(f"state of {other}")
+    if failures:
+        raise RuntimeFailure(f"wipe removed {', '.join(removed) or 'nothing'} but failed: {'; '.join(failures)}")
     return removed

@@ -34,7 +34,7 @@ from typing import Callable
 
 import yaml
 
-from .core import Swarm
+from .core import Swarm, raise_keyboard_interrupt
 from .errors import RuntimeFailure, SpecError
 from .experiment import ExperimentSpec, Flow, TestCase, client_argv, experiment_from_dict, plan_flows, plan_tests, server_ip
 from .iperf3 import FlowResult, concurrent_window, parse_client_json, start_skew, window_figures
@@ -446,15 +446,11 @@ def run_sweep(exp: ExperimentSpec, store: ResultsStore, *, backend: str | None =
               progress: SweepProgress = lambda d, t, w: None, message: Callable[[str], None] = lambda m: None,
               swarm_progress=None, abort_on_error: bool = False, runner: Runner | None = None) -> list[dict]:
     """Run every test of `exp` missing from `store`; returns the test rows written by this call."""
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # a kill tears the swarm down like Ctrl-C
+    previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # a kill tears the swarm down like Ctrl-C
     try:
         return _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_error, runner)
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_error, runner) -> list[dict]:
