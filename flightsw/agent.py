@@ -15,7 +15,10 @@ agent runs both inside the node image and, with the netns backend, on the host):
   destination is this node starts now. Stamps that instant and each client's exit, and prints one JSON
   line per flow: {"id", "release_ts", "exit_ts", "returncode", "output"} (output: iperf3's JSON verbatim).
   Every node holding servers runs `clients`, with an empty list if it sends nothing.
-- `cleanup`: kill the iperf3 processes this agent started (from its pid file) and nothing else.
+- `mux`: the multiplexing traffic engine (flightsw/trafficd.py): one process carries all of this node's
+  flows of a test; it speaks its own JSON-lines protocol on stdin/stdout (see that module).
+- `cleanup`: kill the iperf3 and traffic-engine processes this agent started (from its pid files) and
+  nothing else.
 """
 from __future__ import annotations
 
@@ -156,18 +159,35 @@ def cmd_clients(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mux(_args: argparse.Namespace) -> int:
+    """Run the multiplexing traffic engine for one test (protocol: flightsw/trafficd.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import trafficd
+
+    return trafficd.serve(str(run_dir() / "mux.pids"))
+
+
+def _is_ours(pid: int, pid_file: str) -> bool:
+    """True if `pid` is still a process this agent started: iperf3, or an agent running `mux`."""
+    try:
+        if pid_file == "iperf3.pids":
+            return Path(f"/proc/{pid}/comm").read_text().strip() == "iperf3"
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(a.endswith(b"agent.py") for a in argv) and b"mux" in argv and pid != os.getpid()
+
+
 def cmd_cleanup(_args: argparse.Namespace) -> int:
-    """Kill the iperf3 processes this agent started that are still running."""
+    """Kill the iperf3 and traffic-engine processes this agent started that are still running."""
     _continue_servers()
-    path = run_dir() / "iperf3.pids"
     killed = 0
-    if path.exists():
+    for name in ("iperf3.pids", "mux.pids"):
+        path = run_dir() / name
+        if not path.exists():
+            continue
         for pid in {int(p) for p in path.read_text().split()}:
-            try:
-                comm = Path(f"/proc/{pid}/comm").read_text().strip()
-            except OSError:
-                continue
-            if comm == "iperf3":
+            if _is_ours(pid, name):
                 try:
                     os.kill(pid, signal.SIGKILL)
                     killed += 1
@@ -188,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=30)
     p.set_defaults(func=cmd_servers)
     sub.add_parser("clients", help="park iperf3 clients, release them at one instant").set_defaults(func=cmd_clients)
-    sub.add_parser("cleanup", help="kill iperf3 processes this agent started").set_defaults(func=cmd_cleanup)
+    sub.add_parser("mux", help="multiplexing traffic engine for one test").set_defaults(func=cmd_mux)
+    sub.add_parser("cleanup", help="kill iperf3 and engine processes this agent started").set_defaults(func=cmd_cleanup)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -65,6 +65,9 @@ class ExperimentSpec(_Strict):
     repeats: int = Field(1, ge=1, le=1000)
     pattern: Literal["full-mesh", "ring", "pairs", "one-to-all"] = "full-mesh"
     network: Literal["isl", "ground"] = "isl"
+    # iperf3: one iperf3 server and client process per directed flow, as in the thesis. mux: one
+    # multiplexing traffic process per node (flightsw/trafficd.py) for swarms too big for that.
+    engine: Literal["iperf3", "mux"] = "iperf3"
     base_port: int = Field(5201, ge=1024, le=60000)
     settle: float = Field(1.0, ge=0, le=600)  # pause between tests, seconds
     iperf3: IperfOptions = IperfOptions()
@@ -117,6 +120,12 @@ class ExperimentSpec(_Strict):
         top = max(self.sizes)
         if self.base_port + top > 65535:
             raise ValueError(f"base_port {self.base_port}: ports for {top} nodes would pass 65535")
+        if self.engine == "mux":  # options the multiplexing engine has no equivalent for
+            opts = self.iperf3
+            for key, value, unset in (("window", opts.window, None), ("parallel", opts.parallel, 1),
+                                      ("pacing_timer_us", opts.pacing_timer_us, None)):
+                if value != unset:
+                    raise ValueError(f"iperf3.{key} {value!r}: not used by engine mux (only length and interval are)")
         if self.links is not None and "links" in self.swarm:
             raise ValueError("links: given both at the top level and in swarm:; keep one")
         self.swarm_spec(top)  # the template must be valid for the largest size

@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,11 +37,12 @@ import yaml
 from .core import Swarm, raise_keyboard_interrupt
 from .errors import RuntimeFailure, SpecError
 from .experiment import ExperimentSpec, Flow, TestCase, client_argv, experiment_from_dict, plan_flows, plan_tests, server_ip
+from .mux import engine_plans, flow_result
 from .iperf3 import FlowResult, concurrent_window, parse_client_json, start_skew, window_figures
 from .runner import Runner
 
 FLOW_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "src", "dst", "port", "start_ts",
-                "release_ts", "exit_ts", "ok", "error", "bits_per_second", "lost_percent", "lost_packets", "packets", "jitter_ms",
+                "release_ts", "exit_ts", "ok", "error", "bits_per_second", "sent_bits_per_second", "lost_percent", "lost_packets", "packets", "jitter_ms",
                 "window_bits_per_second", "window_lost_percent", "skew_s", "window_s", "duration_s"]
 TEST_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "flows", "flows_ok", "duration_s",
                 "release_ts", "release_spread_s", "skew_s", "window_s", "window_fraction", "cpu_busy_pct", "cpu_busy_max_pct",
@@ -397,10 +398,6 @@ class TestRunner:
             if timeline:  # back to the spec's conditions (nodes restarted, cuts healed) before the next test
                 self.store.append_faults(timeline.finish(timeout=self.exp.duration + 30))
         self.cleanup()
-        return self._record(test, flows, records, server_errors, release, release_spread, sampler, setup_s,
-                            time.monotonic() - t_start)
-
-    def _record(self, test, flows, records, server_errors, release, release_spread, sampler, setup_s, wall_s) -> dict:
         parsed = {}
         for f in flows:
             rec = records.get(f.flow_id)
@@ -411,6 +408,11 @@ class TestRunner:
                 error = server_errors.get(f.dst.name) or (rec or {}).get("error") or "no result from agent"
                 result = FlowResult(error=error)
             parsed[f.flow_id] = (f, rec or {}, result)
+        return self._record(test, flows, parsed, release, release_spread, sampler, setup_s,
+                            time.monotonic() - t_start)
+
+    def _record(self, test, flows, parsed, release, release_spread, sampler, setup_s, wall_s) -> dict:
+        """Write one row per flow and the test's row; `parsed` is {flow id: (Flow, record, FlowResult)}."""
         ok = [r for _, _, r in parsed.values() if r.ok]
         t0, t1 = concurrent_window(ok)
         window_s = (t1 - t0) if not math.isnan(t0) else 0.0
@@ -424,7 +426,8 @@ class TestRunner:
                 "src": f.src.name, "dst": f.dst.name, "port": f.port, "start_ts": r.spawn_ts if r.spawn_ts is not None else "",
                 "release_ts": rec.get("release_ts", ""),
                 "exit_ts": rec.get("exit_ts", ""), "ok": r.ok, "error": r.error,
-                "bits_per_second": r.bits_per_second, "lost_percent": r.lost_percent,
+                "bits_per_second": r.bits_per_second, "sent_bits_per_second": r.sent_bits_per_second,
+                "lost_percent": r.lost_percent,
                 "lost_packets": r.lost_packets, "packets": r.packets, "jitter_ms": r.jitter_ms,
                 "window_bits_per_second": win.get("bits_per_second", math.nan),
                 "window_lost_percent": win.get("lost_percent", math.nan),
@@ -440,6 +443,139 @@ class TestRunner:
                     "setup_s": round(setup_s, 3), "wall_s": round(wall_s, 3)}
         self.store.append_test(test_row)
         return test_row
+
+
+class MuxTestRunner(TestRunner):
+    """Runs tests with the multiplexing engine (`engine: mux`): one traffic process per node.
+
+    Steps: every node's engine binds its receiver and says so; TCP flows connect (and identify
+    themselves) while nothing is sent yet; the host sends one release instant; every engine starts all
+    its flows at that instant on the shared clock and stamps each flow's real first and last send.
+    """
+
+    _SETUP_TIMEOUT_S = 120.0
+
+    def run(self, test: TestCase) -> dict:
+        t_start = time.monotonic()
+        flows = plan_flows(self.swarm.nodes, self.exp.pattern, self.exp.base_port)
+        plans = engine_plans(flows, self.exp, test)
+        procs = {node: self.swarm.runner.popen(self._agent(node, "mux")) for node in plans}
+        failed: dict[str, str] = {}
+        timeline = None
+        try:
+            self._step(procs, failed, {n: json.dumps(p) for n, p in plans.items()}, "listening")
+            if test.protocol == "tcp":
+                connected = self._step(procs, failed, {n: "connect" for n in procs}, "connected")
+                for node, reply in connected.items():
+                    for fid, error in (reply.get("errors") or {}).items():
+                        self.message(f"{fid}: {error}")
+            setup_s = time.monotonic() - t_start
+            if self.exp.faults:
+                from .faults import FaultTimeline
+
+                timeline = FaultTimeline(self.swarm.links, self.exp.faults, test.test_id, self.store.run_id, self.message)
+            with HostSampler() as sampler:
+                release = time.time() + _release_lead(len(flows))
+                if timeline:
+                    timeline.start(release)
+                for node, proc in procs.items():
+                    if node not in failed:
+                        self._send(proc, node, f"{release} {self.exp.duration}", failed)
+                reports = self._collect(procs, failed, timeout=self.exp.duration + 60 + len(flows) * 0.01)
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+            if timeline:
+                self.store.append_faults(timeline.finish(timeout=self.exp.duration + 30))
+            self.cleanup()
+        wakes = [r["release_ts"] for r in reports.values() if "release_ts" in r]
+        spread = (max(wakes) - min(wakes)) if wakes else math.nan
+        parsed = {}
+        for f in flows:
+            send = reports.get(f.src.name, {}).get(("send", f.flow_id))
+            recv = reports.get(f.dst.name, {}).get(("recv", f.flow_id))
+            result = flow_result(test.protocol, send, recv, release, self.exp.duration, self.exp.iperf3.interval)
+            if not result.ok and (f.src.name in failed or f.dst.name in failed):
+                result = dataclasses.replace(result, error=failed.get(f.src.name) or failed[f.dst.name])
+            self.store.raw_path(test.test_id, f.flow_id).write_text(
+                json.dumps({"engine": "mux", "release": release, "send": send, "recv": recv}))
+            rec = {"release_ts": reports.get(f.src.name, {}).get("release_ts", ""),
+                   "exit_ts": (send or {}).get("last_send_ts") or ""}
+            parsed[f.flow_id] = (f, rec, result)
+        return self._record(test, flows, parsed, release, spread, sampler, setup_s, time.monotonic() - t_start)
+
+    def _send(self, proc, node: str, line: str, failed: dict[str, str]) -> None:
+        try:
+            proc.stdin.write(line + "\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            failed[node] = f"traffic engine on {node} went away"
+
+    def _step(self, procs, failed: dict[str, str], lines: dict[str, str], expect: str) -> dict[str, dict]:
+        """Send each node its line, wait for every engine's `expect` reply (in parallel)."""
+        for node, line in lines.items():
+            if node not in failed:
+                self._send(procs[node], node, line, failed)
+
+        def reply(node: str) -> tuple[str, dict | None, str]:
+            line = procs[node].stdout.readline()
+            try:
+                doc = json.loads(line)
+            except json.JSONDecodeError:
+                doc = None
+            if isinstance(doc, dict) and expect in doc:
+                return node, doc, ""
+            return node, None, f"traffic engine on {node}: {(line + procs[node].stderr.read()).strip()[-300:] or 'no reply'}"
+
+        alive = [n for n in lines if n not in failed]
+        out = {}
+        with ThreadPoolExecutor(self.workers) as pool:
+            for node, doc, error in pool.map(reply, alive):
+                if error:
+                    failed[node] = error
+                else:
+                    out[node] = doc
+        return out
+
+    def _collect(self, procs, failed: dict[str, str], timeout: float) -> dict[str, dict]:
+        """{node: {"release_ts": t, ("send"|"recv", flow id): record}} from every engine's final lines."""
+        deadline = time.monotonic() + timeout
+
+        def read(node: str) -> tuple[str, dict]:
+            got: dict = {}
+            proc = procs[node]
+            for line in proc.stdout:
+                doc = json.loads(line) if line.startswith("{") else {}
+                if "side" in doc:
+                    got[(doc["side"], doc["id"])] = doc
+                elif "release_ts" in doc:
+                    got["release_ts"] = doc["release_ts"]
+                elif doc.get("done"):
+                    break
+                if time.monotonic() > deadline:
+                    break
+            return node, got
+
+        alive = [n for n in procs if n not in failed]
+        pool = ThreadPoolExecutor(self.workers)
+        futures = {pool.submit(read, n): n for n in alive}
+        done, late = wait(futures, timeout=max(1.0, deadline - time.monotonic()))
+        for fut in late:  # a hung engine: kill it so its reader returns
+            procs[futures[fut]].kill()
+        pool.shutdown(wait=True)
+        reports = {futures[fut]: fut.result()[1] for fut in done}
+        for node in procs:
+            if node not in failed and "release_ts" not in reports.get(node, {}):
+                proc = procs[node]
+                if proc.poll() is None:
+                    proc.kill()
+                why = (proc.stderr.read() or "").strip().splitlines()[-1:] or ["no output"]
+                failed[node] = f"traffic engine on {node} gave no report: {why[0][-300:]}"
+        return reports
+
+
+TEST_RUNNERS = {"iperf3": TestRunner, "mux": MuxTestRunner}
 
 
 def run_sweep(exp: ExperimentSpec, store: ResultsStore, *, backend: str | None = None,
@@ -470,8 +606,9 @@ def _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_
         swarm.up()
         try:
             if not (store.dir / "host.json").exists() or "backend" not in json.loads((store.dir / "host.json").read_text()):
-                (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
-            runner_ = TestRunner(swarm, exp, store, message)
+                facts = {**host_facts(swarm), "traffic_engine": exp.engine}
+                (store.dir / "host.json").write_text(json.dumps(facts, indent=1))
+            runner_ = TEST_RUNNERS[exp.engine](swarm, exp, store, message)
             for test in [t for t in todo if t.size == size]:
                 progress(finished, len(tests), f"{test.test_id}")
                 row = runner_.run(test)
