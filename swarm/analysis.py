@@ -117,11 +117,25 @@ def table_udp_loss(df: pd.DataFrame, stat: str = "max", basis: str = "window") -
     return table.rename_axis("nodes").reset_index()
 
 
+#: A UDP flow whose sender put less than this share of the offered rate on the wire was limited by the
+#: host (CPU), not the network: its zero loss says nothing about the offered rate.
+OFFERED_MIN_FRACTION = 0.95
+
+
+def offered_fraction(flows: pd.DataFrame) -> pd.Series:
+    """Per UDP flow: sent rate / offered rate (NaN where either is unknown, e.g. older results)."""
+    if "sent_bits_per_second" not in flows:
+        return pd.Series(math.nan, index=flows.index)
+    rate = pd.to_numeric(flows["rate_bps"], errors="coerce")
+    return pd.to_numeric(flows["sent_bits_per_second"], errors="coerce") / rate
+
+
 def table_largest_lossfree(df: pd.DataFrame, basis: str = "window") -> pd.DataFrame:
     """Thesis Table 2: per UDP rate, the largest size at which every flow had zero loss.
 
     As in the thesis, a smaller size with loss does not disqualify a larger loss-free one. A size
-    counts as loss-free only if all its flows (all repeats) are ok and have a loss figure of 0.
+    counts as loss-free only if all its flows (all repeats) are ok and have a loss figure of 0, and
+    their senders offered the load (median sent/offered >= OFFERED_MIN_FRACTION where it is known).
     Columns: rate, largest_lossfree_nodes (<NA> if none), note ('>= N (largest tested)',
     'no lossless network', or 'no loss figures' when no flow of that rate has one).
     """
@@ -132,6 +146,7 @@ def table_largest_lossfree(df: pd.DataFrame, basis: str = "window") -> pd.DataFr
         lossfree = [
             size for size, flows in group.groupby("size")
             if flows["ok"].astype(bool).all() and flows[loss_col].notna().all() and (flows[loss_col] == 0).all()
+            and not offered_fraction(flows).median() < OFFERED_MIN_FRACTION
         ]
         largest = max(lossfree) if lossfree else None
         if largest is None:

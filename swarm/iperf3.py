@@ -59,6 +59,7 @@ class FlowResult:
     planned_duration: float = NAN
     duration: float = NAN
     bits_per_second: float = NAN
+    sent_bits_per_second: float = NAN  # what the sender put on the wire (host-limited if under the offer)
     bytes: int | None = None
     packets: int | None = None
     lost_packets: int | None = None
@@ -161,6 +162,10 @@ def _direction(client: dict, server: dict | None, *, reverse: bool, suffix: str,
                 result.lost_percent = float(summary.get("lost_percent", NAN))
                 result.jitter_ms = float(summary.get("jitter_ms", NAN))
             break
+
+    sender = server if reverse else client
+    sent = ((sender or {}).get("end") or {}).get("sum_sent" + suffix) or {}
+    result.sent_bits_per_second = float(sent.get("bits_per_second", NAN))
 
     key = "sum_bidir_reverse" if suffix else "sum"
     for doc, side in candidates:

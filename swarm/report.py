@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from swarm.analysis import (load_reference, rate_label, summarize, table_largest_lossfree,
+from swarm.analysis import (OFFERED_MIN_FRACTION, offered_fraction, load_reference, rate_label, summarize, table_largest_lossfree,
                             table_tcp_bandwidth, table_udp_loss)
 from swarm.report_faults import fault_table, write_fault_timeseries  # noqa: F401  (faults around a test)
 
@@ -98,6 +98,8 @@ def per_test_table(df: pd.DataFrame, tests: pd.DataFrame | None = None) -> pd.Da
         flows_in_error=("ok", lambda ok: int((~ok.astype(bool)).sum())),
         skew_s=("skew_s", "first"), window_s=("window_s", "first"), duration_s=("duration_s", "first"),
     ).reset_index()
+    offered = df.assign(_offered=offered_fraction(df)).groupby(["run_id", "test_id"], sort=False)["_offered"].median()
+    per_test["offered_fraction"] = offered.round(3).values
     per_test.insert(4, "rate", per_test.pop("rate_bps").map(rate_label))
     if tests is not None and "cpu_busy_pct" in tests:
         keys = [k for k in ("run_id", "test_id") if k in tests]
@@ -116,6 +118,10 @@ def per_test_warnings(per_test: pd.DataFrame) -> list[str]:
         cpu = getattr(row, "cpu_busy_pct", math.nan)
         if cpu >= CPU_WARN_PCT:
             reasons.append(f"host CPU {cpu:.0f}% busy: the host, not the network, may limit these figures")
+        offered = getattr(row, "offered_fraction", math.nan)
+        if offered < OFFERED_MIN_FRACTION:
+            reasons.append(f"senders put only {offered:.0%} of the offered rate on the wire (median): the host could "
+                           "not offer the load, so these loss figures do not describe the offered rate")
         if row.flows_in_error:
             reasons.append(f"{row.flows_in_error} of {row.flows} flows failed")
         if reasons:

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from swarm.analysis import (load_reference, parse_rate, rate_label, summarize, table_largest_lossfree,
+from swarm.analysis import (load_reference, offered_fraction, parse_rate, rate_label, summarize, table_largest_lossfree,
                             table_tcp_bandwidth, table_udp_loss)
 from swarm.errors import SpecError
 
@@ -180,3 +180,15 @@ def test_load_reference():
 def test_lossfree_without_any_figure_says_so():
     t = table_largest_lossfree(table(flows("a", 2, "udp", 1e6, 0, [1e6] * 2, losses=[NAN, NAN])))
     assert pd.isna(t.loc[0, "largest_lossfree_nodes"]) and t.loc[0, "note"] == "no loss figures"
+
+
+def test_size_whose_senders_could_not_offer_the_load_is_not_lossfree():
+    small = flows("a", 2, "udp", 10e6, 0, [10e6] * 2, losses=[0.0, 0.0])
+    big = flows("b", 3, "udp", 10e6, 0, [2e6] * 6, losses=[0.0] * 6)
+    for row in small:
+        row["sent_bits_per_second"] = 10e6
+    for row in big:  # zero loss, but the host put only a fifth of the offer on the wire
+        row["sent_bits_per_second"] = 2e6
+    t = table_largest_lossfree(table(small, big))
+    assert t.loc[0, "largest_lossfree_nodes"] == 2 and t.loc[0, "note"] == ""
+    assert list(offered_fraction(table(small, big))) == [1.0] * 2 + [0.2] * 6

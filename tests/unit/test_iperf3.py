@@ -218,3 +218,10 @@ def test_sender_side_intervals_give_no_window_loss():
     figures = window_figures(r, 0.0, 2.0)
     assert figures["bits_per_second"] == 8000.0
     assert math.isnan(figures["lost_percent"])
+
+
+@pytest.mark.parametrize("name,sent_mbps", [("udp.json", 10.092), ("udp_loss.json", 4998.465),
+                                            ("udp_reverse.json", 10.091), ("tcp.json", 12404.689)])
+def test_sender_rate_is_kept_beside_the_receivers(name, sent_mbps):
+    r = parse_client_json((FIXTURES / name).read_text())
+    assert r.sent_bits_per_second / 1e6 == pytest.approx(sent_mbps, abs=0.001)

@@ -103,3 +103,14 @@ def test_per_test_table_and_warnings():
         "test t1 (udp n=2 1Mbps, repeat 0): host CPU 95% busy: the host, not the network, may limit "
         "these figures; 1 of 2 flows failed"
     ]
+
+
+def test_warning_when_senders_could_not_offer_the_load():
+    rows = flow_rows("t2", 2, "udp", 10e6, [0.0])
+    for row in rows:
+        row["sent_bits_per_second"] = 4e6
+    per_test = per_test_table(pd.DataFrame(rows))
+    assert per_test.loc[0, "offered_fraction"] == 0.4
+    assert per_test_warnings(per_test) == [
+        "test t2 (udp n=2 10Mbps, repeat 0): senders put only 40% of the offered rate on the wire (median): "
+        "the host could not offer the load, so these loss figures do not describe the offered rate"]
