@@ -86,18 +86,23 @@ class ResultsStore:
             return {row["test_id"] for row in csv.DictReader(f)}
 
     def drop_incomplete_flows(self) -> None:
-        """Remove flow rows of tests that never got their tests.csv row (a crash between the two)."""
-        path, done = self.dir / "flows.csv", self.completed_tests()
-        if not path.exists():
-            return
-        with path.open() as f:
-            rows = [r for r in csv.DictReader(f) if r["test_id"] in done]
-        tmp = path.with_suffix(".tmp")
-        with tmp.open("w", newline="") as f:
-            writer = csv.DictWriter(f, FLOW_COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
-        tmp.replace(path)
+        """Remove flow and fault rows of tests that never got their tests.csv row (a crash between the
+        two), so that running such a test again does not leave its rows twice."""
+        done = self.completed_tests()
+        for name in ("flows.csv", "faults.csv"):
+            path = self.dir / name
+            if not path.exists():
+                continue
+            with path.open() as f:
+                reader = csv.DictReader(f)
+                rows = [r for r in reader if r["test_id"] in done]
+                columns = reader.fieldnames or []
+            tmp = path.with_suffix(".tmp")
+            with tmp.open("w", newline="") as f:
+                writer = csv.DictWriter(f, columns)
+                writer.writeheader()
+                writer.writerows(rows)
+            tmp.replace(path)
 
     def raw_path(self, test_id: str, flow_id: str) -> Path:
         d = self.dir / "raw" / test_id
@@ -107,6 +112,9 @@ class ResultsStore:
     def _append(self, name: str, columns: list[str], rows: list[dict]) -> None:
         path = self.dir / name
         new = not path.exists()
+        if not new:  # a run folder written by an older version keeps its own columns
+            with path.open(newline="") as f:
+                columns = next(csv.reader(f), None) or columns
         with path.open("a", newline="") as f:
             writer = csv.DictWriter(f, columns, extrasaction="ignore")
             if new:
