@@ -186,10 +186,10 @@ class Engine:
         if self.protocol == "tcp":
             self.accept_pending(release)
         else:
-            while time.time() < release - 0.002:
-                self._poll(min(0.05, release - time.time() - 0.001))
+            # Sleep in the poll (no spinning: a swarm has many more engines than the host has cores,
+            # and a spinning engine would delay the others' wake-up).
             while time.time() < release:
-                pass
+                self._poll(min(0.05, max(0.0, release - time.time())))
         woke = time.time()
         if self.protocol == "udp":
             self._run_udp(end)
