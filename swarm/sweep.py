@@ -35,7 +35,7 @@ from typing import Callable
 import yaml
 
 from .core import Swarm, raise_keyboard_interrupt
-from .errors import RuntimeFailure, SpecError
+from .errors import CommandError, RuntimeFailure, SpecError
 from .experiment import ExperimentSpec, Flow, TestCase, client_argv, experiment_from_dict, plan_flows, plan_tests, server_ip
 from .mux import engine_plans, flow_result
 from .iperf3 import FlowResult, concurrent_window, parse_client_json, start_skew, window_figures
@@ -381,9 +381,19 @@ class TestRunner:
         return records, release, spread
 
     def cleanup(self) -> None:
+        """Kill every traffic process the agents started; a node that does not answer in time is reported
+        (its leftovers die with the swarm at `down`), not fatal to the sweep."""
+        def clean(node) -> str:
+            try:
+                self.swarm.runner.run(self._agent(node.name, "cleanup"), check=False, timeout=120)
+            except CommandError as exc:
+                return f"cleanup on {node.name}: {exc}"
+            return ""
+
         with ThreadPoolExecutor(self.workers) as pool:
-            list(pool.map(lambda n: self.swarm.runner.run(self._agent(n.name, "cleanup"), check=False, timeout=60),
-                          self.swarm.nodes))
+            for problem in pool.map(clean, self.swarm.nodes):
+                if problem:
+                    self.message(problem)
 
     def run(self, test: TestCase) -> dict:
         """Run one test end to end; rows go to the store before this returns."""
