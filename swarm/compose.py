@@ -20,8 +20,10 @@ LABEL_ROLE = "io.swarm-emu.role"
 LABEL_NET = "io.swarm-emu.network"
 
 # Only what the node software needs: NET_ADMIN for addresses, routes, qdiscs, nftables and the mesh;
-# NET_RAW for ping, fping, traceroute and raw sockets. Never `privileged`.
-NODE_CAPABILITIES = ["NET_ADMIN", "NET_RAW"]
+# NET_RAW for ping, fping, traceroute and raw sockets; SYS_NICE for real-time scheduling (flight
+# software uses it, and the traffic engine starts its flows as a SCHED_FIFO task so that a loaded host
+# cannot delay the start). Never `privileged`.
+NODE_CAPABILITIES = ["NET_ADMIN", "NET_RAW", "SYS_NICE"]
 
 # Per-container kernel settings: a spacecraft node forwards for the mesh and must not drop
 # asymmetrically routed mesh traffic; IPv6 is off so the only traffic is what the tests send.

@@ -18,7 +18,7 @@ def test_no_privileged_only_needed_caps_and_labels_everywhere():
     doc = render_compose(spec_from_dict(SPEC), "img")
     for svc in doc["services"].values():
         assert "privileged" not in svc
-        assert svc["cap_add"] == ["NET_ADMIN", "NET_RAW"]
+        assert svc["cap_add"] == ["NET_ADMIN", "NET_RAW", "SYS_NICE"]
         assert svc["init"] is True
         assert svc["labels"]["io.swarm-emu.swarm"] == "demo"
     for net in doc["networks"].values():
