@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import __version__
+from .cfs import check_cfs
 from .core import NodeFailed, Swarm, all_states, default_workdir, wipe as wipe_all
 from .errors import SwarmError
 from .probe import capabilities
@@ -105,6 +106,7 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
     """Bring up the swarm in SPEC_FILE and wait until every node is ready."""
     if check:
         swarm = Swarm.from_yaml(spec_file, backend=backend)
+        check_cfs(swarm.spec, swarm.nodes, swarm.backend.name)
         engine = swarm.links.engine
         if swarm.spec.links:
             swarm.links.spec_links()  # every condition possible with this host's impairment engine
