@@ -294,6 +294,8 @@ def report(run_dir: str) -> None:
 
 from .cli_links import register as _register_link_commands  # noqa: E402  (impair, fault)
 _register_link_commands(cli)
+from .cli_cfs import register as _register_cfs_commands  # noqa: E402  (cfs tlm, cfs cmd)
+_register_cfs_commands(cli)
 
 
 class SwarmErrorExit(SwarmError):

@@ -9,8 +9,10 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -88,6 +90,12 @@ def test_real_cfs_on_four_nodes_commanded_over_ci_lab(need_docker, cfs_install):
             assert noop, events[ip]
             assert (noop[0]["cpu_id"], noop[0]["spacecraft_id"]) == (node.index, 0x42 + node.index - 1)
             assert max(counters[ip]) == 2  # output enable + NOOP, both accepted
+
+        res = subprocess.run([sys.executable, "-m", "swarm", "cfs", "tlm", swarm.name, "--seconds", "3", "--json"],
+                             capture_output=True, text=True, cwd=REPO, env={**os.environ, "SWARM_WORKDIR": str(REPO)})
+        assert res.returncode == 0, res.stderr
+        rows = json.loads(res.stdout)["nodes"]
+        assert [(r["node"], r["event_ids"]) for r in rows] == [(n.name, [n.index, 0x42 + n.index - 1]) for n in swarm.nodes]
     finally:
         swarm.down()
     assert labelled("cf-it") == []

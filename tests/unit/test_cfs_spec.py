@@ -156,3 +156,11 @@ def test_cli_bad_cfs_input_exit_2_one_line_nothing_created(case, tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_cli_cfs_commands_on_a_swarm_that_is_not_up(tmp_path):
+    res = swarm_cli(["cfs", "tlm", "cfx"], tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"error: swarm 'cfx': not up (no state in {tmp_path}/.swarm/cfx); see `swarm list`"], res.stderr
+    res = swarm_cli(["cfs", "cmd", "cfx", "sat01", "--mid", "0x1880"], tmp_path)
+    assert res.returncode == 2 and "not up" in res.stderr
