@@ -9,8 +9,10 @@ sends telemetry to UDP 1235 of the address named in its "enable output" command 
 Each node redirects its UDP 1234 to its CI_LAB port (images/cfs/cfs-entry.sh), so a ground tool sends
 every node's commands to <node ground address>:1234.
 
-Only the compose backend runs cFS: netns nodes share the host's IPC namespace (POSIX message queue
-names would collide) and filesystem (cFS writes EEPROM.DAT and key files into its working directory).
+Only the compose backend runs cFS. netns nodes share the host's filesystem and IPC namespace: the
+pc-linux PSP keys its System V shared memory (reset area, CDS) with ftok() on files in its working
+directory, so instances sharing one tree would share those segments, and the segments would outlive the
+swarm in the host's namespace; fs.mqueue.msg_max could only be raised host-wide.
 """
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ TO_LAB_PORT = 1235  # TO_LAB_TLM_PORT of to_lab's default interface config
 #: a build that was also run natively in place gives the same image.
 RUNTIME_FILES = {"EEPROM.DAT", ".cdskeyfile", ".resetkeyfile", ".reservedkeyfile"}
 #: Per IPC namespace (so per container): SB pipes are POSIX queues up to CFE_PLATFORM_SB_MAX_PIPE_DEPTH
-#: (256) deep; the kernel's default msg_max of 10 makes OSAL shorten or refuse them.
+#: (256) deep. With the default msg_max of 10, mq_open refuses deeper queues to a process without
+#: CAP_SYS_RESOURCE (root in a container): seen here, cFE's EVS pipe fails and core-cpu1 gives up.
 CFS_SYSCTLS = {"fs.mqueue.msg_max": "256"}
 #: Wanted resource limits: real-time priorities for OSAL's task priorities, and room for the queues
 #: (RLIMIT_MSGQUEUE is charged per user, and every container's root is the same user). -1: unlimited.
@@ -85,7 +88,8 @@ def check_cfs(spec: SwarmSpec, nodes: list[NodePlan], backend: str) -> None:
         return
     if backend != "compose":
         raise SpecError(f"node {todo[0].name!r}: cfs runs only on the compose backend (netns nodes share the "
-                        f"host's IPC namespace and filesystem, so cFS message queues would collide); got backend {backend!r}")
+                        f"host's files and IPC namespace, so cFS instances would share their shared-memory "
+                        f"segments); got backend {backend!r}")
     checked: set[str] = set()
     for node in todo:
         install = node.spec.cfs.install
