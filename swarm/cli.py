@@ -71,6 +71,7 @@ defaults:               # applied to every node (a group or a node_list entry ma
   # image: my-flightsw:1.0   # a local image (compose backend); default: the framework's node image
   # command: [python3, /opt/swarm/flightsw/agent.py, run]
   # resources: {{cpus: 0.5, memory: 256m}}
+  # cfs: {{install: ~/cFS/build/exe/cpu1}}   # run your native cFS build instead (images/cfs/README.md)
 networks:
   isl:    {{subnet: 10.77.0.0/16, mtu: 1500}}   # inter-satellite links: internal, impaired, meshed
   ground: {{subnet: 10.78.0.0/16, mtu: 1500}}   # commanding and telemetry, reachable from the host
