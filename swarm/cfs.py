@@ -150,9 +150,10 @@ def install_files(install: str | os.PathLike) -> list[Path]:
 
 
 def cfs_image_tag(repo_root: str | os.PathLike, node_image: str, install: str | os.PathLike) -> str:
-    """`swarm-emu/cfs:<hash>` over the node image tag, images/cfs/ and the install tree's files."""
+    """`swarm-emu/cfs:<hash>` over the node image tag, the Dockerfile and entry script (not the folder's
+    README) and the install tree's files."""
     root = Path(repo_root).resolve()
-    digest = files_digest(root, tree_files(root, [str(Path(CFS_DOCKERFILE).parent)]))
+    digest = files_digest(root, [root / CFS_DOCKERFILE, root / CFS_ENTRY])
     digest.update(b"node-image:" + node_image.encode())
     inst = Path(install).resolve()
     digest.update(b"install:")

@@ -132,6 +132,21 @@ def test_image_tag_follows_install_content_but_not_psp_runtime_files(tmp_path):
     assert cfs_image_tag(repo, "swarm-emu/node:aaa", inst) != tag
 
 
+def test_image_tag_follows_dockerfile_and_entry_but_not_the_readme(tmp_path):
+    inst = fake_install(tmp_path / "cpu1")
+    repo = tmp_path / "repo"
+    (repo / "images" / "cfs").mkdir(parents=True)
+    for name in ("Dockerfile", "cfs-entry.sh", "README.md"):
+        (repo / "images" / "cfs" / name).write_text(name)
+    tag = cfs_image_tag(repo, "n", inst)
+    (repo / "images" / "cfs" / "README.md").write_text("edited")
+    assert cfs_image_tag(repo, "n", inst) == tag
+    for name in ("Dockerfile", "cfs-entry.sh"):
+        (repo / "images" / "cfs" / name).write_text("edited")
+        assert cfs_image_tag(repo, "n", inst) != tag
+        tag = cfs_image_tag(repo, "n", inst)
+
+
 def swarm_cli(args, cwd):
     return subprocess.run([sys.executable, "-m", "swarm", *args], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, "SWARM_WORKDIR": str(cwd)}, timeout=60)
