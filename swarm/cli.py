@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import __version__
+from .cfs import check_cfs
 from .core import NodeFailed, Swarm, all_states, default_workdir, wipe as wipe_all
 from .errors import SwarmError
 from .probe import capabilities
@@ -70,6 +71,7 @@ defaults:               # applied to every node (a group or a node_list entry ma
   # image: my-flightsw:1.0   # a local image (compose backend); default: the framework's node image
   # command: [python3, /opt/swarm/flightsw/agent.py, run]
   # resources: {{cpus: 0.5, memory: 256m}}
+  # cfs: {{install: ~/cFS/build/exe/cpu1}}   # run your native cFS build instead (images/cfs/README.md)
 networks:
   isl:    {{subnet: 10.77.0.0/16, mtu: 1500}}   # inter-satellite links: internal, impaired, meshed
   ground: {{subnet: 10.78.0.0/16, mtu: 1500}}   # commanding and telemetry, reachable from the host
@@ -105,6 +107,7 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
     """Bring up the swarm in SPEC_FILE and wait until every node is ready."""
     if check:
         swarm = Swarm.from_yaml(spec_file, backend=backend)
+        check_cfs(swarm.spec, swarm.nodes, swarm.backend.name)
         engine = swarm.links.engine
         if swarm.spec.links:
             swarm.links.spec_links()  # every condition possible with this host's impairment engine
@@ -292,6 +295,8 @@ def report(run_dir: str) -> None:
 
 from .cli_links import register as _register_link_commands  # noqa: E402  (impair, fault)
 _register_link_commands(cli)
+from .cli_cfs import register as _register_cfs_commands  # noqa: E402  (cfs tlm, cfs cmd)
+_register_cfs_commands(cli)
 
 
 class SwarmErrorExit(SwarmError):

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from .cfs import CfsRuntime, cfs_service
 from .spec import NodePlan, SwarmSpec, gateway_address, plan_nodes
 
 LABEL_SWARM = "io.swarm-emu.swarm"
@@ -67,7 +68,7 @@ def node_environment(spec: SwarmSpec, node: NodePlan) -> dict[str, str]:
     }
 
 
-def _service(spec: SwarmSpec, node: NodePlan, image: str) -> dict[str, Any]:
+def _service(spec: SwarmSpec, node: NodePlan, image: str, cfs: CfsRuntime | None = None) -> dict[str, Any]:
     svc: dict[str, Any] = {
         "image": node.spec.image or image,
         "container_name": container_name(spec.name, node.name),
@@ -96,6 +97,13 @@ def _service(spec: SwarmSpec, node: NodePlan, image: str) -> dict[str, Any]:
         svc["cpus"] = node.spec.resources.cpus
     if node.spec.resources.memory is not None:
         svc["mem_limit"] = node.spec.resources.memory
+    if node.spec.cfs is not None:
+        extra = cfs_service(node, cfs or CfsRuntime())
+        svc.update(image=extra["image"], working_dir=extra["working_dir"], command=extra["command"])
+        svc["sysctls"].update(extra["sysctls"])
+        svc["environment"].update(extra["environment"])
+        if extra["ulimits"]:
+            svc["ulimits"] = extra["ulimits"]
     return svc
 
 
@@ -111,11 +119,12 @@ def _network(spec: SwarmSpec, which: str) -> dict[str, Any]:
     }
 
 
-def render_compose(spec: SwarmSpec, image: str) -> dict[str, Any]:
-    """The Compose document for `spec`, with `image` for nodes that name none."""
+def render_compose(spec: SwarmSpec, image: str, cfs: CfsRuntime | None = None) -> dict[str, Any]:
+    """The Compose document for `spec`, with `image` for nodes that name none; cFS nodes get the image
+    and ulimits in `cfs` (swarm.cfs)."""
     return {
         "version": "2.4",
-        "services": {n.name: _service(spec, n, image) for n in plan_nodes(spec)},
+        "services": {n.name: _service(spec, n, image, cfs) for n in plan_nodes(spec)},
         "networks": {"isl": _network(spec, "isl"), "ground": _network(spec, "ground")},
     }
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .backends import REGISTRY, Backend, Progress, get_backend, no_progress, swarm_dir
+from .cfs import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs, ensure_cfs_image, host_ulimits
 from .errors import RuntimeFailure, SpecError
 from .host import ensure_neighbour_capacity
 from .probe import Capabilities, capabilities
@@ -125,6 +126,7 @@ class Swarm:
     # ------------------------------------------------------------------------------------------ up/down
     def up(self, ready_timeout: float | None = None) -> float:
         """Create, start and wait for every node; returns seconds taken. Rolls back on any failure."""
+        check_cfs(self.spec, self.nodes, self.backend.name)
         self.backend.check_available()
         self._check_conflicts()
         links = self.links if self.spec.links else None
@@ -134,6 +136,7 @@ class Swarm:
         ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
         if self.backend.name == "compose":
             self.image = self._ensure_images()
+            self._prepare_cfs()
         write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
                                                "spec": self.spec.model_dump(mode="json", exclude_none=True),
                                                "image": self.image, "created": time.time()})
@@ -141,6 +144,7 @@ class Swarm:
         try:
             self.backend.up(self.spec, self.nodes, self.image, self.progress)
             self._wait_ready(ready_timeout or 60 + 0.5 * len(self.nodes))
+            self._wait_cfs_operational(ready_timeout or 60 + 0.5 * len(self.nodes))
             if links:
                 links.apply_spec()
         except BaseException:
@@ -199,6 +203,42 @@ class Swarm:
             if node.spec.image and not self.runner.run(["docker", "image", "inspect", node.spec.image], check=False).ok:
                 raise SpecError(f"node {node.name!r}: image {node.spec.image!r} not found locally (no registry to pull from)")
         return ensure_image(self.runner, self.workdir, progress=self.message)
+
+    def _prepare_cfs(self) -> None:
+        """Build (or find) the cFS image of each install tree and hand them, with the ulimits this host
+        allows, to the compose backend."""
+        installs = sorted({n.spec.cfs.install for n in cfs_nodes(self.nodes)})
+        if not installs:
+            return
+        images = {inst: ensure_cfs_image(self.runner, self.workdir, self.image, inst, self.message) for inst in installs}
+        ulimits, lowered = host_ulimits()
+        if lowered:
+            self.message(f"cFS nodes: this host cannot raise resource limits (no CAP_SYS_RESOURCE); "
+                         f"lowered {', '.join(lowered)}")
+        self.backend.cfs = CfsRuntime(images=images, ulimits=ulimits)
+
+    def _wait_cfs_operational(self, timeout: float) -> None:
+        """Wait until every cFS node's log shows CFE_ES_Main entering OPERATIONAL state; raise NodeFailed
+        with the log tail when a node's process ends or the time is up."""
+        pending = cfs_nodes(self.nodes)
+        total = len(pending)
+        deadline = time.monotonic() + timeout
+        while pending:
+            self.progress(total - len(pending), total, "cFS nodes OPERATIONAL")
+            states = self.backend.node_states(self.name)
+            for node in list(pending):
+                if OPERATIONAL_LINE in self.backend.logs(self.name, node.name, tail=100_000):
+                    pending.remove(node)
+                elif states.get(node.name) != "running":
+                    raise NodeFailed(node.name, f"cFS process {states.get(node.name, 'missing')} before OPERATIONAL",
+                                     self.backend.logs(self.name, node.name))
+            if pending and time.monotonic() > deadline:
+                raise NodeFailed(pending[0].name, f"cFS not OPERATIONAL after {timeout:.0f} s",
+                                 self.backend.logs(self.name, pending[0].name))
+            if pending:
+                time.sleep(0.5)
+        if total:
+            self.progress(total, total, "cFS nodes OPERATIONAL")
 
     def _prober(self) -> NodePlan | None:
         """A node that can run fping: any node with netns (host tools), else one on the framework image."""

@@ -39,9 +39,15 @@ Progress = Callable[[str], None]
 def image_context_files(repo_root: str | os.PathLike) -> list[Path]:
     """All files that make up the node image, sorted: everything under images/node and flightsw,
     except __pycache__ folders and compiled Python files. Paths are absolute."""
-    root = Path(repo_root).resolve()
+    return tree_files(repo_root, CONTEXT_DIRS)
+
+
+def tree_files(root_dir: str | os.PathLike, rel_dirs: Iterable[str] = (".",)) -> list[Path]:
+    """Files under the folders `rel_dirs` of `root_dir` (default: all of it), sorted by relative path,
+    without __pycache__ folders and compiled Python files; a symlink to a folder counts as a file."""
+    root = Path(root_dir).resolve()
     files: list[Path] = []
-    for rel_dir in CONTEXT_DIRS:
+    for rel_dir in rel_dirs:
         top = root / rel_dir
         if not top.is_dir():
             continue
@@ -62,16 +68,22 @@ def content_hash(repo_root: str | os.PathLike, base_image: str = DEFAULT_BASE_IM
     A non-default `base_image` is mixed in too, so an image built on another base gets another tag.
     """
     root = Path(repo_root).resolve()
+    digest = files_digest(root, image_context_files(root))
+    if base_image != DEFAULT_BASE_IMAGE:
+        digest.update(b"base-image:" + base_image.encode())
+    return digest.hexdigest()[:12]
+
+
+def files_digest(root: Path, files: Iterable[Path]) -> "hashlib._Hash":
+    """sha256 over the path (relative to `root`) and bytes (a symlink: its target) of each file, in order."""
     digest = hashlib.sha256()
-    for path in image_context_files(root):
+    for path in files:
         data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
         rel = path.relative_to(root).as_posix().encode()
         # Length-prefixed fields: no two different file sets can feed the same byte stream.
         digest.update(b"%d:%s%d:" % (len(rel), rel, len(data)))
         digest.update(data)
-    if base_image != DEFAULT_BASE_IMAGE:
-        digest.update(b"base-image:" + base_image.encode())
-    return digest.hexdigest()[:12]
+    return digest
 
 
 def image_tag(repo_root: str | os.PathLike, base_image: str = DEFAULT_BASE_IMAGE) -> str:

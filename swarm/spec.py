@@ -8,6 +8,7 @@ is a `SpecError` whose one line names the field and the value.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -80,6 +81,30 @@ class Resources(_Strict):
         return v
 
 
+MAX_CFS_CPU_ID = 65535 - 1234 + 1  # CI_LAB listens on UDP 1234 + CPU ID - 1
+
+
+class CfsSpec(_Strict):
+    """A user's natively built cFS install tree (build/exe/cpu1) run on the node (swarm.cfs).
+
+    Node i (1-based, swarm-wide) gets CPU ID `cpu_id + i - 1` and spacecraft ID `spacecraft_id + i - 1`.
+    `install` is made absolute (relative to the current directory); that it holds core-cpu1 is checked
+    when the swarm comes up.
+    """
+
+    install: str
+    cpu_id: int = Field(1, ge=1, le=MAX_CFS_CPU_ID)
+    spacecraft_id: int = Field(0x42, ge=0, le=0xFFFFFFFF)  # 0x42: the cFS sample mission's
+    reset: Literal["PO", "PR"] = "PO"  # power-on or processor reset at start
+
+    @field_validator("install")
+    @classmethod
+    def _install(cls, v: str) -> str:
+        if not isinstance(v, str) or not v.strip():
+            raise ValueError(f"install {v!r}: expected the path of a cFS install tree (build/exe/cpu1)")
+        return str(Path(os.path.abspath(Path(v).expanduser())))
+
+
 class NodeTemplate(_Strict):
     """What nodes of one group share."""
 
@@ -88,6 +113,16 @@ class NodeTemplate(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     command: Optional[list[str]] = None
     resources: Resources = Resources()
+    cfs: Optional[CfsSpec] = None  # run a cFS build as the main process (compose backend)
+
+    @model_validator(mode="after")
+    def _cfs_alone(self) -> "NodeTemplate":
+        if self.cfs is not None:
+            for other in ("image", "command"):
+                if getattr(self, other) is not None:
+                    raise ValueError(f"cfs and {other} {getattr(self, other)!r}: a cFS node runs the framework's "
+                                     f"cFS image and core-cpu1; give one of them")
+        return self
 
     @field_validator("role")
     @classmethod
@@ -169,6 +204,7 @@ class SwarmSpec(_Strict):
                 raise ValueError(
                     f"networks.{label}.subnet {net.subnet!r}: too small for {len(resolved)} nodes (room for {room})"
                 )
+        _check_cfs_ids(resolved)
         if self.links is not None:  # node names, profiles and consistency (the engine is checked at `up`)
             try:
                 resolve_links(self.links, [n.name for n in resolved])
@@ -190,6 +226,24 @@ class SwarmSpec(_Strict):
             width = max(2, len(str(g.count)))
             out += [NodeSpec(name=f"{g.prefix}{i:0{width}d}", **fields) for i in range(1, g.count + 1)]
         return out
+
+
+def _check_cfs_ids(nodes: list["NodeSpec"]) -> None:
+    """cFS CPU and spacecraft IDs (base + node index - 1) must fit and differ between nodes."""
+    seen: dict[str, dict[int, str]] = {"cpu_id": {}, "spacecraft_id": {}}
+    limits = {"cpu_id": MAX_CFS_CPU_ID, "spacecraft_id": 0xFFFFFFFF}
+    for index, node in enumerate(nodes, start=1):
+        if node.cfs is None:
+            continue
+        for key, ids in seen.items():
+            value = getattr(node.cfs, key) + index - 1
+            if value > limits[key]:
+                raise ValueError(f"node {node.name!r}: cfs.{key} {getattr(node.cfs, key)} + index {index} - 1 = {value} "
+                                 f"is above {limits[key]}")
+            if value in ids:
+                raise ValueError(f"node {node.name!r}: cfs.{key} {value} is already node {ids[value]!r}'s; "
+                                 "give the groups bases that do not overlap")
+            ids[value] = node.name
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from ..cfs import CfsRuntime
 from ..compose import AGENT_COMMAND, LABEL_NODE, LABEL_SWARM, compose_yaml, container_name, project_name, render_compose
 from ..errors import CommandError, RuntimeFailure, SpecError
 from ..spec import NodePlan, SwarmSpec
@@ -25,6 +26,8 @@ class ComposeBackend(Backend):
     """Docker Compose on one host."""
 
     name = "compose"
+    #: Images and ulimits of cFS nodes, set by Swarm.up before `up` (swarm.cfs); empty without cFS nodes.
+    cfs: CfsRuntime = CfsRuntime()
 
     def check_available(self) -> None:
         if not self.caps.docker:
@@ -39,7 +42,7 @@ class ComposeBackend(Backend):
         """Render and write compose/<swarm>.yml; return its path."""
         path = self.compose_file(spec.name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(compose_yaml(render_compose(spec, image), source))
+        path.write_text(compose_yaml(render_compose(spec, image, self.cfs), source))
         return path
 
     def compose_argv(self, swarm: str, *args: str) -> list[str]:
