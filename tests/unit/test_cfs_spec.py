@@ -104,7 +104,7 @@ def test_compose_service_of_a_cfs_node(tmp_path):
     assert svc["ulimits"] == {"rtprio": 99, "msgqueue": -1}
     assert svc["environment"]["SWARM_CFS_CPU_ID"] == "6" and svc["environment"]["SWARM_CFS_CI_PORT"] == "1239"
     assert svc["environment"]["SWARM_NODE"] == "sat02"
-    assert svc["cap_add"] == ["NET_ADMIN", "NET_RAW"] and "privileged" not in svc
+    assert svc["cap_add"] == ["NET_ADMIN", "NET_RAW", "SYS_NICE"] and "privileged" not in svc
     plain = render_compose(spec_from_dict({"name": "cfx", "nodes": 2}), "swarm-emu/node:x", runtime)["services"]["sat01"]
     assert "ulimits" not in plain and "working_dir" not in plain and "fs.mqueue.msg_max" not in plain["sysctls"]
 
