@@ -481,9 +481,13 @@ class MuxTestRunner(TestRunner):
         failed: dict[str, str] = {}
         timeline = None
         try:
+            step_start = time.monotonic()
             self._step(procs, failed, {n: json.dumps(p) for n, p in plans.items()}, "listening")
+            slowest_step = time.monotonic() - step_start
             if test.protocol == "tcp":
+                step_start = time.monotonic()
                 connected = self._step(procs, failed, {n: "connect" for n in procs}, "connected")
+                slowest_step = max(slowest_step, time.monotonic() - step_start)
                 for node, reply in connected.items():
                     for fid, error in (reply.get("errors") or {}).items():
                         self.message(f"{fid}: {error}")
@@ -493,7 +497,9 @@ class MuxTestRunner(TestRunner):
 
                 timeline = FaultTimeline(self.swarm.links, self.exp.faults, test.test_id, self.store.run_id, self.message)
             with HostSampler() as sampler:
-                release = time.time() + _release_lead(len(flows))
+                # The instant must reach every engine before it passes: through `docker exec` on a loaded
+                # host that took seconds, so the lead grows with the slowest set-up round trip.
+                release = time.time() + min(30.0, max(_release_lead(len(flows)), 2 * slowest_step))
                 if timeline:
                     timeline.start(release)
                 for node, proc in procs.items():
