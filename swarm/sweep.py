@@ -484,13 +484,12 @@ class MuxTestRunner(TestRunner):
             step_start = time.monotonic()
             self._step(procs, failed, {n: json.dumps(p) for n, p in plans.items()}, "listening")
             slowest_step = time.monotonic() - step_start
-            if test.protocol == "tcp":
-                step_start = time.monotonic()
-                connected = self._step(procs, failed, {n: "connect" for n in procs}, "connected")
-                slowest_step = max(slowest_step, time.monotonic() - step_start)
-                for node, reply in connected.items():
-                    for fid, error in (reply.get("errors") or {}).items():
-                        self.message(f"{fid}: {error}")
+            step_start = time.monotonic()
+            connected = self._step(procs, failed, {n: "connect" for n in procs}, "connected")
+            slowest_step = max(slowest_step, time.monotonic() - step_start)
+            for node, reply in connected.items():
+                for fid, error in (reply.get("errors") or {}).items():
+                    self.message(f"{fid}: {error}")
             setup_s = time.monotonic() - t_start
             if self.exp.faults:
                 from .faults import FaultTimeline
