@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .apps import check_runnable
 from .backends import REGISTRY, Backend, Progress, get_backend, no_progress, swarm_dir
 from .errors import RuntimeFailure, SpecError
 from .host import ensure_neighbour_capacity
@@ -126,6 +127,8 @@ class Swarm:
     def up(self, ready_timeout: float | None = None) -> float:
         """Create, start and wait for every node; returns seconds taken. Rolls back on any failure."""
         self.backend.check_available()
+        check_runnable(self.spec.apps, self.backend.name,
+                       lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
         self._check_conflicts()
         links = self.links if self.spec.links else None
         if links:
