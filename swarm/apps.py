@@ -36,9 +36,14 @@ class AppSettings(BaseModel):
     @field_validator("domain_id", mode="before")
     @classmethod
     def _domain(cls, v):
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= DDS_DOMAIN_MAX:
-            raise ValueError(f"domain_id {v!r}: a DDS domain id is an integer 0..{DDS_DOMAIN_MAX}")
-        return v
+        return check_domain_id(v)
+
+
+def check_domain_id(v):
+    """`v` if it is a valid DDS domain id (an integer 0..232), else ValueError naming it."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= DDS_DOMAIN_MAX:
+        raise ValueError(f"domain_id {v!r}: a DDS domain id is an integer 0..{DDS_DOMAIN_MAX}")
+    return v
 
 
 def is_image(entry: str) -> bool:
