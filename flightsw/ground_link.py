@@ -29,7 +29,7 @@ CC_RESET_COUNTERS = 1
 CC_SET_RATE = 2  # payload: uint32 rate in millihertz
 CC_ENABLE_OUTPUT = 3  # payload: char[16] destination IPv4 (TO_LAB_EnableOutput's cDestIP)
 
-HK_FORMAT = "!IIIIIHHHH"  # cmd count, cmd errors, rate mHz, cycle, samples rx, peers heard, peers, delivery‰, agreement‰
+HK_FORMAT = "!IIIQIHHHH"  # cmd count, cmd errors, rate mHz, cycle, samples rx, peers heard, peers, delivery‰, agreement‰
 HK_FIELDS = ("command_count", "command_errors", "rate_mhz", "cycle", "samples_received", "peers_heard", "peers",
              "delivery_permille", "agreement_permille")
 
@@ -112,7 +112,7 @@ def parse_telemetry(data: bytes) -> Telemetry:
 
 def hk_payload(**values: int) -> bytes:
     """Housekeeping payload from HK_FIELDS values (clamped to their field widths)."""
-    limits = [0xFFFFFFFF] * 5 + [0xFFFF] * 4
+    limits = [0xFFFFFFFF] * 3 + [2**64 - 1, 0xFFFFFFFF] + [0xFFFF] * 4
     return struct.pack(HK_FORMAT, *(max(0, min(int(values.get(k, 0)), lim)) for k, lim in zip(HK_FIELDS, limits)))
 
 
