@@ -38,10 +38,27 @@ PLAN_COLUMNS = ["node", "cycle", "cycle_ts", "digest", "inputs", "own_targets", 
                 "skipped"]
 
 
-def cyclone_uri(isl_ip: str) -> str:
-    """Cyclone DDS configuration binding it to the interface holding `isl_ip`."""
-    return ("<CycloneDDS><Domain id=\"any\"><General><Interfaces>"
-            f"<NetworkInterface address=\"{isl_ip}\"/></Interfaces></General></Domain></CycloneDDS>")
+def cyclone_uri(isl_ip: str, unicast_peers: list[str] | None = None) -> str:
+    """Cyclone DDS configuration binding it to the interface holding `isl_ip`; with `unicast_peers`, multicast
+    is off and participants are discovered by unicast to those addresses."""
+    general = f"<Interfaces><NetworkInterface address=\"{isl_ip}\"/></Interfaces>"
+    discovery = ""
+    if unicast_peers is not None:
+        general += "<AllowMulticast>false</AllowMulticast>"
+        peers = "".join(f"<Peer address=\"{ip}\"/>" for ip in unicast_peers)
+        discovery = f"<Discovery><ParticipantIndex>auto</ParticipantIndex><Peers>{peers}</Peers></Discovery>"
+    return f"<CycloneDDS><Domain id=\"any\"><General>{general}</General>{discovery}</Domain></CycloneDDS>"
+
+
+def use_multicast(setting: str) -> bool:
+    """SWARM_APP_MULTICAST: 1 / 0, or auto: multicast except in a Docker container, whose internal bridge
+    network drops packets to addresses outside its subnet (Docker's isolation rules, with br_netfilter),
+    multicast groups included."""
+    if setting in ("1", "true"):
+        return True
+    if setting in ("0", "false"):
+        return False
+    return not Path("/.dockerenv").exists()
 
 
 class CsvLog:
@@ -70,6 +87,8 @@ class Config:
     targets: int
     window_s: float
     out: Path
+    multicast: bool = True
+    peer_ips: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env=os.environ) -> "Config":
@@ -77,16 +96,19 @@ class Config:
         peers = [p for p in env.get("SWARM_PEERS", "").split(",") if p and p != node]
         targets = int(env.get("SWARM_APP_TARGETS", "0") or 0) or len(peers) + 1
         out = Path(env.get("SWARM_APP_OUT") or env.get("SWARM_RUN_DIR") or "/run/swarm")
-        return cls(node, env.get("SWARM_ISL_IP", "127.0.0.1"), env.get("SWARM_GROUND_IP", "0.0.0.0"), peers,
+        isl_ip = env.get("SWARM_ISL_IP", "127.0.0.1")
+        peer_ips = tuple(ip for ip in env.get("SWARM_PEER_IPS", "").split(",") if ip and ip != isl_ip)
+        return cls(node, isl_ip, env.get("SWARM_GROUND_IP", "0.0.0.0"), peers,
                    float(env.get("SWARM_APP_RATE_HZ", "10")), int(env.get("SWARM_DDS_DOMAIN", "0")), targets,
-                   float(env.get("SWARM_APP_WINDOW_S", "1")), out)
+                   float(env.get("SWARM_APP_WINDOW_S", "1")), out,
+                   use_multicast(env.get("SWARM_APP_MULTICAST", "auto")), peer_ips)
 
 
 class SwarmApp:
     """One node's app: DDS entities, ground socket, the cycle loop."""
 
     def __init__(self, cfg: Config):
-        os.environ.setdefault("CYCLONEDDS_URI", cyclone_uri(cfg.isl_ip))
+        os.environ.setdefault("CYCLONEDDS_URI", cyclone_uri(cfg.isl_ip, None if cfg.multicast else list(cfg.peer_ips)))
         from cyclonedds.core import Policy, Qos, ReadCondition, WaitSet, SampleState, ViewState, InstanceState
         from cyclonedds.domain import DomainParticipant
         from cyclonedds.pub import DataWriter
@@ -135,7 +157,8 @@ class SwarmApp:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         print(f"swarm-app: {self.cfg.node} isl {self.cfg.isl_ip} domain {self.cfg.domain_id} "
-              f"rate {self.cfg.rate_hz:g} Hz, {len(self.cfg.peers)} peers, {self.cfg.targets} targets", flush=True)
+              f"rate {self.cfg.rate_hz:g} Hz, {len(self.cfg.peers)} peers, {self.cfg.targets} targets, "
+              f"{'multicast' if self.cfg.multicast else 'unicast'} discovery", flush=True)
         next_hk = time.time() + 1.0
         while not self.stop:
             boundary = (self.cycle + 1) * self.period

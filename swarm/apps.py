@@ -4,15 +4,15 @@
 apps: [swarm-app]            # the reference app (flightsw/swarm_app.py): Cyclone DDS on the ISL network,
                              # CCSDS commands/telemetry on the ground network (UDP 1234 / 1235)
 # apps: [my-flightsw:1.2]    # or a user's image (name:tag, local; compose backend): the node image of every node
-app: {rate_hz: 10, domain_id: 0, targets: 0, window_s: 1}   # targets 0: one per node
+app: {rate_hz: 10, domain_id: 0, targets: 0, window_s: 1, multicast: null}   # targets 0: one per node
 ```
 Every node gets the settings as environment variables (SWARM_APPS, SWARM_DDS_DOMAIN, SWARM_APP_RATE_HZ,
-SWARM_APP_TARGETS, SWARM_APP_WINDOW_S, SWARM_PEERS), a user's image included, so its software can use them.
+SWARM_APP_TARGETS, SWARM_APP_WINDOW_S, SWARM_APP_MULTICAST, SWARM_PEERS, SWARM_PEER_IPS: every node's ISL address), a user's image included, so its software can use them.
 """
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Callable, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -32,6 +32,9 @@ class AppSettings(BaseModel):
     domain_id: int = 0
     targets: int = Field(0, ge=0, le=10000)
     window_s: float = Field(1.0, gt=0, le=60)
+    # DDS over multicast (one send reaches every peer) or unicast to every peer's ISL address. None: multicast,
+    # except inside Docker containers, whose internal networks drop multicast (see flightsw/swarm_app.py).
+    multicast: Optional[bool] = None
 
     @field_validator("domain_id", mode="before")
     @classmethod
@@ -76,13 +79,16 @@ def app_image(apps: list[str]) -> str | None:
     return next((a for a in apps if is_image(a)), None)
 
 
-def app_environment(apps: list[str], settings: AppSettings, node_names: list[str]) -> dict[str, str]:
+def app_environment(apps: list[str], settings: AppSettings, node_names: list[str],
+                    isl_ips: list[str]) -> dict[str, str]:
     """Environment variables every node gets for its apps (empty when there are none)."""
     if not apps:
         return {}
+    multicast = "auto" if settings.multicast is None else str(int(settings.multicast))
     return {"SWARM_APPS": ",".join(apps), "SWARM_DDS_DOMAIN": str(settings.domain_id),
             "SWARM_APP_RATE_HZ": f"{settings.rate_hz:g}", "SWARM_APP_TARGETS": str(settings.targets),
-            "SWARM_APP_WINDOW_S": f"{settings.window_s:g}", "SWARM_PEERS": ",".join(node_names)}
+            "SWARM_APP_WINDOW_S": f"{settings.window_s:g}", "SWARM_APP_MULTICAST": multicast,
+            "SWARM_PEERS": ",".join(node_names), "SWARM_PEER_IPS": ",".join(isl_ips)}
 
 
 def check_runnable(apps: list[str], backend: str, image_exists: Callable[[str], bool]) -> None:

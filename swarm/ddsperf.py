@@ -161,10 +161,17 @@ def plan_tests(exp: DdsperfExperiment) -> list[DdsTest]:
             for k in range(1, exp.repeats + 1)]
 
 
-def cyclone_uri(isl_ip: str) -> str:
-    """Cyclone DDS configuration binding it to the interface holding `isl_ip` (as flightsw/swarm_app.py does)."""
-    return ("<CycloneDDS><Domain id=\"any\"><General><Interfaces>"
-            f"<NetworkInterface address=\"{isl_ip}\"/></Interfaces></General></Domain></CycloneDDS>")
+def cyclone_uri(isl_ip: str, unicast_peers: list[str] | None = None) -> str:
+    """Cyclone DDS configuration binding it to the interface holding `isl_ip`; with `unicast_peers`, multicast is
+    off and participants are discovered by unicast to those addresses (the node software, which runs without
+    this package, has its own copy in flightsw/swarm_app.py)."""
+    general = f"<Interfaces><NetworkInterface address=\"{isl_ip}\"/></Interfaces>"
+    discovery = ""
+    if unicast_peers is not None:
+        general += "<AllowMulticast>false</AllowMulticast>"
+        peers = "".join(f"<Peer address=\"{ip}\"/>" for ip in unicast_peers)
+        discovery = f"<Discovery><ParticipantIndex>auto</ParticipantIndex><Peers>{peers}</Peers></Discovery>"
+    return f"<CycloneDDS><Domain id=\"any\"><General>{general}</General>{discovery}</Domain></CycloneDDS>"
 
 
 def initwait(size: int) -> float:
@@ -172,9 +179,13 @@ def initwait(size: int) -> float:
     return 10 + 0.2 * size
 
 
-def ddsperf_argv(exp: DdsperfExperiment, test: DdsTest, node: NodePlan, sender: bool) -> list[str]:
-    """The ddsperf command one node runs in `test` (pure). Receivers run until stopped (bounded by -D)."""
-    argv = ["env", f"CYCLONEDDS_URI={cyclone_uri(node.isl_ip)}", "ddsperf", "-i", str(exp.domain_id)]
+def ddsperf_argv(exp: DdsperfExperiment, test: DdsTest, node: NodePlan, sender: bool,
+                 unicast_peers: list[str] | None = None) -> list[str]:
+    """The ddsperf command one node runs in `test` (pure). Receivers run until stopped (bounded by -D).
+    `unicast_peers`: discover these addresses by unicast, multicast off (the compose backend's internal
+    Docker network drops multicast)."""
+    uri = cyclone_uri(node.isl_ip, unicast_peers)
+    argv = ["env", f"CYCLONEDDS_URI={uri}", "ddsperf", "-i", str(exp.domain_id)]
     if not exp.reliable and test.measure == "throughput":
         argv.append("-u")
     if not sender:
@@ -255,10 +266,12 @@ def run_test(swarm, exp: DdsperfExperiment, test: DdsTest, raw_dir: Path, run_id
     raw_dir.mkdir(parents=True, exist_ok=True)
     sender, receivers = swarm.nodes[0], swarm.nodes[1:test.size]
     prefix = lambda n: swarm.backend.exec_prefix(swarm.name, n.name)  # noqa: E731
-    procs = {n.name: swarm.runner.start(prefix(n) + ddsperf_argv(exp, test, n, False),
+    unicast = [n.isl_ip for n in swarm.nodes[:test.size]] if swarm.backend.name == "compose" else None
+    procs = {n.name: swarm.runner.start(prefix(n) + ddsperf_argv(exp, test, n, False, unicast),
                                         stdout_path=str(raw_dir / f"{n.name}.txt")) for n in receivers}
     timeout = initwait(test.size) + exp.duration + 30
-    res = swarm.runner.run(prefix(sender) + ddsperf_argv(exp, test, sender, True), check=False, timeout=timeout)
+    res = swarm.runner.run(prefix(sender) + ddsperf_argv(exp, test, sender, True, unicast), check=False,
+                           timeout=timeout)
     (raw_dir / f"{sender.name}.txt").write_text(res.stdout + res.stderr)
     time.sleep(1.5)  # the subscribers' last per-second line
     for proc in procs.values():

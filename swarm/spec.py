@@ -189,7 +189,8 @@ class SwarmSpec(_Strict):
         nodes = self._member_nodes()
         if not self.apps:
             return nodes
-        env, image = app_environment(self.apps, self.app, [n.name for n in nodes]), app_image(self.apps)
+        isl_ips = [node_address(self.networks.isl.subnet, i) for i in range(1, len(nodes) + 1)]
+        env, image = app_environment(self.apps, self.app, [n.name for n in nodes], isl_ips), app_image(self.apps)
         return [n.model_copy(update={"env": {**env, **n.env}, "image": n.image or image}) for n in nodes]
 
     def _member_nodes(self) -> list[NodeSpec]:

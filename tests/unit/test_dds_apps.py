@@ -19,6 +19,7 @@ def test_swarm_app_environment_on_every_node():
     env = nodes[1].env
     assert env["SWARM_APPS"] == "swarm-app" and env["SWARM_DDS_DOMAIN"] == "5" and env["SWARM_APP_RATE_HZ"] == "20"
     assert env["SWARM_PEERS"] == "sat01,sat02,sat03"
+    assert env["SWARM_PEER_IPS"] == "10.158.0.2,10.158.0.3,10.158.0.4" and env["SWARM_APP_MULTICAST"] == "auto"
     assert env["SWARM_APP_TARGETS"] == "9"  # the user's own env wins
     assert all(n.image is None for n in nodes)
 

@@ -84,6 +84,10 @@ def test_argv_of_sender_and_receivers():
     ping = ddsperf_argv(exp, tests["n004-latency-64-inf-r1"], nodes[0], sender=True)
     assert ping[-3:] == ["ping", "size", "64"] and "-u" not in ping  # inf: ping-pong as fast as answers come
     assert ddsperf_argv(exp, tests["n004-latency-64-1kHz-r1"], nodes[1], sender=False)[-1] == "pong"
+    # compose: multicast off, unicast discovery of the test's nodes
+    uni = ddsperf_argv(exp, tests["n004-latency-64-1kHz-r1"], nodes[1], False, [n.isl_ip for n in nodes])[1]
+    assert "<AllowMulticast>false</AllowMulticast>" in uni and uni.count("<Peer address=") == 4
+    assert '<Peer address="10.156.0.5"/>' in uni
 
 
 @pytest.mark.parametrize("change, message", [

@@ -88,3 +88,18 @@ def test_window_stats_reports_silent_peers_and_clips_before_start():
     rows = {r["peer"]: r for r in st.close_before(11, first_cycle=105)}
     assert rows["sat02"]["expected"] == 10 and rows["sat02"]["delivery_ratio"] == 1.0  # cycles 105..109 only
     assert rows["sat03"]["received"] == 0 and rows["sat03"]["delivery_ratio"] == 0.0  # partitioned: still a row
+
+
+def test_cyclone_configuration_of_the_app():
+    import swarm_app
+
+    uri = swarm_app.cyclone_uri("10.150.0.2")
+    assert '<NetworkInterface address="10.150.0.2"/>' in uri and "AllowMulticast" not in uri
+    uni = swarm_app.cyclone_uri("10.150.0.2", ["10.150.0.3", "10.150.0.4"])
+    assert "<AllowMulticast>false</AllowMulticast>" in uni and '<Peer address="10.150.0.4"/>' in uni
+    assert swarm_app.use_multicast("1") and not swarm_app.use_multicast("0")
+    cfg = swarm_app.Config.from_env({"SWARM_NODE": "sat02", "SWARM_ISL_IP": "10.150.0.3", "SWARM_PEERS": "sat01,sat02,sat03",
+                                     "SWARM_PEER_IPS": "10.150.0.2,10.150.0.3,10.150.0.4", "SWARM_APP_MULTICAST": "0",
+                                     "SWARM_APP_OUT": "/tmp/x"})
+    assert cfg.peers == ["sat01", "sat03"] and cfg.peer_ips == ("10.150.0.2", "10.150.0.4")
+    assert cfg.targets == 3 and cfg.rate_hz == 10 and cfg.multicast is False
