@@ -63,13 +63,18 @@ class Command:
     payload: bytes
 
 
-def parse_command(data: bytes) -> Command:
-    """The command in `data`; PacketError if it is not a complete command with a valid checksum."""
+def _header(data: bytes) -> tuple[SpacePacketHeader, int]:
+    """The primary header of `data` and the packet's total length in bytes."""
     try:
         header = SpacePacketHeader.unpack(data)
     except ValueError as exc:
         raise PacketError(f"not a space packet: {exc}") from None
-    total = 6 + header.data_len + 1
+    return header, 6 + header.data_len + 1
+
+
+def parse_command(data: bytes) -> Command:
+    """The command in `data`; PacketError if it is not a complete command with a valid checksum."""
+    header, total = _header(data)
     if header.packet_type != PacketType.TC or not header.sec_header_flag:
         raise PacketError("not a command with a secondary header")
     if len(data) < total or total < 8:
@@ -99,11 +104,7 @@ class Telemetry:
 
 def parse_telemetry(data: bytes) -> Telemetry:
     """The telemetry packet in `data`; PacketError if it is not one."""
-    try:
-        header = SpacePacketHeader.unpack(data)
-    except ValueError as exc:
-        raise PacketError(f"not a space packet: {exc}") from None
-    total = 6 + header.data_len + 1
+    header, total = _header(data)
     if header.packet_type != PacketType.TM or not header.sec_header_flag or len(data) < total or total < 12:
         raise PacketError("not a complete telemetry packet with a time stamp")
     seconds, sub = struct.unpack("!IH", data[6:12])

@@ -243,7 +243,7 @@ def write_app_report(run_dir: Path) -> dict[str, Path]:
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from .report import _report_html, _report_md
+    from .ddsperf import write_pages
 
     run_dir = Path(run_dir)
     if not (run_dir / "peers.csv").exists():
@@ -282,8 +282,4 @@ def write_app_report(run_dir: Path) -> dict[str, Path]:
     intro = ("Delivery ratio: samples received / samples the peers should have sent (two topics per cycle), per "
              "directed pair and window of send cycles. Agreement: per cycle, the share of nodes whose plan equals "
              "the most common plan. Latency: receive minus send time on the shared host clock.")
-    paths["report_md"] = out / "report.md"
-    paths["report_md"].write_text(_report_md(title, intro, host, warnings, sections))
-    paths["report_html"] = out / "report.html"
-    paths["report_html"].write_text(_report_html(title, intro, host, warnings, sections))
-    return paths
+    return {**paths, **write_pages(out, title, intro, host, warnings, sections)}

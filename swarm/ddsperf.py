@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .apps import check_domain_id
 from .errors import SpecError
-from .spec import MAX_NODES, NodePlan, SwarmSpec, _check_name, spec_from_dict, validate_document
+from .spec import NodePlan, SwarmSpec, _check_name, spec_from_dict, validate_document
 
 SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?$")
 RATE_RE = re.compile(r"^(inf|\d+(?:\.\d+)?(?:Hz|kHz)?)$")
@@ -88,12 +88,9 @@ class DdsperfExperiment(BaseModel):
     @field_validator("sizes")
     @classmethod
     def _sizes(cls, v: list[int]) -> list[int]:
-        if not v:
-            raise ValueError("sizes: give at least one swarm size")
-        for n in v:
-            if not 2 <= n <= MAX_NODES:
-                raise ValueError(f"size {n}: a swarm has 2 to {MAX_NODES} nodes")
-        return v
+        from .experiment import ExperimentSpec
+
+        return ExperimentSpec._sizes(v)  # the iperf3 sweep's rule for swarm sizes
 
     @field_validator("sample_sizes")
     @classmethod
@@ -367,12 +364,20 @@ def summary_table(rows) -> "Any":
     return pd.DataFrame(out)
 
 
+def write_pages(out: Path, title: str, intro: str, host: dict, warnings: list[str], sections: list) -> dict[str, Path]:
+    """report.md and report.html in `out`, laid out as the iperf3 sweep's (swarm.report)."""
+    from .report import _report_html, _report_md
+
+    (out / "report.md").write_text(_report_md(title, intro, host, warnings, sections))
+    (out / "report.html").write_text(_report_html(title, intro, host, warnings, sections))
+    return {"report_md": out / "report.md", "report_html": out / "report.html"}
+
+
 def write_ddsperf_report(run_dir: Path) -> dict[str, Path]:
     """Tables (CSV) and figures (PNG) of a ddsperf run, and report.md / report.html, in run_dir/report/."""
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from .report import _report_html, _report_md
 
     run_dir = Path(run_dir)
     path = run_dir / "ddsperf.csv"
@@ -416,11 +421,7 @@ def write_ddsperf_report(run_dir: Path) -> dict[str, Path]:
              "every other node answers. Figures over whole seconds of each run; raw ddsperf output under raw/.")
     warnings = [f"{int(r.receivers - r.nodes_ok)} of {int(r.receivers)} receivers measured nothing in {r.test_id}"
                 for r in pd.read_csv(tests).itertuples() if r.nodes_ok < r.receivers] if tests.exists() else []
-    paths["report_md"] = out / "report.md"
-    paths["report_md"].write_text(_report_md(title, intro, host, warnings, sections))
-    paths["report_html"] = out / "report.html"
-    paths["report_html"].write_text(_report_html(title, intro, host, warnings, sections))
-    return paths
+    return {**paths, **write_pages(out, title, intro, host, warnings, sections)}
 
 
 def load_ddsperf(path: str | Path) -> DdsperfExperiment:
