@@ -22,9 +22,11 @@ from __future__ import annotations
 import csv
 import math
 import os
+import queue
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,7 +134,11 @@ class SwarmApp:
         self.plan_log = CsvLog(cfg.out / f"{cfg.node}.plans.csv", PLAN_COLUMNS)
         self.ground = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.ground.bind((cfg.ground_ip, gl.CI_LAB_PORT))
-        self.ground.setblocking(False)
+        # Commands are read by a thread of their own and executed by the cycle loop at its next wake-up, so
+        # the loop sleeps in the DDS wait set until data or the cycle boundary (no polling: at 100 nodes
+        # every wake-up of every node costs CPU the host does not have).
+        self.commands: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._receive_commands, name="ci_lab", daemon=True).start()
         self.tlm_dest: str | None = None
         self.counters = {"command_count": 0, "command_errors": 0, "samples_received": 0}
         self.tlm_seq = 0
@@ -163,9 +169,9 @@ class SwarmApp:
         while not self.stop:
             boundary = (self.cycle + 1) * self.period
             while not self.stop and (now := time.time()) < boundary:
-                self.waitset.wait(int(min(boundary - now, 0.05) * 1e9) + 1)
+                self.waitset.wait(int((boundary - now) * 1e9) + 1)
                 self._take()
-                self._commands()
+            self._commands()
             if self.stop:
                 break
             if self.rate_changed:
@@ -250,11 +256,18 @@ class SwarmApp:
         self.peer_log.write(self.stats.close_before(self.stats.window_of(self.cycle) + 1, self.first_cycle))
 
     # ------------------------------------------------------------------------------------------ ground
+    def _receive_commands(self) -> None:
+        while True:
+            data, _addr = self.ground.recvfrom(2048)
+            self.commands.put(data)
+
     def _commands(self) -> None:
+        """Execute the commands received since the last cycle (at the cycle boundary, like a cFS app's
+        command pipe read once per wake-up)."""
         while True:
             try:
-                data, _addr = self.ground.recvfrom(2048)
-            except BlockingIOError:
+                data = self.commands.get_nowait()
+            except queue.Empty:
                 return
             try:
                 cmd = gl.parse_command(data)

@@ -95,12 +95,15 @@ class WindowStats:
     seen: dict = field(default_factory=lambda: defaultdict(set))
     latency: dict = field(default_factory=lambda: defaultdict(list))
     age: dict = field(default_factory=lambda: defaultdict(list))
+    closed_below: int | None = None  # windows below this one are closed
 
     def window_of(self, cycle: int) -> int:
         return cycle // self.window_cycles
 
     def received(self, peer: str, topic: int, cycle: int, latency_s: float) -> None:
         key = (self.window_of(cycle), peer)
+        if self.closed_below is not None and key[0] < self.closed_below:
+            return  # too late: its window was reported already
         self.seen[key].add((topic, cycle))
         self.latency[key].append(latency_s)
 
@@ -109,11 +112,11 @@ class WindowStats:
         self.age[(self.window_of(cycle), peer)].append(age_s)
 
     def close_before(self, window: int, first_cycle: int = 0) -> list[dict]:
-        """Rows of every open window below `window`; cycles before `first_cycle` (before the app ran) are not
-        expected."""
-        open_windows = sorted({w for w, _ in list(self.seen) + list(self.age) if w < window})
+        """Rows of every window below `window` not closed yet, from the one holding `first_cycle` (the app's
+        start: earlier cycles are not expected) on; a peer heard nothing from gets its row too (received 0)."""
+        start_window = self.window_of(first_cycle) if self.closed_below is None else self.closed_below
         rows = []
-        for w in open_windows:
+        for w in range(start_window, window):
             start = max(w * self.window_cycles, first_cycle)
             cycles = (w + 1) * self.window_cycles - start
             if cycles <= 0:
@@ -130,8 +133,10 @@ class WindowStats:
                              "latency_max_ms": _r(max(lat, default=math.nan)),
                              "age_mean_ms": _r(sum(age) / len(age) if age else math.nan),
                              "age_max_ms": _r(max(age, default=math.nan))})
-            for key in [k for k in list(self.seen) + list(self.latency) + list(self.age) if k[0] == w]:
-                self.seen.pop(key, None), self.latency.pop(key, None), self.age.pop(key, None)
+        self.closed_below = max(window, start_window)
+        for store in (self.seen, self.latency, self.age):  # samples of closed windows (late, or from non-peers)
+            for key in [k for k in store if k[0] < self.closed_below]:
+                del store[key]
         return rows
 
 

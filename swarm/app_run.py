@@ -120,7 +120,7 @@ def run_app_experiment(exp: AppExperiment, results_root: Path, *, backend: str |
     timeline = None
     try:
         message(f"run folder: {store.dir}")
-        swarm.up()
+        swarm.up(ready_timeout=60 + 2 * exp.nodes)  # every node starts a DDS participant: slow on a small host
         try:
             (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
             end_warmup = time.time() + exp.warmup

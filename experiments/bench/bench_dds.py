@@ -18,6 +18,7 @@ import pandas as pd
 
 from swarm.app_run import experiment_from_dict as app_experiment
 from swarm.app_run import run_app_experiment
+from swarm.core import NodeFailed
 from swarm.ddsperf import experiment_from_dict as ddsperf_experiment
 from swarm.ddsperf import run_ddsperf_sweep, summary_table
 from swarm.report import markdown_table
@@ -33,8 +34,12 @@ def bench_app(size: int, seconds: float, out: Path) -> dict:
                           "warmup": 5 + 0.1 * size, "backend": "netns", "app": {"rate_hz": 10},
                           "swarm": {"networks": NETS}})
     t = time.monotonic()
-    with HostSampler() as sampler:
-        run_dir = run_app_experiment(exp, out, message=lambda m: print(f"  {m}", flush=True))
+    try:
+        with HostSampler() as sampler:
+            run_dir = run_app_experiment(exp, out, message=lambda m: print(f"  {m}", flush=True))
+    except NodeFailed as exc:  # the size this host cannot carry: say why, go on with the others
+        print(f"  {exc}\n  --- its log:\n{exc.logs}", flush=True)
+        return {"nodes": size, "error": str(exc), "wall_s": round(time.monotonic() - t, 1), "run_dir": ""}
     peers = pd.read_csv(run_dir / "peers.csv")
     steady = peers[(peers["t"] >= 0) & (peers["t"] + peers["window_s"] <= seconds)]
     plans = pd.read_csv(run_dir / "plans.csv")

@@ -70,14 +70,14 @@ def test_window_stats_counts_expected_and_received_per_peer():
             st.received("sat03", 0, c, 0.002)
     st.received("sat02", 0, 105, 0.001)  # a duplicate counts once
     st.data_age("sat02", 105, 0.1)
-    assert st.close_before(10) == []  # window 10 (cycles 100..109) still open
-    rows = {r["peer"]: r for r in st.close_before(11)}
+    assert st.close_before(10, first_cycle=100) == []  # window 10 (cycles 100..109) still open
+    rows = {r["peer"]: r for r in st.close_before(11, first_cycle=100)}
     assert rows["sat02"]["expected"] == 20 and rows["sat02"]["received"] == 20 and rows["sat02"]["delivery_ratio"] == 1.0
     assert rows["sat03"]["received"] == 5 and rows["sat03"]["delivery_ratio"] == 0.25
     assert rows["sat02"]["latency_max_ms"] == 3.0 and rows["sat02"]["age_max_ms"] == 100.0
     assert rows["sat03"]["age_mean_ms"] == ""  # no age recorded
     assert rows["sat02"]["window_start"] == 10.0 and rows["sat02"]["window_s"] == 1.0
-    assert st.close_before(11) == []  # closed once
+    assert st.close_before(11, first_cycle=100) == []  # closed once
 
 
 def test_window_stats_reports_silent_peers_and_clips_before_start():
@@ -103,3 +103,13 @@ def test_cyclone_configuration_of_the_app():
                                      "SWARM_APP_OUT": "/tmp/x"})
     assert cfg.peers == ["sat01", "sat03"] and cfg.peer_ips == ("10.150.0.2", "10.150.0.4")
     assert cfg.targets == 3 and cfg.rate_hz == 10 and cfg.multicast is False
+
+
+def test_window_stats_reports_windows_nobody_was_heard_in():
+    st = sl.WindowStats("sat01", ["sat02"], rate_hz=10, window_cycles=10)
+    rows = st.close_before(13, first_cycle=100)  # cut off from the start: windows 10, 11, 12 all empty
+    assert [(r["window_start"], r["received"], r["expected"]) for r in rows] == [(10.0, 0, 20), (11.0, 0, 20), (12.0, 0, 20)]
+    st.received("sat02", 0, 125, 0.001)  # late sample of a closed window: not counted anywhere
+    st.received("sat02", 0, 131, 0.001)
+    rows = st.close_before(14, first_cycle=100)
+    assert [(r["window_start"], r["received"]) for r in rows] == [(13.0, 1)]
