@@ -20,6 +20,7 @@ address; housekeeping telemetry goes once a second to UDP 1235 of the address an
 from __future__ import annotations
 
 import csv
+import faulthandler
 import math
 import os
 import queue
@@ -53,9 +54,9 @@ def cyclone_uri(isl_ip: str, unicast_peers: list[str] | None = None) -> str:
 
 
 def use_multicast(setting: str) -> bool:
-    """SWARM_APP_MULTICAST: 1 / 0, or auto: multicast except in a Docker container, whose internal bridge
-    network drops packets to addresses outside its subnet (Docker's isolation rules, with br_netfilter),
-    multicast groups included."""
+    """SWARM_APP_MULTICAST: 1 / 0 (the framework sets it per backend), or auto: multicast except in a Docker
+    container, whose internal bridge network drops packets to addresses outside its subnet (Docker's isolation
+    rules, with br_netfilter), multicast groups included."""
     if setting in ("1", "true"):
         return True
     if setting in ("0", "false"):
@@ -317,6 +318,7 @@ class SwarmApp:
 
 
 def main() -> int:
+    faulthandler.enable()  # a crash inside the DDS library leaves a trace in the node's log
     return SwarmApp(Config.from_env()).run()
 
 

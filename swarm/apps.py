@@ -32,8 +32,8 @@ class AppSettings(BaseModel):
     domain_id: int = 0
     targets: int = Field(0, ge=0, le=10000)
     window_s: float = Field(1.0, gt=0, le=60)
-    # DDS over multicast (one send reaches every peer) or unicast to every peer's ISL address. None: multicast,
-    # except inside Docker containers, whose internal networks drop multicast (see flightsw/swarm_app.py).
+    # DDS over multicast (one send reaches every peer) or unicast to every peer's ISL address. None: chosen by
+    # the backend (with_backend_defaults): multicast with netns, unicast with compose.
     multicast: Optional[bool] = None
 
     @field_validator("domain_id", mode="before")
@@ -89,6 +89,14 @@ def app_environment(apps: list[str], settings: AppSettings, node_names: list[str
             "SWARM_APP_RATE_HZ": f"{settings.rate_hz:g}", "SWARM_APP_TARGETS": str(settings.targets),
             "SWARM_APP_WINDOW_S": f"{settings.window_s:g}", "SWARM_APP_MULTICAST": multicast,
             "SWARM_PEERS": ",".join(node_names), "SWARM_PEER_IPS": ",".join(isl_ips)}
+
+
+def with_backend_defaults(spec, backend: str):
+    """`spec` with the app settings left to the backend decided: multicast on the netns backend (Linux bridges
+    pass it), unicast on compose (Docker's internal networks drop multicast with br_netfilter on)."""
+    if not spec.apps or spec.app.multicast is not None:
+        return spec
+    return spec.model_copy(update={"app": spec.app.model_copy(update={"multicast": backend != "compose"})})
 
 
 def check_runnable(apps: list[str], backend: str, image_exists: Callable[[str], bool]) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .apps import check_runnable
+from .apps import check_runnable, with_backend_defaults
 from .backends import REGISTRY, Backend, Progress, get_backend, no_progress, swarm_dir
 from .errors import RuntimeFailure, SpecError
 from .host import ensure_neighbour_capacity
@@ -82,6 +82,7 @@ class Swarm:
         self.caps = caps or capabilities()
         self.workdir = workdir or default_workdir()
         self.backend: Backend = get_backend(backend or spec.backend, self.runner, self.caps, self.workdir)
+        self.spec = spec = with_backend_defaults(spec, self.backend.name)
         self.nodes: list[NodePlan] = plan_nodes(spec)
         self.progress = progress
         self.keep_on_failure = keep_on_failure

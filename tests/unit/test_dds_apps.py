@@ -92,3 +92,14 @@ def test_agreement_per_cycle():
                           "digest": ["a", "a", "b", "b", "c", "c", "c"]})
     got = agreement_per_cycle(plans)
     assert got["agreement"].tolist() == [0.5, 1.0] and got["nodes"].tolist() == [4, 3]
+
+
+def test_multicast_is_decided_by_the_backend_unless_given():
+    from swarm.apps import with_backend_defaults
+
+    spec = spec_from_dict({**BASE, "apps": ["swarm-app"]})
+    assert with_backend_defaults(spec, "netns").resolved_nodes()[0].env["SWARM_APP_MULTICAST"] == "1"
+    assert with_backend_defaults(spec, "compose").resolved_nodes()[0].env["SWARM_APP_MULTICAST"] == "0"
+    pinned = spec_from_dict({**BASE, "apps": ["swarm-app"], "app": {"multicast": False}})
+    assert with_backend_defaults(pinned, "netns").resolved_nodes()[0].env["SWARM_APP_MULTICAST"] == "0"
+    assert with_backend_defaults(spec_from_dict(BASE), "netns") == spec_from_dict(BASE)
