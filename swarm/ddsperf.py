@@ -194,6 +194,16 @@ def ddsperf_argv(exp: DdsperfExperiment, test: DdsTest, node: NodePlan, sender: 
     return argv + [mode, *rate, "size", test.sample_size]
 
 
+def remembering_pid(pidfile: str, argv: list[str]) -> list[str]:
+    """`argv` run through a shell that first writes its pid (then exec's it) to `pidfile` inside the node."""
+    return ["sh", "-c", 'echo $$ > "$0"; exec "$@"', pidfile, *argv]
+
+
+def stop_remembered(pidfile: str) -> list[str]:
+    """SIGTERM the process `remembering_pid` started (if it still runs) and remove its pid file."""
+    return ["sh", "-c", 'kill -TERM "$(cat "$0")" 2>/dev/null; rm -f "$0"', pidfile]
+
+
 # ---------------------------------------------------------------------------------------------- parsing
 _LINE = r"^\[(?P<pid>\d+)\]\s+(?P<t>[\d.]+)\s+"
 SUB_RE = re.compile(_LINE + r"size (?P<size>\d+) total (?P<total>\d+) lost (?P<lost_total>\d+) delta (?P<delta>\d+) "
@@ -264,16 +274,18 @@ def run_test(swarm, exp: DdsperfExperiment, test: DdsTest, raw_dir: Path, run_id
     sender, receivers = swarm.nodes[0], swarm.nodes[1:test.size]
     prefix = lambda n: swarm.backend.exec_prefix(swarm.name, n.name)  # noqa: E731
     unicast = [n.isl_ip for n in swarm.nodes[:test.size]] if swarm.backend.name == "compose" else None
-    procs = {n.name: swarm.runner.start(prefix(n) + ddsperf_argv(exp, test, n, False, unicast),
+    pidfile = lambda n: f"/tmp/swarm-emu-ddsperf-{swarm.name}-{n.name}.pid"  # noqa: E731
+    procs = {n.name: swarm.runner.start(prefix(n) + remembering_pid(pidfile(n), ddsperf_argv(exp, test, n, False, unicast)),
                                         stdout_path=str(raw_dir / f"{n.name}.txt")) for n in receivers}
     timeout = initwait(test.size) + exp.duration + 30
     res = swarm.runner.run(prefix(sender) + ddsperf_argv(exp, test, sender, True, unicast), check=False,
                            timeout=timeout)
     (raw_dir / f"{sender.name}.txt").write_text(res.stdout + res.stderr)
     time.sleep(1.5)  # the subscribers' last per-second line
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # ddsperf ends cleanly and flushes; `docker exec` ends at -D
+    # Stop the receivers inside their nodes (ddsperf ends cleanly on SIGTERM and flushes): signalling the local
+    # `docker exec` would leave them running in the container, where the next test would find them as peers.
+    for n in receivers:
+        swarm.runner.run(prefix(n) + stop_remembered(pidfile(n)), check=False, timeout=30)
     for proc in procs.values():
         try:
             proc.wait(timeout=15)

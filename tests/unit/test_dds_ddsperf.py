@@ -104,3 +104,20 @@ def test_bad_experiments_are_one_line_errors(change, message):
     with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(".", r"\.")) as exc:
         experiment_from_dict({**EXP, **change}, "dp.yaml")
     assert "\n" not in str(exc.value)
+
+
+def test_receivers_are_stopped_by_the_pid_they_wrote(tmp_path):
+    import subprocess
+    import time
+
+    from swarm.ddsperf import remembering_pid, stop_remembered
+
+    pidfile = str(tmp_path / "r.pid")
+    proc = subprocess.Popen(remembering_pid(pidfile, ["sleep", "30"]))
+    deadline = time.monotonic() + 5
+    while not (tmp_path / "r.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert int((tmp_path / "r.pid").read_text()) == proc.pid  # exec'd: the pid is the program's own
+    time.sleep(0.1)
+    subprocess.run(stop_remembered(pidfile), check=True)
+    assert proc.wait(timeout=5) == -15 and not (tmp_path / "r.pid").exists()
