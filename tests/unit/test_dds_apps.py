@@ -103,3 +103,17 @@ def test_multicast_is_decided_by_the_backend_unless_given():
     pinned = spec_from_dict({**BASE, "apps": ["swarm-app"], "app": {"multicast": False}})
     assert with_backend_defaults(pinned, "netns").resolved_nodes()[0].env["SWARM_APP_MULTICAST"] == "0"
     assert with_backend_defaults(spec_from_dict(BASE), "netns") == spec_from_dict(BASE)
+
+
+def test_sweep_dispatches_on_the_experiment_type(tmp_path, capsys):
+    path = tmp_path / "e.yaml"
+    path.write_text("type: dddperf\nname: dd-t\nsizes: [2]\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", str(path), "--results", str(tmp_path / "r")])
+    assert exc.value.code == 2
+    assert "type 'dddperf': unknown experiment type (known: ddsperf, app; an iperf3 sweep has no type)" in capsys.readouterr().err
+    path.write_text("type: app\nname: dd-t\nnodes: 2\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", str(path), "--results", str(tmp_path / "r")])
+    assert exc.value.code == 2 and "run it with `swarm run`" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
