@@ -246,6 +246,8 @@ def write_app_report(run_dir: Path) -> dict[str, Path]:
     from .ddsperf import write_pages
 
     run_dir = Path(run_dir)
+    if not (run_dir / "peers.csv").exists() and (run_dir / "run.json").exists():
+        tidy_tables(run_dir)  # an interrupted run: its nodes' records are in nodes/
     if not (run_dir / "peers.csv").exists():
         raise SpecError(f"{run_dir}: no peers.csv (not an app run folder, or the run collected nothing)")
     out = run_dir / "report"

@@ -284,7 +284,7 @@ def _write_report(run_dir: Path) -> None:
     from .report import write_report
 
     flows, tests = run_dir / "flows.csv", run_dir / "tests.csv"
-    if (run_dir / "ddsperf.csv").exists() or (run_dir / "peers.csv").exists():  # other experiment types
+    if (run_dir / "ddsperf.csv").exists() or (run_dir / "run.json").exists():  # other experiment types
         from .app_run import write_app_report
         from .ddsperf import write_ddsperf_report
 
