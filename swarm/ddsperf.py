@@ -10,7 +10,10 @@ domain 0 is not disturbed). Each test is one measure on one swarm size, sample s
   other node answers (`pong`); one row per answering node: round-trip mean and percentiles.
 ddsperf's output is kept verbatim under raw/<test>/<node>.txt as it is written; rows go to ddsperf.csv and
 tests.csv of the results store (swarm.sweep.ResultsStore) when each test ends, so `--resume` runs only the
-rest. Both ends are ddsperf (C, Cyclone 0.10); the Python binding of the reference app is never a party.
+rest. Both ends are ddsperf (C, Cyclone 0.10); the Python binding of the reference app (Cyclone 11.0.1) is
+never a party, so the two need not interoperate on the wire, and that was not tested. Checked here: a ddsperf
+`sub` started in the app's domain next to running app nodes listed no app participant (ddsperf reports only
+ddsperf peers), and the sweep uses its own domain anyway.
 """
 from __future__ import annotations
 
