@@ -4,7 +4,8 @@
 Subcommands (each node runs them in its own container or namespace; standard library only, because the
 agent runs both inside the node image and, with the netns backend, on the host):
 
-- `run`: the node's long-running main process; waits for SIGTERM/SIGINT and exits 0.
+- `run`: the node's long-running main process; waits for SIGTERM/SIGINT and exits 0. When SWARM_APPS names
+  `swarm-app`, it becomes the reference swarm app instead (flightsw/swarm_app.py, same interpreter).
 - `servers --bind IP --ports P,P,..`: start one one-off iperf3 server per port, wait until every
   port listens, then stop them (SIGSTOP). A stopped server's kernel socket
   still completes TCP handshakes, so clients can connect and wait before the test is released.
@@ -41,7 +42,10 @@ def run_dir() -> Path:
 
 
 def cmd_run(_args: argparse.Namespace) -> int:
-    """Run until told to stop."""
+    """Run until told to stop (or become the reference swarm app, when SWARM_APPS names it)."""
+    if "swarm-app" in os.environ.get("SWARM_APPS", "").split(","):
+        app = str(Path(__file__).resolve().parent / "swarm_app.py")
+        os.execv(sys.executable, [sys.executable, app])
     stop = False
 
     def on_signal(signum, _frame):

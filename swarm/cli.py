@@ -244,8 +244,16 @@ def probe() -> None:
 @click.option("--abort-on-error", is_flag=True, help="Stop at the first test with a failed flow.")
 @click.option("--report/--no-report", "make_report", default=True, show_default=True, help="Write the report at the end.")
 def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, make_report) -> None:
-    """Run the bandwidth/loss sweep in EXPERIMENT_FILE (or --resume a run folder)."""
+    """Run the sweep in EXPERIMENT_FILE (or --resume a run folder): iperf3, or ddsperf with `type: ddsperf`."""
     from rich.progress import TimeRemainingColumn
+
+    from .cli_dds import experiment_type, run_ddsperf_sweep_cli
+
+    source = Path(resume_dir) / "experiment.yaml" if resume_dir else experiment_file
+    if source and Path(source).exists() and experiment_type(source) != "iperf3":
+        if experiment_type(source) == "app":
+            raise SwarmErrorExit(f"{source}: an app experiment (type: app); run it with `swarm run`", 2)
+        return run_ddsperf_sweep_cli(experiment_file, resume_dir, backend, results_root, make_report)
 
     from .experiment import load_experiment
     from .sweep import ResultsStore, host_facts, run_sweep
@@ -279,6 +287,14 @@ def _write_report(run_dir: Path) -> None:
     from .report import write_report
 
     flows, tests = run_dir / "flows.csv", run_dir / "tests.csv"
+    if (run_dir / "ddsperf.csv").exists() or (run_dir / "run.json").exists():  # other experiment types
+        from .app_run import write_app_report
+        from .ddsperf import write_ddsperf_report
+
+        write = write_ddsperf_report if (run_dir / "ddsperf.csv").exists() else write_app_report
+        paths = write(run_dir)
+        out.print(f"report: {paths['report_html']} and {paths['report_md']}")
+        return
     if not flows.exists():
         raise SwarmErrorExit(f"{run_dir}: no flows.csv (not a results folder, or no test finished yet)", 2)
     host = json.loads((run_dir / "host.json").read_text()) if (run_dir / "host.json").exists() else {}
@@ -297,6 +313,8 @@ from .cli_links import register as _register_link_commands  # noqa: E402  (impai
 _register_link_commands(cli)
 from .cli_cfs import register as _register_cfs_commands  # noqa: E402  (cfs tlm, cfs cmd)
 _register_cfs_commands(cli)
+from .cli_dds import register as _register_dds_commands  # noqa: E402  (run)
+_register_dds_commands(cli)
 
 
 class SwarmErrorExit(SwarmError):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .apps import check_runnable, with_backend_defaults
 from .backends import REGISTRY, Backend, Progress, get_backend, no_progress, swarm_dir
 from .cfs import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs, ensure_cfs_image, host_ulimits
 from .errors import RuntimeFailure, SpecError
@@ -82,6 +83,7 @@ class Swarm:
         self.caps = caps or capabilities()
         self.workdir = workdir or default_workdir()
         self.backend: Backend = get_backend(backend or spec.backend, self.runner, self.caps, self.workdir)
+        self.spec = spec = with_backend_defaults(spec, self.backend.name)
         self.nodes: list[NodePlan] = plan_nodes(spec)
         self.progress = progress
         self.keep_on_failure = keep_on_failure
@@ -128,6 +130,8 @@ class Swarm:
         """Create, start and wait for every node; returns seconds taken. Rolls back on any failure."""
         check_cfs(self.spec, self.nodes, self.backend.name)
         self.backend.check_available()
+        check_runnable(self.spec.apps, self.backend.name,
+                       lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
         self._check_conflicts()
         links = self.links if self.spec.links else None
         if links:

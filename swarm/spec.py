@@ -16,6 +16,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .apps import AppSettings, app_environment, app_image, check_apps
 from .errors import SpecError
 from .impair import LinksSpec, resolve_links
 
@@ -172,11 +173,18 @@ class SwarmSpec(_Strict):
     networks: Networks = Networks()
     backend: Optional[Literal["compose", "netns"]] = None
     links: Optional[LinksSpec] = None  # ISL link conditions (swarm.impair): default + per-link/per-node overrides
+    apps: list[str] = Field(default_factory=list)  # apps in every node (swarm.apps): swarm-app, or a user's image
+    app: AppSettings = AppSettings()  # their settings: rate_hz, domain_id, targets, window_s
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         return _check_name("swarm", v)
+
+    @field_validator("apps")
+    @classmethod
+    def _apps(cls, v: list[str]) -> list[str]:
+        return check_apps(v)
 
     @field_validator("nodes")
     @classmethod
@@ -213,7 +221,15 @@ class SwarmSpec(_Strict):
         return self
 
     def resolved_nodes(self) -> list[NodeSpec]:
-        """The nodes in index order, with group and default settings applied."""
+        """The nodes in index order, with group and default settings applied (and the apps' image and env)."""
+        nodes = self._member_nodes()
+        if not self.apps:
+            return nodes
+        isl_ips = [node_address(self.networks.isl.subnet, i) for i in range(1, len(nodes) + 1)]
+        env, image = app_environment(self.apps, self.app, [n.name for n in nodes], isl_ips), app_image(self.apps)
+        return [n.model_copy(update={"env": {**env, **n.env}, "image": n.image or image}) for n in nodes]
+
+    def _member_nodes(self) -> list[NodeSpec]:
         base = self.defaults.model_dump()
         if self.nodes is not None:
             width = max(2, len(str(self.nodes)))

@@ -123,6 +123,10 @@ class ResultsStore:
             f.flush()
             os.fsync(f.fileno())
 
+    def append(self, name: str, columns: list[str], rows: list[dict]) -> None:
+        """Append rows to the CSV file `name` of the run (other sweep types' tables, e.g. swarm.ddsperf)."""
+        self._append(name, columns, rows)
+
     def append_flows(self, rows: list[dict]) -> None:
         self._append("flows.csv", FLOW_COLUMNS, rows)
 

@@ -18,6 +18,7 @@ import ipaddress
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +30,13 @@ from .base import Backend, Progress, swarm_dir
 NS_PREFIX = "swarm-emu_"
 ALIAS_PREFIX = "swarm-emu:"
 GROUND_IF, ISL_IF = "eth0", "eth1"
+
+
+def node_python() -> str:
+    """The interpreter that runs node programs: the one running the framework, so the packages the node
+    software needs (pyproject's dependencies, e.g. cyclonedds and spacepackets for the swarm app) are
+    importable, as they are in the node image's /opt/venv."""
+    return sys.executable or "python3"
 
 
 def switch_ns(swarm: str) -> str:
@@ -124,7 +132,7 @@ class NetnsBackend(Backend):
 
     def launch_plan(self, spec: SwarmSpec, node: NodePlan) -> dict:
         """How a node's main process is started (pure), kept in launch.json so `restart` starts it again."""
-        command = node.spec.command or ["python3", str(self.agent_path()), "run"]
+        command = node.spec.command or [node_python(), str(self.agent_path()), "run"]
         env = [f"{k}={v}" for k, v in node_environment(spec, node).items()]
         env.append(f"SWARM_RUN_DIR={self.node_run_dir(spec.name, node.name)}")
         return {"argv": ["ip", "netns", "exec", node_ns(spec.name, node.name), "env", *env, *command],
@@ -210,7 +218,7 @@ class NetnsBackend(Backend):
 
     def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
         return self.exec_prefix(swarm, node) + [
-            "env", f"SWARM_RUN_DIR={self.node_run_dir(swarm, node)}", "python3", str(self.agent_path()), *args]
+            "env", f"SWARM_RUN_DIR={self.node_run_dir(swarm, node)}", node_python(), str(self.agent_path()), *args]
 
     def logs(self, swarm: str, node: str, tail: int = 50) -> str:
         path = self.state_dir(swarm) / "logs" / f"{node}.log"

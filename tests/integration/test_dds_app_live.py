@@ -1,0 +1,117 @@
+"""The reference swarm app live: 4 nodes reach full delivery, a partition reduces it, a heal restores it (netns,
+and once with compose); a CCSDS command to the CI_LAB port changes the app, seen in TO_LAB telemetry."""
+from __future__ import annotations
+
+import socket
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from conftest import REPO
+from swarm.app_run import experiment_from_dict, phase_table, run_app_experiment, write_app_report
+from swarm.core import Swarm
+from swarm.spec import gateway_address, spec_from_dict
+
+sys.path.insert(0, str(REPO / "flightsw"))
+import ground_link as gl  # noqa: E402
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+def app_experiment(backend: str, third: int):
+    return experiment_from_dict({
+        "type": "app", "name": f"dd-app-{backend}", "nodes": 4, "duration": "18s", "warmup": "4s", "backend": backend,
+        "app": {"rate_hz": 10},
+        "swarm": {"networks": {"isl": {"subnet": f"10.{third}.0.0/24"}, "ground": {"subnet": f"10.{third + 1}.0.0/24"}}},
+        "faults": [{"at": "6s", "partition": [["sat01", "sat02"], ["sat03", "sat04"]]}, {"at": "12s", "heal": "all"}],
+    })
+
+
+@pytest.mark.parametrize("backend", ["netns", pytest.param("compose", marks=pytest.mark.docker)])
+def test_partition_reduces_delivery_and_heal_restores_it(backend, request, tmp_path, need_netns):
+    if backend == "compose":
+        request.getfixturevalue("need_docker")
+    run_dir = run_app_experiment(app_experiment(backend, 150 if backend == "netns" else 152), tmp_path)
+    phases = phase_table(run_dir).set_index("phase")
+    before, cut, healed = phases.iloc[0], phases.iloc[1], phases.iloc[2]
+    assert phases.index[1].startswith("after partition") and phases.index[2] == "after heal all"
+    # full delivery on all 12 directed pairs before the partition and after the heal
+    assert before["delivery_ratio"] == 1.0 and before["pairs_full"] == 12, phases
+    assert healed["pairs_full"] == 12 and healed["delivery_ratio"] == 1.0, phases
+    # partitioned: nothing crosses between the halves, the 4 pairs inside them still deliver; the plans split
+    peers = pd.read_csv(run_dir / "peers.csv")
+    during = peers[(peers["t"] >= cut["from_s"]) & (peers["t"] + peers["window_s"] <= cut["to_s"])]
+    half = {"sat01": 0, "sat02": 0, "sat03": 1, "sat04": 1}
+    crossing = during["node"].map(half) != during["peer"].map(half)
+    assert len(during) >= 4 * 12 and during[crossing]["received"].sum() == 0, during
+    inside = during[~crossing].groupby(["node", "peer"])
+    assert inside.ngroups == 4 and (inside["received"].sum() / inside["expected"].sum() >= 0.95).all(), during
+    assert cut["delivery_ratio"] == pytest.approx(4 / 12, abs=0.02), phases
+    assert cut["agreement_mean"] == pytest.approx(0.5, abs=0.05), phases
+    # connected: (nearly) every cycle's plans agree; a plan made before a late peer's observation arrived
+    # (a host hiccup longer than a cycle) disagrees once, which is what the figure is there to show
+    assert before["agreement_mean"] >= 0.95 and healed["agreement_mean"] >= 0.9, phases
+    assert set(peers["node"]) == {"sat01", "sat02", "sat03", "sat04"}
+    lat = peers[(peers["t"] >= 0) & (peers["t"] < 5)]["latency_p50_ms"]
+    assert 0 < lat.median() < 50  # same host: well under one cycle
+    paths = write_app_report(run_dir)
+    assert paths["plot"].stat().st_size > 10_000 and "after partition" in paths["report_md"].read_text()
+
+
+def test_ccsds_command_changes_the_app_seen_in_telemetry(need_netns):
+    spec = spec_from_dict({"name": "dd-ccsds", "nodes": 2, "backend": "netns", "apps": ["swarm-app"],
+                           "app": {"rate_hz": 10},
+                           "networks": {"isl": {"subnet": "10.154.0.0/24"}, "ground": {"subnet": "10.155.0.0/24"}}})
+    ground = gateway_address(spec.networks.ground.subnet)
+    with Swarm(spec) as swarm:
+        target = (swarm.node("sat01").ground_ip, gl.CI_LAB_PORT)
+        tlm = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tlm.bind((ground, gl.TO_LAB_PORT))
+        tlm.settimeout(0.5)
+        cmd = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+        def send(code: int, payload: bytes = b"", seq: int = 0) -> None:
+            cmd.sendto(gl.command_packet(code, payload, seq), target)
+
+        def next_hk(pred, timeout=10.0) -> dict:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                try:
+                    data, src = tlm.recvfrom(2048)
+                except socket.timeout:
+                    continue
+                hk = gl.parse_hk(gl.parse_telemetry(data).payload)
+                if pred(hk):
+                    return hk
+            raise AssertionError("no matching telemetry")
+
+        deadline = time.monotonic() + 20  # the app starts listening once DDS is set up
+        while True:
+            send(gl.CC_ENABLE_OUTPUT, gl.enable_output_payload(ground))
+            try:
+                hk = next_hk(lambda h: True, timeout=1.0)
+                break
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
+        assert hk["rate_mhz"] == 10_000 and hk["peers"] == 1
+        base = hk["command_count"]
+        send(gl.CC_NOOP, seq=1)
+        send(gl.CC_NOOP, seq=2)
+        hk = next_hk(lambda h: h["command_count"] >= base + 2)
+        assert hk["command_count"] == base + 2 and hk["command_errors"] == 0
+        send(gl.CC_SET_RATE, gl.set_rate_payload(4), seq=3)
+        hk = next_hk(lambda h: h["rate_mhz"] == 4000)
+        assert hk["command_count"] == base + 3
+        bad = bytearray(gl.command_packet(gl.CC_NOOP, seq=4))
+        bad[-1] ^= 0xFF  # wrong checksum: counted as an error, not executed
+        cmd.sendto(bytes(bad), target)
+        hk = next_hk(lambda h: h["command_errors"] == 1)
+        assert hk["command_count"] == base + 3
+        # the slower rate shows in the records: cycles 250 ms apart
+        time.sleep(2.0)
+        plans = pd.read_csv(swarm.backend.node_run_dir(swarm.name, "sat01") / "sat01.plans.csv")
+        assert plans["cycle_ts"].diff().iloc[-3:].round(3).tolist() == [0.25, 0.25, 0.25]
+        tlm.close()
