@@ -243,7 +243,7 @@ def write_app_report(run_dir: Path) -> dict[str, Path]:
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from .ddsperf import write_pages
+    from .report import write_report_pages
 
     run_dir = Path(run_dir)
     if not (run_dir / "peers.csv").exists() and (run_dir / "run.json").exists():
@@ -284,4 +284,4 @@ def write_app_report(run_dir: Path) -> dict[str, Path]:
     intro = ("Delivery ratio: samples received / samples the peers should have sent (two topics per cycle), per "
              "directed pair and window of send cycles. Agreement: per cycle, the share of nodes whose plan equals "
              "the most common plan. Latency: receive minus send time on the shared host clock.")
-    return {**paths, **write_pages(out, title, intro, host, warnings, sections)}
+    return {**paths, **write_report_pages(out, title, intro, host, warnings, sections)}

@@ -379,20 +379,12 @@ def summary_table(rows) -> "Any":
     return pd.DataFrame(out)
 
 
-def write_pages(out: Path, title: str, intro: str, host: dict, warnings: list[str], sections: list) -> dict[str, Path]:
-    """report.md and report.html in `out`, laid out as the iperf3 sweep's (swarm.report)."""
-    from .report import _report_html, _report_md
-
-    (out / "report.md").write_text(_report_md(title, intro, host, warnings, sections))
-    (out / "report.html").write_text(_report_html(title, intro, host, warnings, sections))
-    return {"report_md": out / "report.md", "report_html": out / "report.html"}
-
-
 def write_ddsperf_report(run_dir: Path) -> dict[str, Path]:
     """Tables (CSV) and figures (PNG) of a ddsperf run, and report.md / report.html, in run_dir/report/."""
     import pandas as pd
     from matplotlib.figure import Figure
 
+    from .report import write_report_pages
 
     run_dir = Path(run_dir)
     path = run_dir / "ddsperf.csv"
@@ -436,7 +428,7 @@ def write_ddsperf_report(run_dir: Path) -> dict[str, Path]:
              "every other node answers. Figures over whole seconds of each run; raw ddsperf output under raw/.")
     warnings = [f"{int(r.receivers - r.nodes_ok)} of {int(r.receivers)} receivers measured nothing in {r.test_id}"
                 for r in pd.read_csv(tests).itertuples() if r.nodes_ok < r.receivers] if tests.exists() else []
-    return {**paths, **write_pages(out, title, intro, host, warnings, sections)}
+    return {**paths, **write_report_pages(out, title, intro, host, warnings, sections)}
 
 
 def load_ddsperf(path: str | Path) -> DdsperfExperiment:

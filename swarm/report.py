@@ -82,11 +82,17 @@ def write_report(run_dir: Path, df: pd.DataFrame, host_facts: dict, tests: pd.Da
     intro = (f"Figures are computed over {scope}, basis '{basis}'. Reference curves: W. Vaughan, "
              "\"Distributed Space Systems\" (thesis), Tables 2-5, measured on a 16 vCPU host: "
              "compare shapes, not absolute values.")
-    paths["report_md"] = out / "report.md"
-    paths["report_md"].write_text(_report_md(title, intro, host_facts, warnings, sections))
-    paths["report_html"] = out / "report.html"
-    paths["report_html"].write_text(_report_html(title, intro, host_facts, warnings, sections))
+    paths.update(write_report_pages(out, title, intro, host_facts, warnings, sections))
     return paths
+
+
+def write_report_pages(out: Path, title: str, intro: str, host_facts: dict, warnings: list[str],
+                       sections: list) -> dict[str, Path]:
+    """report.md and report.html in `out`: title, intro, host facts, warnings, then each section's
+    tables and figures (`sections`: [(heading, [("table", DataFrame) | ("figure", (path, caption))])])."""
+    (out / "report.md").write_text(_report_md(title, intro, host_facts, warnings, sections))
+    (out / "report.html").write_text(_report_html(title, intro, host_facts, warnings, sections))
+    return {"report_md": out / "report.md", "report_html": out / "report.html"}
 
 
 def per_test_table(df: pd.DataFrame, tests: pd.DataFrame | None = None) -> pd.DataFrame:
