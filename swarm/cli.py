@@ -250,7 +250,7 @@ def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, ma
     from .cli_dds import experiment_type, run_ddsperf_sweep_cli
 
     source = Path(resume_dir) / "experiment.yaml" if resume_dir else experiment_file
-    if source and Path(source).exists() and experiment_type(source) != "iperf3":
+    if source and Path(source).exists() and experiment_type(source) != "traffic":
         if experiment_type(source) == "app":
             raise SwarmErrorExit(f"{source}: an app experiment (type: app); run it with `swarm run`", 2)
         return run_ddsperf_sweep_cli(experiment_file, resume_dir, backend, results_root, make_report)

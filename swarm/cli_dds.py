@@ -15,15 +15,15 @@ err = Console(stderr=True)
 
 
 def experiment_type(path: str | Path) -> str:
-    """The `type:` of an experiment file (`iperf3` when it has none: the iperf3 sweep's spec has no `type` field);
-    unknown types are one-line SpecErrors."""
+    """The `type:` of an experiment file: `traffic` (the bandwidth/loss sweep, iperf3 or mux engine; the
+    default), `ddsperf` or `app`; unknown types are one-line SpecErrors."""
     from .errors import SpecError
 
     data = read_yaml(path, "experiment")
-    kind = data.get("type", "iperf3") if isinstance(data, dict) else "iperf3"
-    if kind not in ("iperf3", "ddsperf", "app"):
-        raise SpecError(f"{path}: type {kind!r}: unknown experiment type (known: ddsperf, app; "
-                        "an iperf3 sweep has no type)")
+    kind = data.get("type", "traffic") if isinstance(data, dict) else "traffic"
+    if kind not in ("traffic", "ddsperf", "app"):
+        raise SpecError(f"{path}: type {kind!r}: unknown experiment type (known: traffic (the default), "
+                        "ddsperf, app)")
     return kind
 
 

@@ -57,6 +57,7 @@ class IperfOptions(_Strict):
 class ExperimentSpec(_Strict):
     """A bandwidth/loss sweep."""
 
+    type: Literal["traffic"] = "traffic"  # bandwidth/loss sweep; `ddsperf` and `app` are swarm.ddsperf / swarm.app_run
     name: str
     sizes: list[int]
     protocols: list[Literal["tcp", "udp"]]

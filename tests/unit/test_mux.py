@@ -107,3 +107,7 @@ def test_tcp_send_error_fails_the_flow_but_keeps_bytes():
     r = flow_result("tcp", send, {"bytes": 4000, "bins_bytes": [4000]}, 0.0, 1.0, 1.0)
     assert not r.ok and r.bytes == 4000 and "reset" in r.error
     assert math.isnan(r.lost_percent)
+
+
+def test_traffic_type_may_be_written_out():
+    assert experiment_from_dict({**EXP, "type": "traffic"}).type == "traffic"
