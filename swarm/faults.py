@@ -8,7 +8,7 @@ leaves the configured conditions alone), nodes stopped, killed or paused by faul
 interface and a fingerprint of what was applied there, so a change only touches nodes whose plan changed.
 
 Everything applied lives inside the nodes (a root qdisc with handle 5eed: on the ISL interface, an nft table
-`inet swarm_emu`): removing a namespace or container removes it; `clear` removes exactly those and nothing
+`netdev swarm_emu`): removing a namespace or container removes it; `clear` removes exactly those and nothing
 else (a root qdisc with another handle is left alone).
 """
 from __future__ import annotations
@@ -296,7 +296,7 @@ class LinkController:
         eff = state.effective()
         states = self.swarm.backend.node_states(self.swarm.name)
         todo = [n for n in self.swarm.nodes if nodes is None or n.name in nodes]
-        by_ip = {n.name: n.isl_ip for n in self.swarm.nodes}
+        by_mac = {n.name: n.isl_mac for n in self.swarm.nodes}  # links are selected by link-layer address
 
         def one(node) -> tuple[str, str]:
             rec = state.nodes.setdefault(node.name, {})
@@ -304,7 +304,7 @@ class LinkController:
                 rec["stale"] = True
                 return node.name, ""
             try:
-                self._apply_node(node, rec, eff, by_ip, force or rec.get("stale", False), clearing)
+                self._apply_node(node, rec, eff, by_mac, force or rec.get("stale", False), clearing)
                 rec.pop("stale", None)
                 return node.name, ""
             except (CommandError, RuntimeFailure) as exc:
@@ -318,13 +318,13 @@ class LinkController:
             raise RuntimeFailure(f"link conditions not applied on {len(failed)} node(s): {failed[0][0]}: {failed[0][1]}")
         return [n for n, _ in results]
 
-    def _apply_node(self, node, rec: dict, eff: DirectedLinks, by_ip: dict[str, str], force: bool,
+    def _apply_node(self, node, rec: dict, eff: DirectedLinks, by_mac: dict[str, str], force: bool,
                     clearing: bool = False) -> None:
         """Apply one node's plan. A part (tc or nft) with nothing planned, nothing applied before and no
         `clearing` runs nothing, so nodes without conditions never need tc or nft in their image."""
-        egress = {by_ip[d]: imp for (s, d), imp in eff.items() if s == node.name}
-        ingress = {by_ip[s]: imp for (s, d), imp in eff.items() if d == node.name}
-        labels = {by_ip[s]: f"{s}->{d}" for (s, d) in eff if d == node.name}
+        egress = {by_mac[d]: imp for (s, d), imp in eff.items() if s == node.name}
+        ingress = {by_mac[s]: imp for (s, d), imp in eff.items() if d == node.name}
+        labels = {by_mac[s]: f"{s}->{d}" for (s, d) in eff if d == node.name}
         had_tc = rec.get("tc") not in (None, _sig([]))
         had_nft = rec.get("nft") not in (None, _sig(None))
         unknown = clearing and "tc" not in rec  # no record (e.g. state lost in a crash): look, but tolerate no tools
