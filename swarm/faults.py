@@ -244,6 +244,8 @@ class LinkController:
             rec["stale"] = True
             self._wait_running(node, ready_timeout)
             self._push(state, nodes=[node], force=True)
+            if action == "restart" and self.swarm.spec.mesh.enabled:  # the node's processes were all ended
+                self.swarm.mesh.start([node])
 
     def restore(self) -> None:
         """Back to the spec's conditions: heal everything, drop run-time changes, bring faulted nodes back."""
@@ -551,6 +553,7 @@ class FaultTimeline:
         self.t0: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.watcher = None  # a swarm.mesh.MeshWatcher: convergence after each fault, when the swarm has a mesh
 
     def start(self, t0: float) -> None:
         """Start the timeline relative to epoch `t0` (e.g. the traffic's release instant)."""
@@ -565,6 +568,7 @@ class FaultTimeline:
                 break
             began = time.time()
             error = ""
+            cuts_before = self.ctl.load().cuts if self.watcher else set()
             try:
                 apply_event(self.ctl, ev)
             except Exception as exc:  # recorded in the results, the test goes on
@@ -572,6 +576,10 @@ class FaultTimeline:
                 self.message(f"fault {ev.kind} {ev.args} at {ev.at:g}s failed: {error}")
             done = time.time()
             self.rows.append(self._row(index, ev, planned, done, done - began, not error, error))
+            if self.watcher and not error:
+                from .mesh import healed_pairs
+
+                self.watcher.event(ev.kind, ev.args, done, healed_pairs(cuts_before, self.ctl.load().cuts))
 
     def _row(self, index, ev, planned, applied, took, ok, error) -> dict:
         return {"run_id": self.run_id, "test_id": self.test_id, "index": index, "at_s": ev.at,

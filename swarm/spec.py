@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import SpecError
 from .impair import LinksSpec, resolve_links
+from .mesh import MeshSpec
 
 MAX_NODES = 1000
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
@@ -137,6 +138,7 @@ class SwarmSpec(_Strict):
     networks: Networks = Networks()
     backend: Optional[Literal["compose", "netns"]] = None
     links: Optional[LinksSpec] = None  # ISL link conditions (swarm.impair): default + per-link/per-node overrides
+    mesh: MeshSpec = MeshSpec()  # routing on the ISL network (swarm.mesh): `batman` or `none`
 
     @field_validator("name")
     @classmethod

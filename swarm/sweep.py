@@ -120,6 +120,12 @@ class ResultsStore:
     def append_test(self, row: dict) -> None:
         self._append("tests.csv", TEST_COLUMNS, [row])
 
+    def append_mesh(self, rows: list[dict] | dict) -> None:
+        """Mesh convergence rows (swarm.mesh.MESH_COLUMNS): after `up` and after each fault of a timeline."""
+        from .mesh import MESH_COLUMNS
+
+        self._append("mesh.csv", MESH_COLUMNS, [rows] if isinstance(rows, dict) else rows)
+
     def append_faults(self, rows: list[dict]) -> None:
         """One row per timeline fault of a test: planned and actual application time (swarm.faults)."""
         from .faults import FAULT_COLUMNS
@@ -149,6 +155,7 @@ def host_facts(swarm: Swarm | None = None) -> dict:
         facts["backend"] = swarm.backend.name
         facts["impairment_engine"] = swarm.links.engine.name
         facts["image"] = swarm.image
+        facts["mesh"] = swarm.mesh.describe()
     return facts
 
 
@@ -388,6 +395,11 @@ class TestRunner:
             from .faults import FaultTimeline
 
             timeline = FaultTimeline(self.swarm.links, self.exp.faults, test.test_id, self.store.run_id, self.message)
+            if self.swarm.spec.mesh.enabled:
+                from .mesh import MeshWatcher
+
+                timeline.watcher = MeshWatcher(self.swarm.mesh, self.store.append_mesh, self.store.run_id,
+                                               test.test_id, test.size)
         self.on_release = timeline.start if timeline else None
         try:
             with HostSampler() as sampler:
@@ -395,10 +407,24 @@ class TestRunner:
                                                 else ({}, time.time(), math.nan))
         finally:
             if timeline:  # back to the spec's conditions (nodes restarted, cuts healed) before the next test
+                cuts = self.swarm.links.load().cuts
                 self.store.append_faults(timeline.finish(timeout=self.exp.duration + 30))
+                if timeline.watcher:  # and the mesh settled again, so the next test starts on a converged mesh
+                    self._mesh_restored(timeline.watcher, test, cuts)
         self.cleanup()
         return self._record(test, flows, records, server_errors, release, release_spread, sampler, setup_s,
                             time.monotonic() - t_start)
+
+    def _mesh_restored(self, watcher, test: TestCase, cuts_before: set) -> None:
+        from .mesh import healed_pairs, mesh_row
+
+        watcher.finish()
+        mesh = self.swarm.mesh
+        timing = mesh.wait_converged(time.time(), direct=healed_pairs(cuts_before, self.swarm.links.load().cuts))
+        self.store.append_mesh(mesh_row(self.store.run_id, test.test_id, test.size, mesh.implementation, "restore",
+                                        "after the test", timing))
+        if not timing["converged"]:
+            self.message(f"{test.test_id}: mesh not converged after restoring the links ({timing.get('problem', '')})")
 
     def _record(self, test, flows, records, server_errors, release, release_spread, sampler, setup_s, wall_s) -> dict:
         parsed = {}
@@ -469,6 +495,10 @@ def _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_
         message(f"bringing up {size} nodes ({swarm.backend.name})")
         swarm.up()
         try:
+            if swarm.mesh_result is not None:
+                from .mesh import mesh_row
+
+                store.append_mesh(mesh_row(store.run_id, "", size, swarm.mesh.implementation, "up", "", swarm.mesh_result))
             if not (store.dir / "host.json").exists() or "backend" not in json.loads((store.dir / "host.json").read_text()):
                 (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
             runner_ = TestRunner(swarm, exp, store, message)
