@@ -108,7 +108,9 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
         engine = swarm.links.engine
         if swarm.spec.links:
             swarm.links.spec_links()  # every condition possible with this host's impairment engine
-        out.print(f"{spec_file}: valid ({len(swarm.nodes)} nodes, backend {swarm.backend.name}, impairment engine {engine.name})")
+        mesh = swarm.mesh.implementation or "none"  # a pinned implementation this host lacks: SpecError
+        out.print(f"{spec_file}: valid ({len(swarm.nodes)} nodes, backend {swarm.backend.name}, impairment engine "
+                  f"{engine.name}, mesh {mesh})")
         return
     with ProgressBar("up") as bar:
         swarm = Swarm.from_yaml(spec_file, backend=backend, progress=bar, keep_on_failure=keep_on_failure,

@@ -375,10 +375,21 @@ class LinkController:
             res = self._run(node.name, ["ip", "-o", "-4", "addr", "show", "to", f"{node.isl_ip}/32"], check=False)
             fields = res.stdout.split()
             if res.ok and len(fields) > 1:
-                return fields[1].split("@")[0]
+                iface = fields[1].split("@")[0]
+                return self._hard_iface(node.name, iface)
             if time.monotonic() > deadline:
                 raise RuntimeFailure(f"node {node.name!r}: no interface holds its ISL address {node.isl_ip}")
             time.sleep(0.2)
+
+    def _hard_iface(self, node: str, iface: str) -> str:
+        """Under batman-adv the ISL address sits on bat0; links are impaired on the interface under it."""
+        from .mesh import BATADV_IF, enslaved_interfaces
+
+        if iface != BATADV_IF:
+            return iface
+        res = self._run(node, ["ip", "-o", "link", "show", "master", BATADV_IF], check=False)
+        under = enslaved_interfaces(res.stdout) if res.ok else []
+        return under[0] if under else iface
 
     def _apply_tc(self, node: str, iface: str, cmds: list[list[str]]) -> None:
         res = self._run(node, ["tc", "-j", "qdisc", "show", "dev", iface, "root"])

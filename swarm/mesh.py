@@ -151,6 +151,16 @@ def parse_route_table(text: str) -> dict[str, str]:
     return routes
 
 
+def enslaved_interfaces(text: str) -> list[str]:
+    """`ip -o link show master DEV` -> the names of the interfaces under DEV (e.g. the ISL interface under bat0)."""
+    names = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[0].strip().isdigit():
+            names.append(parts[1].strip().split("@")[0])
+    return names
+
+
 @dataclass(frozen=True)
 class Originator:
     """One row of batmand's originator table: the best next hop and every candidate with its TQ (0-255)."""

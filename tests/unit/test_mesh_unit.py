@@ -146,6 +146,13 @@ def test_parse_batmand_originators():
     assert parse_batmand_originators("garbage\n") == []
 
 
+def test_enslaved_interfaces_from_recorded_ip_link():
+    from swarm.mesh import enslaved_interfaces
+
+    assert enslaved_interfaces((FIX / "ip_link_show_master.txt").read_text()) == ["eth1"]
+    assert enslaved_interfaces("") == []
+
+
 # -------------------------------------------------------------------------------------- convergence
 def full_mesh_routes(names):
     return {n: {d: d for d in names if d != n} for n in names}
