@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -100,21 +101,25 @@ def check_cut_and_heal(swarm: Swarm) -> None:
     assert hops(swarm, "sat01", "sat03") == [ip["sat03"]]
 
 
-def check_down_leaves_nothing(swarm: Swarm, pids: list[int]) -> None:
-    assert pids, "no batmand process found in the swarm's nodes"
+@contextmanager
+def meshed(swarm: Swarm):
+    """The swarm up with its 4 batmand processes; on exit `down`, and no batmand left (leftover audit)."""
     swarm.down()
+    pids: list[int] = []
+    try:
+        swarm.up()
+        pids[:] = batmand_pids(swarm)
+        assert len(pids) == 4, pids
+        yield pids
+    finally:
+        swarm.down()
     assert not [p for p in pids if alive(p)], "batmand outlived the swarm"
 
 
 # ------------------------------------------------------------------------------------------------ netns
 def test_netns_mesh_cut_forces_two_hops_heal_restores_one(need_netns, need_batmand, need_traceroute, need_nft):
     swarm = make("mh-live", "netns", 140)
-    swarm.down()
-    pids: list[int] = []
-    try:
-        swarm.up()
-        pids = batmand_pids(swarm)
-        assert len(pids) == 4, pids
+    with meshed(swarm) as pids:
         check_cut_and_heal(swarm)
 
         # the CLI: `swarm mesh --json` per node, and `swarm fault` printing the convergence
@@ -138,10 +143,8 @@ def test_netns_mesh_cut_forces_two_hops_heal_restores_one(need_netns, need_batma
         swarm.links.node_action("sat04", "restart")
         timing = swarm.mesh.wait_converged(time.time())
         assert timing["converged"], timing
-        pids = batmand_pids(swarm)
+        pids[:] = batmand_pids(swarm)
         assert len(pids) == 4, pids
-    finally:
-        check_down_leaves_nothing(swarm, pids)
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "swarm-emu_mh-live" not in left, left
 
@@ -180,15 +183,8 @@ def test_sweep_records_mesh_convergence_after_each_fault(need_netns, need_batman
 @pytest.mark.docker
 def test_compose_mesh_cut_forces_two_hops(need_docker, need_nft):
     swarm = make("mh-compose", "compose", 144)
-    swarm.down()
-    pids: list[int] = []
-    try:
-        swarm.up()
-        pids = batmand_pids(swarm)
-        assert len(pids) == 4, pids
+    with meshed(swarm):
         check_cut_and_heal(swarm)
-    finally:
-        check_down_leaves_nothing(swarm, pids)
     left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=io.swarm-emu.swarm=mh-compose"],
                           capture_output=True, text=True).stdout.split()
     assert not left, left
