@@ -110,13 +110,20 @@ def _mesh_marks(mesh: pd.DataFrame, test_id: str, release: float) -> list[tuple[
     if mesh.empty:
         return []
     rows = mesh[(mesh["test_id"] == test_id) & (mesh["event"] != "restore") & mesh["converged"].astype(bool)]
-    return [(float(r.converged_ts) - release, f"mesh converged ({r.event}, {float(r.converge_s):.1f} s)")
-            for r in rows.itertuples(index=False)]
+    marks: list[tuple[float, list[str]]] = []  # events that converged in the same snapshot share one line
+    for r in sorted(rows.itertuples(index=False), key=lambda r: float(r.converged_ts)):
+        x, what = float(r.converged_ts) - release, f"{r.event} +{float(r.converge_s):.1f} s"
+        if marks and x - marks[-1][0] < 0.25:
+            marks[-1][1].append(what)
+        else:
+            marks.append((x, [what]))
+    return [(x, f"mesh: {whats[0]}" + (f" (+{len(whats) - 1})" if len(whats) > 1 else "")) for x, whats in marks]
 
 
 def mesh_table(run_dir: Path) -> pd.DataFrame:
     """mesh.csv as shown in the report: how long the mesh took to converge after `up` and after each fault."""
     mesh = pd.read_csv(Path(run_dir) / "mesh.csv")
+    mesh["args"] = mesh["args"].fillna("").astype(str).str.replace(" | ", " / ", regex=False)  # | splits a Markdown cell
     return mesh[["test_id", "size", "implementation", "event", "args", "converge_s", "converged", "polls"]].fillna("")
 
 
@@ -162,7 +169,7 @@ def _plot(path: Path, title: str, intervals: pd.DataFrame, bins: pd.DataFrame, f
     ax_loss.set_ylabel("UDP loss (%)")
     ax_loss.set_ylim(-2, 102)
     ax_loss.set_xlabel("seconds since the traffic's release (dashed: fault applied"
-                       + ("; dotted: mesh converged)" if len(mesh_marks) else ")"))
+                       + ("; dotted: mesh converged, +s after the fault)" if len(mesh_marks) else ")"))
     for ax in (ax_bw, ax_loss):
         ax.grid(True, alpha=0.3)
     handles, labels = ax_bw.get_legend_handles_labels()
