@@ -204,3 +204,19 @@ def test_heal_needs_the_direct_route_back():
     assert evaluate(NAMES, routes, set(), set()).converged  # a 2-hop route is a route
     snap = evaluate(NAMES, routes, set(), set(), direct=healed)
     assert snap.problems["sat01"] == ["route to sat03 still via sat02, not over the healed link"]
+
+
+def test_swarm_mesh_of_a_swarm_without_mesh_is_exit_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from swarm.core import write_state
+
+    spec_doc = {"name": "mh-nomesh", "nodes": 2, "backend": "netns"}
+    write_state(tmp_path, "mh-nomesh", {"name": "mh-nomesh", "backend": "netns", "spec": spec_doc, "image": ""})
+    res = subprocess.run([sys.executable, "-m", "swarm", "mesh", "mh-nomesh"], capture_output=True, text=True,
+                         cwd=tmp_path, env={**os.environ, "SWARM_WORKDIR": str(tmp_path)}, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "error: swarm 'mh-nomesh': has no mesh (its spec says mesh: none; set `mesh: batman`)"]
