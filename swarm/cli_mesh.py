@@ -31,7 +31,8 @@ def _out():
 def convergence_line(what: str, timing: dict, implementation: str) -> str:
     """One line for `swarm up` / `swarm fault`: how long the mesh took to settle after `what`."""
     if timing.get("converged"):
-        return f"mesh {implementation}: converged {timing['converge_s']:.1f} s after {what}"
+        return (f"mesh {implementation}: converged {timing['converge_s']:.1f} s after {what} "
+                f"(within the last {timing['resolution_s']:.1f} s)")
     return f"mesh {implementation}: NOT converged after {what} ({timing.get('problem', '')})"
 
 

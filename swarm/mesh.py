@@ -56,7 +56,7 @@ BATADV_OVERHEAD = 32  # bytes batman-adv adds to every frame on the hard interfa
 BATADV_IF = "bat0"
 POLL_S = 0.5  # route snapshots for the convergence figures: at most 1 s resolution with room to spare
 MESH_COLUMNS = ["run_id", "test_id", "size", "implementation", "event", "args", "event_ts", "converged_ts",
-                "converge_s", "converged", "polls"]
+                "converge_s", "resolution_s", "converged", "polls"]
 
 
 class MeshSpec(BaseModel):
@@ -342,10 +342,13 @@ class Mesh:
                        direct: frozenset[tuple[str, str]] = frozenset()) -> dict:
         """Poll every POLL_S until the mesh has converged (or `timeout` s pass); `direct`: pairs just healed,
         whose routes must be direct again. Returns MESH_COLUMNS' timing part: converged (bool), converged_ts
-        (when the first converged snapshot was complete), converge_s (from `since`), polls."""
+        (when the first converged snapshot was complete), converge_s (from `since`), resolution_s (from the start
+        of the last snapshot that saw it unconverged to converged_ts: the mesh converged within that span;
+        about POLL_S plus one snapshot's duration on an idle host), polls."""
         timeout = self.spec.converge_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         polls = 0
+        last_unconverged = since  # when the last snapshot that saw the mesh unconverged began reading
         while True:
             snap = self.snapshot(direct)
             polls += 1
@@ -353,9 +356,11 @@ class Mesh:
             good = sum(1 for p in snap.problems.values() if not p)
             if progress:
                 progress(good, len(snap.problems), "mesh nodes converged")
-            if snap.converged:
+            if snap.converged:  # it converged after last_unconverged and before done_ts: that is the resolution
                 return {"event_ts": round(since, 6), "converged_ts": round(done_ts, 6),
-                        "converge_s": round(done_ts - since, 3), "converged": True, "polls": polls}
+                        "converge_s": round(done_ts - since, 3), "resolution_s": round(done_ts - last_unconverged, 3),
+                        "converged": True, "polls": polls}
+            last_unconverged = snap.taken_ts
             if time.monotonic() > deadline:
                 return {"event_ts": round(since, 6), "converged_ts": "", "converge_s": "", "converged": False,
                         "polls": polls, "problem": _first_problem(snap)}
@@ -447,6 +452,7 @@ def mesh_row(run_id: str, test_id: str, size: int | str, implementation: str, ev
     """One mesh.csv row."""
     row = {"run_id": run_id, "test_id": test_id, "size": size, "implementation": implementation, "event": event,
            "args": args}
-    row.update({k: timing.get(k, "") for k in ("event_ts", "converged_ts", "converge_s", "converged", "polls")})
+    row.update({k: timing.get(k, "") for k in ("event_ts", "converged_ts", "converge_s", "resolution_s", "converged",
+                                                "polls")})
     return row
 

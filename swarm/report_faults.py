@@ -124,7 +124,8 @@ def mesh_table(run_dir: Path) -> pd.DataFrame:
     """mesh.csv as shown in the report: how long the mesh took to converge after `up` and after each fault."""
     mesh = pd.read_csv(Path(run_dir) / "mesh.csv")
     mesh["args"] = mesh["args"].fillna("").astype(str).str.replace(" | ", " / ", regex=False)  # | splits a Markdown cell
-    return mesh[["test_id", "size", "implementation", "event", "args", "converge_s", "converged", "polls"]].fillna("")
+    cols = ["test_id", "size", "implementation", "event", "args", "converge_s", "resolution_s", "converged", "polls"]
+    return mesh[[c for c in cols if c in mesh]].fillna("")
 
 
 def fault_table(run_dir: Path) -> pd.DataFrame:

@@ -170,6 +170,7 @@ def test_sweep_records_mesh_convergence_after_each_fault(need_netns, need_batman
     assert list(mesh["event"]) == ["up", "cut", "heal", "restore"], mesh
     assert mesh["converged"].all(), mesh
     assert (mesh["converge_s"] < 30).all() and (mesh["polls"] >= 1).all(), mesh
+    assert ((mesh["resolution_s"] > 0) & (mesh["resolution_s"] <= mesh["converge_s"] + 0.001)).all(), mesh
     flows = pd.read_csv(store.dir / "flows.csv")
     cut = flows[(flows.src == "sat01") & (flows.dst == "sat02")].iloc[0]
     assert cut["ok"] and cut["lost_percent"] < 30, cut  # the mesh carried sat01 -> sat02 over 2 hops during the cut

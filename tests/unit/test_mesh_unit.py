@@ -220,3 +220,23 @@ def test_swarm_mesh_of_a_swarm_without_mesh_is_exit_2(tmp_path):
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
         "error: swarm 'mh-nomesh': has no mesh (its spec says mesh: none; set `mesh: batman`)"]
+
+
+def test_wait_converged_times_the_first_converged_snapshot_and_its_resolution(monkeypatch):
+    """Snapshots: unconverged, unconverged, converged: converged_ts is the end of the third, and the change
+    happened after the second began (resolution)."""
+    from swarm import mesh as mesh_mod
+    from swarm.mesh import Mesh, MeshSnapshot
+
+    clock = iter([100.0 + 0.1 * i for i in range(100)])
+    monkeypatch.setattr(mesh_mod.time, "time", lambda: next(clock))
+    monkeypatch.setattr(mesh_mod.time, "sleep", lambda s: None)
+    outcomes = iter([{"sat01": ["no route to sat02"]}, {"sat01": ["no route to sat02"]}, {"sat01": []}])
+    m = Mesh.__new__(Mesh)
+    m.spec = MeshSpec(protocol="batman")
+    m.snapshot = lambda direct=frozenset(): MeshSnapshot(mesh_mod.time.time(), {}, next(outcomes))
+    timing = m.wait_converged(since=99.95)
+    # each tick of the clock is one reading: snapshot 1 taken 100.0, done 100.1 (100.2: the pause's length);
+    # snapshot 2 taken 100.3, done 100.4 (100.5); snapshot 3 taken 100.6, done 100.7: converged
+    assert timing["converged"] and timing["polls"] == 3
+    assert timing["converged_ts"] == 100.7 and timing["converge_s"] == 0.75 and timing["resolution_s"] == 0.4
