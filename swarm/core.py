@@ -172,7 +172,7 @@ class Swarm:
         mesh.start()
         self.mesh_result = mesh.wait_converged(started, progress=self.progress)
         (swarm_dir(self.workdir, self.name) / "mesh.json").write_text(json.dumps({"up": self.mesh_result}))
-        if not self.mesh_result["converged"]:
+        if not self.mesh_result["converged"] and self.mesh_result["polls"]:
             self.message(f"mesh {mesh.implementation}: not converged {mesh.spec.converge_timeout:g} s after start "
                          f"({self.mesh_result.get('problem', '')})")
 

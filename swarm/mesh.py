@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 BATMAND_HOST_TABLE = 66  # batmand's rt_table_hosts (`batmand -i`): one route per originator
 BATADV_OVERHEAD = 32  # bytes batman-adv adds to every frame on the hard interface
 BATADV_IF = "bat0"
-POLL_S = 0.5  # route snapshots for the convergence figures: at most 1 s resolution with room to spare
+POLL_S = 0.5  # route snapshot period; a figure's resolution is about this plus one snapshot (kept as resolution_s)
 MESH_COLUMNS = ["run_id", "test_id", "size", "implementation", "event", "args", "event_ts", "converged_ts",
                 "converge_s", "resolution_s", "converged", "polls"]
 
@@ -345,6 +345,9 @@ class Mesh:
         (when the first converged snapshot was complete), converge_s (from `since`), resolution_s (from the start
         of the last snapshot that saw it unconverged to converged_ts: the mesh converged within that span;
         about POLL_S plus one snapshot's duration on an idle host), polls."""
+        if self.implementation != "batmand":  # nothing to poll: say so at once rather than time out
+            return {"event_ts": round(since, 6), "converged": False, "polls": 0,
+                    "problem": f"convergence is measured for batmand only, not {self.implementation}"}
         timeout = self.spec.converge_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         polls = 0

@@ -233,10 +233,20 @@ def test_wait_converged_times_the_first_converged_snapshot_and_its_resolution(mo
     monkeypatch.setattr(mesh_mod.time, "sleep", lambda s: None)
     outcomes = iter([{"sat01": ["no route to sat02"]}, {"sat01": ["no route to sat02"]}, {"sat01": []}])
     m = Mesh.__new__(Mesh)
-    m.spec = MeshSpec(protocol="batman")
+    m.spec, m.implementation = MeshSpec(protocol="batman"), "batmand"
     m.snapshot = lambda direct=frozenset(): MeshSnapshot(mesh_mod.time.time(), {}, next(outcomes))
     timing = m.wait_converged(since=99.95)
     # each tick of the clock is one reading: snapshot 1 taken 100.0, done 100.1 (100.2: the pause's length);
     # snapshot 2 taken 100.3, done 100.4 (100.5); snapshot 3 taken 100.6, done 100.7: converged
     assert timing["converged"] and timing["polls"] == 3
     assert timing["converged_ts"] == 100.7 and timing["converge_s"] == 0.75 and timing["resolution_s"] == 0.4
+
+
+def test_batman_adv_convergence_is_not_measured_and_says_so():
+    from swarm.mesh import Mesh
+
+    m = Mesh.__new__(Mesh)
+    m.spec, m.implementation = MeshSpec(protocol="batman"), "batman-adv"
+    timing = m.wait_converged(since=5.0)
+    assert timing == {"event_ts": 5.0, "converged": False, "polls": 0,
+                      "problem": "convergence is measured for batmand only, not batman-adv"}
