@@ -111,13 +111,19 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
         engine = swarm.links.engine
         if swarm.spec.links:
             swarm.links.spec_links()  # every condition possible with this host's impairment engine
-        out.print(f"{spec_file}: valid ({len(swarm.nodes)} nodes, backend {swarm.backend.name}, impairment engine {engine.name})")
+        mesh = swarm.mesh.implementation or "none"  # a pinned implementation this host lacks: SpecError
+        out.print(f"{spec_file}: valid ({len(swarm.nodes)} nodes, backend {swarm.backend.name}, impairment engine "
+                  f"{engine.name}, mesh {mesh})")
         return
     with ProgressBar("up") as bar:
         swarm = Swarm.from_yaml(spec_file, backend=backend, progress=bar, keep_on_failure=keep_on_failure,
                                 message=lambda m: err.print(m))
         seconds = swarm.up(ready_timeout=timeout)
     out.print(f"swarm {swarm.name!r}: {len(swarm.nodes)} nodes up with backend {swarm.backend.name} in {seconds:.1f} s")
+    if swarm.mesh_result is not None:
+        from .cli_mesh import convergence_line
+
+        out.print(convergence_line("start", swarm.mesh_result, swarm.mesh.implementation))
 
 
 @cli.command()
@@ -130,7 +136,7 @@ def status(name: str, as_json: bool) -> None:
     engine = swarm.links.engine
     if as_json:
         click.echo(json.dumps({"swarm": name, "backend": swarm.backend.name, "impairment_engine": engine.name,
-                               "nodes": [asdict(r) for r in rows]}, indent=1))
+                               "mesh": swarm.mesh.implementation, "nodes": [asdict(r) for r in rows]}, indent=1))
         return
     table = Table(title=f"swarm {name} ({swarm.backend.name})")
     for col in ("node", "ISL address", "ground address", "state", "health"):
@@ -140,6 +146,7 @@ def status(name: str, as_json: bool) -> None:
         table.add_row(r.name, r.isl_ip, r.ground_ip, f"[{style}]{r.state}[/]", f"[{style}]{r.health}[/]")
     out.print(table)
     out.print(f"impairment engine: {engine.describe()}; `swarm impair {name} --show` for the link conditions")
+    out.print(f"mesh: {swarm.mesh.describe()}" + (f"; `swarm mesh {name}` for its routes" if swarm.spec.mesh.enabled else ""))
 
 
 @cli.command(name="exec", context_settings={"ignore_unknown_options": True})
@@ -233,7 +240,12 @@ def schema() -> None:
 @cli.command()
 def probe() -> None:
     """What this host can do (Docker, Compose, sch_netem, batman-adv, nftables, tools)."""
-    click.echo(json.dumps(capabilities().as_dict(), indent=1))
+    from .mesh import MeshSpec, choose_implementation
+
+    caps = capabilities()
+    facts = caps.as_dict()
+    facts["mesh_batman"] = choose_implementation(MeshSpec(protocol="batman"), caps, "compose")  # what `mesh: batman` runs
+    click.echo(json.dumps(facts, indent=1))
 
 
 @cli.command()
@@ -315,6 +327,8 @@ from .cli_cfs import register as _register_cfs_commands  # noqa: E402  (cfs tlm,
 _register_cfs_commands(cli)
 from .cli_dds import register as _register_dds_commands  # noqa: E402  (run)
 _register_dds_commands(cli)
+from .cli_mesh import register as _register_mesh_commands  # noqa: E402  (mesh)
+_register_mesh_commands(cli)
 
 
 class SwarmErrorExit(SwarmError):

@@ -128,6 +128,7 @@ def fault(name: str, kind: str, args: tuple[str, ...]) -> None:
 
     swarm = Swarm.attach(name)
     ctl = swarm.links
+    cuts_before = ctl.load().cuts
     if kind == "cut":
         if len(args) != 2:
             raise SpecError("fault cut: give two nodes, e.g. `swarm fault NAME cut sat01 sat03`")
@@ -151,4 +152,8 @@ def fault(name: str, kind: str, args: tuple[str, ...]) -> None:
             raise SpecError("fault node: give a node and an action, e.g. `swarm fault NAME node sat02 restart`")
         ctl.node_action(*args)
         what = f"node {args[0]}: {args[1]} done"
+    applied = time.time()
     _out().print(f"swarm {name!r}: {what} at {time.strftime('%H:%M:%S')} (engine {ctl.engine.name})")
+    from .cli_mesh import wait_after_fault
+
+    wait_after_fault(swarm, f"{kind} {' '.join(args)}".strip(), applied, cuts_before, ctl.load().cuts)

@@ -89,6 +89,7 @@ class Swarm:
         self.keep_on_failure = keep_on_failure
         self.message = message
         self.image = ""
+        self.mesh_result: dict | None = None  # convergence after `up` when the swarm has a mesh
 
     # ----------------------------------------------------------------------------------------- loading
     @classmethod
@@ -118,6 +119,14 @@ class Swarm:
         raise SpecError(f"node {name!r}: no such node in swarm {self.name!r} (nodes: {self.nodes[0].name}..{self.nodes[-1].name})")
 
     @property
+    def mesh(self):
+        """The swarm's mesh (swarm.mesh.Mesh): implementation, routes, convergence. SpecError if this host
+        cannot run the implementation the spec pins."""
+        from .mesh import Mesh
+
+        return Mesh(self)
+
+    @property
     def links(self):
         """The swarm's link conditions and faults (swarm.faults.LinkController): impair, cut, heal, partition,
         node_action, rows (what is set now)."""
@@ -136,6 +145,7 @@ class Swarm:
         links = self.links if self.spec.links else None
         if links:
             links.spec_links()  # a parameter this host's impairment engine cannot apply: SpecError, nothing created
+        mesh = self.mesh if self.spec.mesh.enabled else None  # an implementation this host lacks: SpecError here
         started = time.monotonic()
         ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
         if self.backend.name == "compose":
@@ -143,7 +153,8 @@ class Swarm:
             self._prepare_cfs()
         write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
                                                "spec": self.spec.model_dump(mode="json", exclude_none=True),
-                                               "image": self.image, "created": time.time()})
+                                               "image": self.image, "created": time.time(),
+                                               "mesh": mesh.implementation if mesh else None})
         previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
         try:
             self.backend.up(self.spec, self.nodes, self.image, self.progress)
@@ -151,6 +162,8 @@ class Swarm:
             self._wait_cfs_operational(ready_timeout or 60 + 0.5 * len(self.nodes))
             if links:
                 links.apply_spec()
+            if mesh:
+                self.start_mesh(mesh)
         except BaseException:
             if not self.keep_on_failure:
                 self._rollback()
@@ -158,6 +171,18 @@ class Swarm:
         finally:
             signal.signal(signal.SIGTERM, previous)
         return time.monotonic() - started
+
+    def start_mesh(self, mesh) -> None:
+        """Start the mesh on every node and wait until its routes have converged (swarm.mesh); the result is
+        kept in `mesh_result` (and mesh.json in the swarm's state directory). Not converging in time is
+        reported, not fatal: the swarm is up, its mesh is slow, and that is worth measuring."""
+        started = time.time()
+        mesh.start()
+        self.mesh_result = mesh.wait_converged(started, progress=self.progress)
+        (swarm_dir(self.workdir, self.name) / "mesh.json").write_text(json.dumps({"up": self.mesh_result}))
+        if not self.mesh_result["converged"] and self.mesh_result["polls"]:
+            self.message(f"mesh {mesh.implementation}: not converged {mesh.spec.converge_timeout:g} s after start "
+                         f"({self.mesh_result.get('problem', '')})")
 
     def _rollback(self) -> None:
         """Remove what a failed or interrupted `up` made, ignoring further Ctrl-C while doing so."""

@@ -2,26 +2,30 @@
 node runs for its ISL interface.
 
 Each directed link a->b is impaired once, so each direction is set on its own and a link's delay is
-applied exactly once: queueing (delay, rate, netem's loss) on a's ISL egress, selected by b's address;
-nftables drops (the fallback engine's loss and cuts) on b's ISL ingress, selected by a's address. Drops are
+applied exactly once: queueing (delay, rate, netem's loss) on a's ISL egress, selected by b's MAC address
+as the frame's link-layer destination; nftables drops (the fallback engine's loss and every engine's cuts)
+on b's ISL ingress, selected by a's MAC as the frame's link-layer source. Links are selected by MAC, not by
+IP address, because with a mesh (swarm.mesh) a packet from a to c may be forwarded by b: it crosses the
+links a->b and b->c, which only the frame's addresses say (its IP addresses stay a and c), and a cut must
+also stop the mesh's broadcast hello packets (batmand's OGMs), which no IP destination selects. Drops are
 made at the receiver because a packet dropped by netfilter on the sender's own output path is reported to
 the sending socket (EPERM: iperf3 UDP aborts, TCP backs off locally), whereas a link loses packets
 silently; it also keeps a link's rate ahead of its loss, as on a real channel.
 
 Engines, in an explicit registry (a userspace delay engine for hosts without sch_netem will register here):
 - `netem` (kernel NetEm, the normal path where `sch_netem` exists): root HTB qdisc `5eed:` whose default
-  sends unclassified traffic straight out; one HTB class per impaired destination (its rate, or unshaped),
-  selected by a u32 filter on the destination address, with a netem leaf for delay, jitter, loss,
-  corruption, duplication and reordering; a link that is down gets `loss 100%`.
-- `nft` (the fallback where `sch_netem` is missing, as on our VMs): an nftables table `inet swarm_emu` in the
-  receiving node drops packets per source (`numgen random` for random loss; every packet for a link that is
-  down) in its prerouting hook, and the sender's HTB classes (no netem leaf) limit the rate.
+  sends unclassified traffic (broadcasts included) straight out; one HTB class per impaired destination (its
+  rate, or unshaped), selected by a u32 filter on the destination MAC, with a netem leaf for delay, jitter,
+  loss, corruption, duplication and reordering; a link that is down gets `loss 100%` and, where nftables
+  exists, the receiver's ingress drop as well (which also stops broadcasts).
+- `nft` (the fallback where `sch_netem` is missing, as on our VMs): an nftables table `netdev swarm_emu` in
+  the receiving node drops frames per source MAC (`numgen random` for random loss; every frame for a link
+  that is down) in the ISL device's ingress hook, and the sender's HTB classes (no netem leaf) limit the rate.
 A parameter the active engine cannot apply is a SpecError naming the parameter and the missing kernel
 feature, raised before anything is applied; never a silent no-op.
 """
 from __future__ import annotations
 
-import ipaddress
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -31,7 +35,8 @@ from .impair import DirectedLinks, Impairment, format_rate, format_time
 from .probe import Capabilities
 
 TC_MAJOR = "5eed"  # handle of the framework's root qdisc: teardown removes a root qdisc only with this handle
-NFT_FAMILY, NFT_TABLE = "inet", "swarm_emu"
+NFT_FAMILY, NFT_TABLE = "netdev", "swarm_emu"
+NFT_PRIORITY = -500  # ingress hook priority: before anything else that may run there
 UNSHAPED = "100gbit"  # HTB class rate for a destination that has conditions but no rate of its own
 LOSS_SCALE = 1_000_000  # nft random loss resolution: 1e-4 %
 ASSUMED_BPS = 10**9  # rate assumed for sizing a netem queue when the link has no rate of its own
@@ -81,7 +86,8 @@ def tc_pct(pct: float) -> str:
 
 
 def _sorted_dsts(per_dst: dict[str, Impairment]) -> list[str]:
-    return sorted(per_dst, key=ipaddress.IPv4Address)
+    """Link-layer addresses in order (the framework's MACs end in the IPv4 address: address order)."""
+    return sorted(per_dst, key=lambda mac: mac.lower())
 
 
 def _quantum(bps: int | None) -> str:
@@ -122,7 +128,10 @@ def netem_args(imp: Impairment) -> list[str]:
 
 
 def plan_htb(iface: str, per_dst: dict[str, Impairment], leaf: bool) -> list[list[str]]:
-    """Root HTB + one class and u32 filter per destination in `per_dst` (+ a netem leaf when `leaf`)."""
+    """Root HTB + one class and u32 filter per destination MAC in `per_dst` (+ a netem leaf when `leaf`).
+
+    u32 `match ether dst` (offset -14 from the network header, where the frame's header sits on egress) is
+    used because the flower classifier is missing from some kernels (ours)."""
     if not per_dst:
         return []
     dev = ["dev", iface]
@@ -135,8 +144,8 @@ def plan_htb(iface: str, per_dst: dict[str, Impairment], leaf: bool) -> list[lis
                      "ceil", rate, "quantum", _quantum(eff.rate if not eff.down else None)])
         if leaf and (args := netem_args(eff)):
             cmds.append(["tc", "qdisc", "add", *dev, "parent", classid, "handle", f"{i:x}:", "netem", *args])
-        cmds.append(["tc", "filter", "add", *dev, "parent", f"{TC_MAJOR}:", "protocol", "ip", "prio", "1", "u32",
-                     "match", "ip", "dst", f"{ip}/32", "flowid", classid])
+        cmds.append(["tc", "filter", "add", *dev, "parent", f"{TC_MAJOR}:", "protocol", "all", "prio", "1", "u32",
+                     "match", "ether", "dst", ip, "flowid", classid])
     return cmds
 
 
@@ -152,14 +161,15 @@ def plan_rate(iface: str, per_dst: dict[str, Impairment]) -> list[list[str]]:
 
 
 def plan_nft(iface: str, per_src: dict[str, Impairment], labels: dict[str, str] | None = None) -> str | None:
-    """nftables table `inet swarm_emu` of a receiving node, dropping what arrives on its ISL interface per
-    source: all of it (link down) or a random share (loss). The script replaces the table atomically (one
-    transaction). `labels` name each source's link for the rule comments. None: nothing to drop."""
+    """nftables table `netdev swarm_emu` of a receiving node, dropping frames that arrive on its ISL interface
+    per source MAC (the link's sender): all of them (link down) or a random share (loss). The script replaces
+    the table atomically (one transaction). `labels` name each source's link for the rule comments. None:
+    nothing to drop."""
     rules = []
-    for ip in _sorted_dsts(per_src):
-        eff = per_src[ip].effective()
-        label = (labels or {}).get(ip, ip)
-        match = f'iifname "{iface}" ip saddr {ip}'
+    for mac in _sorted_dsts(per_src):
+        eff = per_src[mac].effective()
+        label = (labels or {}).get(mac, mac)
+        match = f"ether saddr {mac}"
         if eff.down:
             rules.append(f'{match} counter drop comment "{label} down"')
         elif eff.loss is not None:
@@ -176,7 +186,7 @@ def plan_nft(iface: str, per_src: dict[str, Impairment], labels: dict[str, str] 
             f"delete table {NFT_FAMILY} {NFT_TABLE}\n"
             f"table {NFT_FAMILY} {NFT_TABLE} {{\n"
             f"\tchain links_in {{\n"
-            f"\t\ttype filter hook prerouting priority -300; policy accept;\n"
+            f"\t\ttype filter hook ingress device \"{iface}\" priority {NFT_PRIORITY}; policy accept;\n"
             f"{body}"
             f"\t}}\n"
             f"}}\n")
@@ -232,9 +242,9 @@ class Engine:
 
     def plan_node(self, iface: str, egress: dict[str, Impairment], ingress: dict[str, Impairment],
                   labels: dict[str, str] | None = None) -> NodeCommands:
-        """One node's commands: `egress` maps each destination's address to the conditions of link node->dst,
-        `ingress` each source's address to those of link src->node; `labels` name the ingress links by source
-        address (for rule comments)."""
+        """One node's commands: `egress` maps each destination's MAC to the conditions of link node->dst,
+        `ingress` each source's MAC to those of link src->node; `labels` name the ingress links by source
+        MAC (for rule comments)."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -271,7 +281,10 @@ class NetemEngine(Engine):
         return missing
 
     def plan_node(self, iface, egress, ingress, labels=None) -> NodeCommands:
-        return NodeCommands(tc=plan_netem(iface, egress), nft=None, segment=needs_segmentation(egress))
+        # netem's `loss 100%` on a down link only sees unicast frames; the receiver's drop also stops broadcasts
+        down = {mac: imp for mac, imp in ingress.items() if imp.effective().down} if self.caps.nftables else {}
+        return NodeCommands(tc=plan_netem(iface, egress), nft=plan_nft(iface, down, labels),
+                            segment=needs_segmentation(egress))
 
 
 class NftEngine(Engine):

@@ -8,7 +8,7 @@ leaves the configured conditions alone), nodes stopped, killed or paused by faul
 interface and a fingerprint of what was applied there, so a change only touches nodes whose plan changed.
 
 Everything applied lives inside the nodes (a root qdisc with handle 5eed: on the ISL interface, an nft table
-`inet swarm_emu`): removing a namespace or container removes it; `clear` removes exactly those and nothing
+`netdev swarm_emu`): removing a namespace or container removes it; `clear` removes exactly those and nothing
 else (a root qdisc with another handle is left alone).
 """
 from __future__ import annotations
@@ -244,6 +244,8 @@ class LinkController:
             rec["stale"] = True
             self._wait_running(node, ready_timeout)
             self._push(state, nodes=[node], force=True)
+            if action == "restart" and self.swarm.spec.mesh.enabled:  # the node's processes were all ended
+                self.swarm.mesh.start([node])
 
     def restore(self) -> None:
         """Back to the spec's conditions: heal everything, drop run-time changes, bring faulted nodes back."""
@@ -296,7 +298,7 @@ class LinkController:
         eff = state.effective()
         states = self.swarm.backend.node_states(self.swarm.name)
         todo = [n for n in self.swarm.nodes if nodes is None or n.name in nodes]
-        by_ip = {n.name: n.isl_ip for n in self.swarm.nodes}
+        by_mac = {n.name: n.isl_mac for n in self.swarm.nodes}  # links are selected by link-layer address
 
         def one(node) -> tuple[str, str]:
             rec = state.nodes.setdefault(node.name, {})
@@ -304,7 +306,7 @@ class LinkController:
                 rec["stale"] = True
                 return node.name, ""
             try:
-                self._apply_node(node, rec, eff, by_ip, force or rec.get("stale", False), clearing)
+                self._apply_node(node, rec, eff, by_mac, force or rec.get("stale", False), clearing)
                 rec.pop("stale", None)
                 return node.name, ""
             except (CommandError, RuntimeFailure) as exc:
@@ -318,13 +320,13 @@ class LinkController:
             raise RuntimeFailure(f"link conditions not applied on {len(failed)} node(s): {failed[0][0]}: {failed[0][1]}")
         return [n for n, _ in results]
 
-    def _apply_node(self, node, rec: dict, eff: DirectedLinks, by_ip: dict[str, str], force: bool,
+    def _apply_node(self, node, rec: dict, eff: DirectedLinks, by_mac: dict[str, str], force: bool,
                     clearing: bool = False) -> None:
         """Apply one node's plan. A part (tc or nft) with nothing planned, nothing applied before and no
         `clearing` runs nothing, so nodes without conditions never need tc or nft in their image."""
-        egress = {by_ip[d]: imp for (s, d), imp in eff.items() if s == node.name}
-        ingress = {by_ip[s]: imp for (s, d), imp in eff.items() if d == node.name}
-        labels = {by_ip[s]: f"{s}->{d}" for (s, d) in eff if d == node.name}
+        egress = {by_mac[d]: imp for (s, d), imp in eff.items() if s == node.name}
+        ingress = {by_mac[s]: imp for (s, d), imp in eff.items() if d == node.name}
+        labels = {by_mac[s]: f"{s}->{d}" for (s, d) in eff if d == node.name}
         had_tc = rec.get("tc") not in (None, _sig([]))
         had_nft = rec.get("nft") not in (None, _sig(None))
         unknown = clearing and "tc" not in rec  # no record (e.g. state lost in a crash): look, but tolerate no tools
@@ -373,10 +375,21 @@ class LinkController:
             res = self._run(node.name, ["ip", "-o", "-4", "addr", "show", "to", f"{node.isl_ip}/32"], check=False)
             fields = res.stdout.split()
             if res.ok and len(fields) > 1:
-                return fields[1].split("@")[0]
+                iface = fields[1].split("@")[0]
+                return self._hard_iface(node.name, iface)
             if time.monotonic() > deadline:
                 raise RuntimeFailure(f"node {node.name!r}: no interface holds its ISL address {node.isl_ip}")
             time.sleep(0.2)
+
+    def _hard_iface(self, node: str, iface: str) -> str:
+        """Under batman-adv the ISL address sits on bat0; links are impaired on the interface under it."""
+        from .mesh import BATADV_IF, enslaved_interfaces
+
+        if iface != BATADV_IF:
+            return iface
+        res = self._run(node, ["ip", "-o", "link", "show", "master", BATADV_IF], check=False)
+        under = enslaved_interfaces(res.stdout) if res.ok else []
+        return under[0] if under else iface
 
     def _apply_tc(self, node: str, iface: str, cmds: list[list[str]]) -> None:
         res = self._run(node, ["tc", "-j", "qdisc", "show", "dev", iface, "root"])
@@ -551,6 +564,7 @@ class FaultTimeline:
         self.t0: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.watcher = None  # a swarm.mesh.MeshWatcher: convergence after each fault, when the swarm has a mesh
 
     def start(self, t0: float) -> None:
         """Start the timeline relative to epoch `t0` (e.g. the traffic's release instant)."""
@@ -565,6 +579,7 @@ class FaultTimeline:
                 break
             began = time.time()
             error = ""
+            cuts_before = self.ctl.load().cuts if self.watcher else set()
             try:
                 apply_event(self.ctl, ev)
             except Exception as exc:  # recorded in the results, the test goes on
@@ -572,6 +587,10 @@ class FaultTimeline:
                 self.message(f"fault {ev.kind} {ev.args} at {ev.at:g}s failed: {error}")
             done = time.time()
             self.rows.append(self._row(index, ev, planned, done, done - began, not error, error))
+            if self.watcher and not error:
+                from .mesh import healed_pairs
+
+                self.watcher.event(ev.kind, ev.args, done, healed_pairs(cuts_before, self.ctl.load().cuts))
 
     def _row(self, index, ev, planned, applied, took, ok, error) -> dict:
         return {"run_id": self.run_id, "test_id": self.test_id, "index": index, "at_s": ev.at,

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from swarm.analysis import (OFFERED_MIN_FRACTION, offered_fraction, load_reference, rate_label, summarize, table_largest_lossfree,
                             table_tcp_bandwidth, table_udp_loss)
-from swarm.report_faults import fault_table, write_fault_timeseries  # noqa: F401  (faults around a test)
+from swarm.report_faults import fault_table, mesh_table, write_fault_timeseries  # noqa: F401  (faults around a test)
 
 THESIS_LABEL = "thesis (16 vCPU host)"
 WINDOW_WARN_FRACTION = 0.8
@@ -76,6 +76,13 @@ def write_report(run_dir: Path, df: pd.DataFrame, host_facts: dict, tests: pd.Da
         paths.update({f"faults_{test_id}": path for test_id, (path, _) in fault_figures.items()})
         sections.insert(-2, ("Faults: throughput and loss around each fault (dashed: when it took effect)",
                              [("table", fault_table(run_dir))] + [("figure", f) for f in fault_figures.values()]))
+    if (Path(run_dir) / "mesh.csv").exists():  # a swarm with a mesh (swarm.mesh): convergence after up and faults
+        paths["mesh_csv"] = out / "mesh.csv"
+        mesh = mesh_table(run_dir)
+        mesh.to_csv(paths["mesh_csv"], index=False)
+        sections.insert(max(0, len(sections) - 2), ("Mesh convergence: seconds until every node had a route to "
+                                                    "every node it could reach (after up and after each fault)",
+                                                    [("table", mesh)]))
     warnings = per_test_warnings(per_test)
     title = f"Swarm sweep report: {Path(run_dir).resolve().name}"
     scope = "each test's concurrent window (all flows running)" if basis == "window" else "each flow's whole test"

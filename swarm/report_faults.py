@@ -3,8 +3,9 @@ time since the traffic's release, with a vertical line where each fault of the t
 
 Inputs are the run folder's raw iperf3 JSON (raw/<test>/<src>__<dst>.json, receiver intervals), flows.csv
 (each flow's release instant, or its data start, which places its intervals in time),
-tests.csv (release instant) and faults.csv
-(swarm.faults.FaultTimeline: planned `at_s` and actual `offset_s` of each fault).
+tests.csv (release instant), faults.csv
+(swarm.faults.FaultTimeline: planned `at_s` and actual `offset_s` of each fault) and, for a swarm with a mesh,
+mesh.csv (swarm.mesh.MeshWatcher: when the routes had converged after each fault, a dotted line).
 
 UDP loss is shown two ways: against the offered rate (1 - received / offered, per interval), which shows a
 cut where it happens, and as iperf3 counts it (sequence gaps), which books the packets lost during a cut
@@ -87,6 +88,7 @@ def write_fault_timeseries(run_dir: Path, out_dir: Path | None = None) -> dict[s
     out_dir.mkdir(parents=True, exist_ok=True)
     faults = pd.read_csv(faults_csv)
     flows = pd.read_csv(run_dir / "flows.csv")
+    mesh = pd.read_csv(run_dir / "mesh.csv") if (run_dir / "mesh.csv").exists() else pd.DataFrame()
     tests = pd.read_csv(run_dir / "tests.csv") if (run_dir / "tests.csv").exists() else pd.DataFrame()
     figures: dict[str, tuple[Path, str]] = {}
     for test_id, test_faults in faults.groupby("test_id", sort=False):
@@ -97,9 +99,33 @@ def write_fault_timeseries(run_dir: Path, out_dir: Path | None = None) -> dict[s
         intervals = interval_table(run_dir, test_id, flows, release)
         title = f"{test_id}: throughput and loss around the faults"
         path = out_dir / f"faults_{test_id}.png"
-        _plot(path, title, intervals, binned(intervals), test_faults)
+        marks = _mesh_marks(mesh, test_id, release)
+        _plot(path, title, intervals, binned(intervals), test_faults, marks)
         figures[test_id] = (path, title)
     return figures
+
+
+def _mesh_marks(mesh: pd.DataFrame, test_id: str, release: float) -> list[tuple[float, str]]:
+    """(seconds since release, label) of each mesh convergence after a fault of `test_id`."""
+    if mesh.empty:
+        return []
+    rows = mesh[(mesh["test_id"] == test_id) & (mesh["event"] != "restore") & mesh["converged"].astype(bool)]
+    marks: list[tuple[float, list[str]]] = []  # events that converged in the same snapshot share one line
+    for r in sorted(rows.itertuples(index=False), key=lambda r: float(r.converged_ts)):
+        x, what = float(r.converged_ts) - release, f"{r.event} +{float(r.converge_s):.1f} s"
+        if marks and x - marks[-1][0] < 0.25:
+            marks[-1][1].append(what)
+        else:
+            marks.append((x, [what]))
+    return [(x, f"mesh: {whats[0]}" + (f" (+{len(whats) - 1})" if len(whats) > 1 else "")) for x, whats in marks]
+
+
+def mesh_table(run_dir: Path) -> pd.DataFrame:
+    """mesh.csv as shown in the report: how long the mesh took to converge after `up` and after each fault."""
+    mesh = pd.read_csv(Path(run_dir) / "mesh.csv")
+    mesh["args"] = mesh["args"].fillna("").astype(str).str.replace(" | ", " / ", regex=False)  # | splits a Markdown cell
+    cols = ["test_id", "size", "implementation", "event", "args", "converge_s", "resolution_s", "converged", "polls"]
+    return mesh[[c for c in cols if c in mesh]].fillna("")
 
 
 def fault_table(run_dir: Path) -> pd.DataFrame:
@@ -109,7 +135,8 @@ def fault_table(run_dir: Path) -> pd.DataFrame:
     return faults[["test_id", "at_s", "offset_s", "late_ms", "took_s", "kind", "args", "ok", "error"]]
 
 
-def _plot(path: Path, title: str, intervals: pd.DataFrame, bins: pd.DataFrame, faults: pd.DataFrame) -> None:
+def _plot(path: Path, title: str, intervals: pd.DataFrame, bins: pd.DataFrame, faults: pd.DataFrame,
+          mesh_marks: list[tuple[float, str]] = ()) -> None:
     fig = Figure(figsize=(8, 5.2), dpi=110)
     ax_bw, ax_loss = fig.subplots(2, 1, sharex=True)
     for flow, group in intervals.groupby("flow"):
@@ -133,11 +160,17 @@ def _plot(path: Path, title: str, intervals: pd.DataFrame, bins: pd.DataFrame, f
         label = (label if len(label) <= 28 else label[:27] + "…") + ("" if fault.ok else " (failed)")
         ax_bw.annotate(label, (float(x), 0.98), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
                        va="top", ha="right")
+    for x, label in mesh_marks:
+        for ax in (ax_bw, ax_loss):
+            ax.axvline(x, color="C0", linestyle=":", linewidth=1.2)
+        ax_loss.annotate(label, (x, 0.98), xycoords=("data", "axes fraction"), rotation=90, fontsize=7, va="top",
+                         ha="left", color="C0")
     ax_bw.set_title(title)
     ax_bw.set_ylabel("throughput (Mbit/s)")
     ax_loss.set_ylabel("UDP loss (%)")
     ax_loss.set_ylim(-2, 102)
-    ax_loss.set_xlabel("seconds since the traffic's release (dashed: fault applied)")
+    ax_loss.set_xlabel("seconds since the traffic's release (dashed: fault applied"
+                       + ("; dotted: mesh converged, +s after the fault)" if len(mesh_marks) else ")"))
     for ax in (ax_bw, ax_loss):
         ax.grid(True, alpha=0.3)
     handles, labels = ax_bw.get_legend_handles_labels()

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .apps import AppSettings, app_environment, app_image, check_apps
 from .errors import SpecError
 from .impair import LinksSpec, resolve_links
+from .mesh import MeshSpec
 
 MAX_NODES = 1000
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
@@ -175,6 +176,7 @@ class SwarmSpec(_Strict):
     links: Optional[LinksSpec] = None  # ISL link conditions (swarm.impair): default + per-link/per-node overrides
     apps: list[str] = Field(default_factory=list)  # apps in every node (swarm.apps): swarm-app, or a user's image
     app: AppSettings = AppSettings()  # their settings: rate_hz, domain_id, targets, window_s
+    mesh: MeshSpec = MeshSpec()  # routing on the ISL network (swarm.mesh): `batman` or `none`
 
     @field_validator("name")
     @classmethod

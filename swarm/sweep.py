@@ -133,6 +133,12 @@ class ResultsStore:
     def append_test(self, row: dict) -> None:
         self._append("tests.csv", TEST_COLUMNS, [row])
 
+    def append_mesh(self, rows: list[dict] | dict) -> None:
+        """Mesh convergence rows (swarm.mesh.MESH_COLUMNS): after `up` and after each fault of a timeline."""
+        from .mesh import MESH_COLUMNS
+
+        self._append("mesh.csv", MESH_COLUMNS, [rows] if isinstance(rows, dict) else rows)
+
     def append_faults(self, rows: list[dict]) -> None:
         """One row per timeline fault of a test: planned and actual application time (swarm.faults)."""
         from .faults import FAULT_COLUMNS
@@ -162,6 +168,7 @@ def host_facts(swarm: Swarm | None = None) -> dict:
         facts["backend"] = swarm.backend.name
         facts["impairment_engine"] = swarm.links.engine.name
         facts["image"] = swarm.image
+        facts["mesh"] = swarm.mesh.describe()
     return facts
 
 
@@ -406,19 +413,14 @@ class TestRunner:
         server_errors = self.start_servers(flows)
         setup_s = time.monotonic() - t_start
         runnable = [f for f in flows if f.dst.name not in server_errors]
-        timeline = None
-        if self.exp.faults:
-            from .faults import FaultTimeline
-
-            timeline = FaultTimeline(self.swarm.links, self.exp.faults, test.test_id, self.store.run_id, self.message)
+        timeline = self._timeline(test)
         self.on_release = timeline.start if timeline else None
         try:
             with HostSampler() as sampler:
                 records, release, release_spread = (self.run_clients(test, runnable) if runnable
                                                 else ({}, time.time(), math.nan))
         finally:
-            if timeline:  # back to the spec's conditions (nodes restarted, cuts healed) before the next test
-                self.store.append_faults(timeline.finish(timeout=self.exp.duration + 30))
+            self._finish_timeline(timeline, test)
         self.cleanup()
         parsed = {}
         for f in flows:
@@ -432,6 +434,41 @@ class TestRunner:
             parsed[f.flow_id] = (f, rec or {}, result)
         return self._record(test, flows, parsed, release, release_spread, sampler, setup_s,
                             time.monotonic() - t_start)
+
+    def _timeline(self, test: TestCase):
+        """The test's fault timeline (None without faults), with a mesh watcher when the swarm has a mesh."""
+        if not self.exp.faults:
+            return None
+        from .faults import FaultTimeline
+
+        timeline = FaultTimeline(self.swarm.links, self.exp.faults, test.test_id, self.store.run_id, self.message)
+        if self.swarm.spec.mesh.enabled:
+            from .mesh import MeshWatcher
+
+            timeline.watcher = MeshWatcher(self.swarm.mesh, self.store.append_mesh, self.store.run_id,
+                                           test.test_id, test.size)
+        return timeline
+
+    def _finish_timeline(self, timeline, test: TestCase) -> None:
+        """Back to the spec's conditions (nodes restarted, cuts healed) before the next test, and the mesh
+        settled again, so that the next test starts on a converged mesh."""
+        if not timeline:
+            return
+        cuts = self.swarm.links.load().cuts
+        self.store.append_faults(timeline.finish(timeout=self.exp.duration + 30))
+        if timeline.watcher:
+            self._mesh_restored(timeline.watcher, test, cuts)
+
+    def _mesh_restored(self, watcher, test: TestCase, cuts_before: set) -> None:
+        from .mesh import healed_pairs, mesh_row
+
+        watcher.finish()
+        mesh = self.swarm.mesh
+        timing = mesh.wait_converged(time.time(), direct=healed_pairs(cuts_before, self.swarm.links.load().cuts))
+        self.store.append_mesh(mesh_row(self.store.run_id, test.test_id, test.size, mesh.implementation, "restore",
+                                        "after the test", timing))
+        if not timing["converged"]:
+            self.message(f"{test.test_id}: mesh not converged after restoring the links ({timing.get('problem', '')})")
 
     def _record(self, test, flows, parsed, release, release_spread, sampler, setup_s, wall_s) -> dict:
         """Write one row per flow and the test's row; `parsed` is {flow id: (Flow, record, FlowResult)}."""
@@ -495,10 +532,7 @@ class MuxTestRunner(TestRunner):
                 for fid, error in (reply.get("errors") or {}).items():
                     self.message(f"{fid}: {error}")
             setup_s = time.monotonic() - t_start
-            if self.exp.faults:
-                from .faults import FaultTimeline
-
-                timeline = FaultTimeline(self.swarm.links, self.exp.faults, test.test_id, self.store.run_id, self.message)
+            timeline = self._timeline(test)
             with HostSampler() as sampler:
                 # The instant must reach every engine before it passes: through `docker exec` on a loaded
                 # host that took seconds, so the lead grows with the slowest set-up round trip.
@@ -513,8 +547,7 @@ class MuxTestRunner(TestRunner):
             for proc in procs.values():
                 if proc.poll() is None:
                     proc.kill()
-            if timeline:
-                self.store.append_faults(timeline.finish(timeout=self.exp.duration + 30))
+            self._finish_timeline(timeline, test)
             self.cleanup()
         wakes = [r["release_ts"] for r in reports.values() if "release_ts" in r]
         spread = (max(wakes) - min(wakes)) if wakes else math.nan
@@ -632,6 +665,10 @@ def _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_
         message(f"bringing up {size} nodes ({swarm.backend.name})")
         swarm.up()
         try:
+            if swarm.mesh_result is not None:
+                from .mesh import mesh_row
+
+                store.append_mesh(mesh_row(store.run_id, "", size, swarm.mesh.implementation, "up", "", swarm.mesh_result))
             if not (store.dir / "host.json").exists() or "backend" not in json.loads((store.dir / "host.json").read_text()):
                 facts = {**host_facts(swarm), "traffic_engine": exp.engine}
                 (store.dir / "host.json").write_text(json.dumps(facts, indent=1))

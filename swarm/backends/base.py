@@ -79,6 +79,16 @@ class Backend(ABC):
     def netns_ids(self, swarm: str) -> set[str]:
         """The network-namespace ids ('net:[inode]') of the swarm's nodes, as /proc/<pid>/ns/net shows them."""
 
+    def private_run_prefix(self, swarm: str, node: str) -> list[str]:
+        """argv prefix that runs a command inside `node` with a /run of the node's own, for daemons whose socket
+        path is fixed (batmand's /var/run/batmand.socket). A container has its own already."""
+        return self.exec_prefix(swarm, node)
+
+    @abstractmethod
+    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str) -> None:
+        """Start a long-running process (e.g. the mesh daemon) in `node`, with private_run_prefix's /run; it
+        is removed with the node and its output goes to the node's logs."""
+
     def exec(self, swarm: str, node: str, argv: list[str], *, check: bool = True, timeout: float | None = None) -> Result:
         """Run `argv` inside `node` and return its result."""
         return self.runner.run(self.exec_prefix(swarm, node) + list(argv), check=check, timeout=timeout)

@@ -128,6 +128,10 @@ class ComposeBackend(Backend):
     def exec_prefix(self, swarm: str, node: str, interactive: bool = False) -> list[str]:
         return ["docker", "exec", *(["-i"] if interactive else []), container_name(swarm, node)]
 
+    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str) -> None:
+        """`docker exec -d`: the process lives in the container and goes with it (also on `docker restart`)."""
+        self.runner.run(["docker", "exec", "-d", container_name(swarm, node), *argv], timeout=60)
+
     def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
         return self.exec_prefix(swarm, node, interactive=True) + [*AGENT_COMMAND[:2], *args]
 

@@ -216,6 +216,18 @@ class NetnsBackend(Backend):
         """The node's private scratch directory (namespaces share the host's /run)."""
         return self.state_dir(swarm) / "nodes" / node
 
+    def private_run_prefix(self, swarm: str, node: str) -> list[str]:
+        """`ip netns exec` gives the command a mount namespace of its own; the node's run/ directory is bound
+        over /run in it (positional arguments of `sh -c`, nothing interpolated into the script)."""
+        run = self.node_run_dir(swarm, node) / "run"
+        return self.exec_prefix(swarm, node) + ["sh", "-c", 'mount --bind "$0" /run && exec "$@"', str(run)]
+
+    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str) -> None:
+        (self.node_run_dir(swarm, node) / "run").mkdir(parents=True, exist_ok=True)
+        log = self.state_dir(swarm) / "logs" / f"{node}.{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.runner.start(self.private_run_prefix(swarm, node) + list(argv), stdout_path=str(log))
+
     def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
         return self.exec_prefix(swarm, node) + [
             "env", f"SWARM_RUN_DIR={self.node_run_dir(swarm, node)}", node_python(), str(self.agent_path()), *args]

@@ -305,10 +305,10 @@ def test_netem_commands_are_accepted_by_tcs_parser(need_netns):
     right when the only complaint is the kernel's 'qdisc kind is unknown'."""
     from swarm.engines import plan_netem
 
-    cmds = plan_netem("eth1", {"10.1.0.3": impairment(delay="250ms", jitter="10ms", jitter_distribution="normal",
+    cmds = plan_netem("eth1", {"02:42:0a:01:00:03": impairment(delay="250ms", jitter="10ms", jitter_distribution="normal",
                                                       loss="1%", loss_correlation="25%", corrupt="0.1%",
                                                       duplicate="1%", reorder="5%", rate="10M"),
-                               "10.1.0.4": impairment(up=False)})
+                               "02:42:0a:01:00:04": impairment(up=False)})
     script = "ip link add eth1 type veth peer name p1 && ip link set eth1 up\n" + "\n".join(
         " ".join(c) + " 2>&1 || true" for c in cmds)
     out = subprocess.run(["unshare", "--net", "--", "sh", "-ec", script], capture_output=True, text=True).stdout

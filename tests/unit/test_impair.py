@@ -139,13 +139,13 @@ def test_inline_values_go_over_a_profile():
 
 # ------------------------------------------------------------------------------------ golden plans
 PER_DST = {
-    "10.77.0.5": impairment(delay="1.3s", rate="2Mbit"),
-    "10.77.0.3": impairment(delay="250ms", jitter="10ms", jitter_distribution="normal", loss="1%",
+    "02:42:0a:4d:00:05": impairment(delay="1.3s", rate="2Mbit"),
+    "02:42:0a:4d:00:03": impairment(delay="250ms", jitter="10ms", jitter_distribution="normal", loss="1%",
                             loss_correlation="25%"),
-    "10.77.0.4": impairment(loss="5%", corrupt="0.1%", duplicate="1%", reorder="5%", delay="10ms"),
-    "10.77.0.6": impairment(up=False, delay="5ms"),
-    "10.77.0.7": impairment(rate="10M"),
-    "10.77.0.8": impairment(loss=0),  # nothing in effect: no class
+    "02:42:0a:4d:00:04": impairment(loss="5%", corrupt="0.1%", duplicate="1%", reorder="5%", delay="10ms"),
+    "02:42:0a:4d:00:06": impairment(up=False, delay="5ms"),
+    "02:42:0a:4d:00:07": impairment(rate="10M"),
+    "02:42:0a:4d:00:08": impairment(loss=0),  # nothing in effect: no class
 }
 
 
@@ -163,10 +163,10 @@ def test_segmentation_only_for_lossy_egress():
 
 def test_golden_nft_engine_plan():
     engine = NftEngine(CAPS)
-    per = {"10.77.0.3": impairment(loss="10%"), "10.77.0.4": impairment(up=False, loss="3%"),
-           "10.77.0.5": impairment(loss="30%", rate="20Mbit"), "10.77.0.6": impairment(rate="500k"),
-           "10.77.0.7": impairment(loss="0.0001%")}
-    labels = {ip: f"sat0{int(ip.rsplit('.', 1)[1]) - 1}->sat01" for ip in per}
+    per = {"02:42:0a:4d:00:03": impairment(loss="10%"), "02:42:0a:4d:00:04": impairment(up=False, loss="3%"),
+           "02:42:0a:4d:00:05": impairment(loss="30%", rate="20Mbit"), "02:42:0a:4d:00:06": impairment(rate="500k"),
+           "02:42:0a:4d:00:07": impairment(loss="0.0001%")}
+    labels = {mac: f"sat0{int(mac.rsplit(':', 1)[1], 16) - 1}->sat01" for mac in per}
     cmds = engine.plan_node("eth0", egress=per, ingress=per, labels=labels)
     out = text(cmds.tc) + "--- nft -f -\n" + cmds.nft
     assert out == golden("impair_nft_eth0.txt", out)
@@ -180,8 +180,8 @@ def test_netem_options_follow_tc_syntax():
 
 
 def test_nothing_to_do_plans_nothing():
-    assert plan_netem("eth1", {}) == [] and plan_rate("eth1", {"10.0.0.2": impairment(loss="1%")}) == []
-    assert plan_nft("eth1", {"10.0.0.2": impairment(rate="1M")}) is None
+    assert plan_netem("eth1", {}) == [] and plan_rate("eth1", {"02:42:0a:00:00:02": impairment(loss="1%")}) == []
+    assert plan_nft("eth1", {"02:42:0a:00:00:02": impairment(rate="1M")}) is None
 
 
 # ----------------------------------------------------------------------------------------- engines
@@ -298,7 +298,7 @@ def test_executor_applies_per_node_and_only_touches_changed_nodes(tmp_path):
     nft = runner.in_node("nft")
     assert sorted(n for n, _, _ in nft) == ["sat01", "sat02", "sat03"]
     sat02 = next(stdin for n, _, stdin in nft if n == "sat02")
-    assert 'iifname "eth1" ip saddr 10.77.0.2 numgen random mod 1000000 < 100000 counter drop comment "sat01->sat02 loss 10%"' in sat02
+    assert 'ether saddr 02:42:0a:4d:00:02 numgen random mod 1000000 < 100000 counter drop comment "sat01->sat02 loss 10%"' in sat02
     runner.inputs.clear()
     swarm.links.impair(impairment(rate="20Mbit"), between=["sat01", "sat03"], direction="a->b")
     touched = {n for n, argv, _ in runner.in_node("tc") if argv[1] == "-batch"}
@@ -359,7 +359,7 @@ def test_clear_removes_only_the_frameworks_qdisc(tmp_path):
     swarm.links.clear()
     batches = [stdin for _, argv, stdin in runner.in_node("tc") if argv[1] == "-batch"]
     assert batches == ["qdisc del dev eth1 root\n"] * 3
-    assert all(stdin == "table inet swarm_emu\ndelete table inet swarm_emu\n" for _, _, stdin in runner.in_node("nft"))
+    assert all(stdin == "table netdev swarm_emu\ndelete table netdev swarm_emu\n" for _, _, stdin in runner.in_node("nft"))
     runner.root_qdisc = '[{"kind":"tbf","handle":"8001:","root":true}]'  # someone else's: left alone
     runner.inputs.clear()
     swarm.links.clear()
