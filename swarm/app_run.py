@@ -123,6 +123,11 @@ def run_app_experiment(exp: AppExperiment, results_root: Path, *, backend: str |
         swarm.up(ready_timeout=60 + 2 * exp.nodes)  # every node starts a DDS participant: slow on a small host
         try:
             (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
+            if swarm.mesh_result is not None:  # a swarm with a mesh: its convergence after up, then per fault
+                from .mesh import mesh_row
+
+                store.append_mesh(mesh_row(store.run_id, "app", exp.nodes, swarm.mesh.implementation, "up", "",
+                                           swarm.mesh_result))
             end_warmup = time.time() + exp.warmup
             while (left := end_warmup - time.time()) > 0:
                 progress(exp.warmup - left, exp.warmup, "warm-up (DDS discovery)")
@@ -131,6 +136,10 @@ def run_app_experiment(exp: AppExperiment, results_root: Path, *, backend: str |
             (store.dir / "run.json").write_text(json.dumps({"t0": t0, "duration": exp.duration,
                                                             "backend": swarm.backend.name}))
             timeline = FaultTimeline(swarm.links, list(exp.faults), "app", store.run_id, message)
+            if swarm.spec.mesh.enabled:
+                from .mesh import MeshWatcher
+
+                timeline.watcher = MeshWatcher(swarm.mesh, store.append_mesh, store.run_id, "app", exp.nodes)
             timeline.start(t0)
             while (elapsed := time.time() - t0) < exp.duration:
                 done = len(timeline.rows)
@@ -138,6 +147,8 @@ def run_app_experiment(exp: AppExperiment, results_root: Path, *, backend: str |
                 time.sleep(min(0.5, exp.duration - elapsed))
             progress(exp.duration, exp.duration, "collecting")
             store.append_faults(timeline.finish(restore=False))
+            if timeline.watcher:
+                timeline.watcher.finish()
             timeline = None
         finally:
             if timeline is not None:
@@ -277,6 +288,10 @@ def write_app_report(run_dir: Path) -> dict[str, Path]:
                 ("Delivery ratio and plan agreement over time", [("figure", (paths["plot"], "delivery and agreement"))])]
     if len(faults):
         sections.append(("Faults (planned at_s, took effect at offset_s)", [("table", faults)]))
+    if (run_dir / "mesh.csv").exists():
+        from .report_faults import mesh_table
+
+        sections.append(("Mesh: time to converge after up and after each fault", [("table", mesh_table(run_dir))]))
     skipped = pd.read_csv(run_dir / "plans.csv")["skipped"].sum() if (run_dir / "plans.csv").stat().st_size > 1 else 0
     warnings = [f"nodes skipped {int(skipped)} cycles in all because they ran late (host overloaded): those "
                 "samples were never sent"] if skipped else []

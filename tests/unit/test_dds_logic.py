@@ -97,6 +97,9 @@ def test_cyclone_configuration_of_the_app():
     assert '<NetworkInterface address="10.150.0.2"/>' in uri and "AllowMulticast" not in uri
     uni = swarm_app.cyclone_uri("10.150.0.2", ["10.150.0.3", "10.150.0.4"])
     assert "<AllowMulticast>false</AllowMulticast>" in uni and '<Peer address="10.150.0.4"/>' in uni
+    import xml.etree.ElementTree as ET
+    for text in (uri, uni):  # well-formed, one Discovery element, announcements every second
+        assert ET.fromstring(text).find("Domain/Discovery/SPDPInterval").text == "1s"
     assert swarm_app.use_multicast("1") and not swarm_app.use_multicast("0")
     cfg = swarm_app.Config.from_env({"SWARM_NODE": "sat02", "SWARM_ISL_IP": "10.150.0.3", "SWARM_PEERS": "sat01,sat02,sat03",
                                      "SWARM_PEER_IPS": "10.150.0.2,10.150.0.3,10.150.0.4", "SWARM_APP_MULTICAST": "0",
