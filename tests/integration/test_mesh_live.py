@@ -106,7 +106,24 @@ def check_cut_and_heal(swarm: Swarm) -> None:
     timing = mesh.wait_converged(time.time(), direct=frozenset({("sat01", "sat03"), ("sat03", "sat01")}))
     assert timing["converged"], timing
     assert " via " not in route(swarm, "sat01", "sat03"), route(swarm, "sat01", "sat03")
-    assert hops(swarm, "sat01", "sat03", [ip["sat03"]]) == [ip["sat03"]]
+    # Right after a heal batmand may still switch between the direct link and a 2-hop route while the direct
+    # link's quality window fills (seen once under CI load: direct in table 66, 2 hops a second later). So:
+    # whenever table 66 stays the same across a traceroute, the traceroute must follow it, and within 30 s
+    # the direct route must be seen end to end.
+    deadline, seen = time.monotonic() + 30, []
+    while time.monotonic() < deadline:
+        before = route(swarm, "sat01", "sat03")
+        out = swarm.exec("sat01", ["traceroute", "-n", "-w", "1", "-q", "1", "-m", "5", ip["sat03"]],
+                         check=False, timeout=60).stdout
+        after = route(swarm, "sat01", "sat03")
+        seen = [line.split()[1] for line in out.splitlines()[1:] if len(line.split()) > 1]
+        if before == after and "*" not in seen:  # a stable route and a full answer: they must agree
+            via_now = before.split(" via ")[1].split()[0] if " via " in before else ""
+            assert seen == ([via_now] if via_now else []) + [ip["sat03"]], (before, seen)
+            if not via_now:
+                break
+        time.sleep(1)
+    assert seen == [ip["sat03"]], seen
 
 
 @contextmanager
