@@ -105,9 +105,9 @@ def check_cut_and_heal(swarm: Swarm) -> None:
     swarm.links.heal("sat01", "sat03")
     timing = mesh.wait_converged(time.time(), direct=frozenset({("sat01", "sat03"), ("sat03", "sat01")}))
     assert timing["converged"], timing
-    assert " via " not in route(swarm, "sat01", "sat03"), route(swarm, "sat01", "sat03")
     # Right after a heal batmand may still switch between the direct link and a 2-hop route while the direct
-    # link's quality window fills (seen once under CI load: direct in table 66, 2 hops a second later). So:
+    # link's quality window fills (seen twice in full CI runs: table 66 direct at convergence, via sat02 or
+    # sat04 moments later; the convergence figure is the first direct snapshot, not a stable one). So:
     # whenever table 66 stays the same across a traceroute, the traceroute must follow it, and within 30 s
     # the direct route must be seen end to end.
     deadline, seen = time.monotonic() + 30, []
