@@ -183,16 +183,22 @@ class ComposeBackend(Backend):
             time.sleep(0.25)
 
     def _remove_networks(self, nets: list[str]) -> None:
-        """docker network rm, retried: right after `rm -f` of many containers the daemon may still be
-        releasing their endpoints and refuse with 'has active endpoints'."""
-        for attempt in range(6):
+        """docker network rm, retried for up to a minute: right after `rm -f` of containers the daemon may
+        still be releasing their endpoints and refuse with 'has active endpoints' (seen for over 10 s with
+        only 4 containers on a busy host; after ~100 containers Docker 20.10 may never release them)."""
+        deadline = time.monotonic() + 60
+        attempt = 0
+        while True:
             res = self.runner.run(["docker", "network", "rm", *nets], check=False, timeout=120)
             if res.ok:
                 return
             nets = [n for n in nets if self.runner.run(["docker", "network", "inspect", n], check=False).ok]
             if not nets:
                 return
-            time.sleep(0.5 * (attempt + 1))
+            attempt += 1
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(5.0, 0.5 * attempt))
         raise RuntimeFailure(f"docker network rm {' '.join(nets)}: {res.stderr.strip().splitlines()[0]} "
                              "(no container is attached: a Docker daemon bug; restarting the daemon clears it)")
 
