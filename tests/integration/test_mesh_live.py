@@ -208,10 +208,10 @@ def test_sweep_records_mesh_convergence_after_each_fault(need_netns, need_batman
 # ---------------------------------------------------------------------------------------------- compose
 @pytest.mark.docker
 def test_compose_mesh_cut_forces_two_hops(need_docker, need_nft):
-    swarm = make("mh-compose", "compose", 144)
+    swarm = make("mh-compose-4", "compose", 186)
     with meshed(swarm):
         check_cut_and_heal(swarm)
-    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=io.swarm-emu.swarm=mh-compose"],
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=io.swarm-emu.swarm=mh-compose-4"],
                           capture_output=True, text=True).stdout.split()
     assert not left, left
 
