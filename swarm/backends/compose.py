@@ -153,7 +153,7 @@ class ComposeBackend(Backend):
             # Stop first, then remove: with Docker 20.10, `rm -f` of ~100 running containers at once
             # raced the daemon's own network cleanup and left a network with a phantom endpoint.
             self.runner.run(["docker", "stop", "-t", "1", *ids], timeout=600, check=False)
-            self._wait_networks_released(label_filter)
+            self._wait_endpoints_released(ids)
             for i in range(0, len(ids), RM_BATCH):
                 self.runner.run(["docker", "rm", "-f", "-v", *ids[i:i + RM_BATCH]], timeout=600)
             removed.append(f"{len(ids)} container(s)")
@@ -167,40 +167,39 @@ class ComposeBackend(Backend):
             removed.append(f"{len(vols)} volume(s)")
         return removed
 
-    def _wait_networks_released(self, label_filter: str, timeout: float = 120) -> None:
-        """Wait until no container port is left on the bridges of the labelled networks.
+    def _wait_endpoints_released(self, ids: list[str], timeout: float = 120) -> None:
+        """Wait until the daemon has released the network endpoints of the stopped containers `ids`.
 
         Docker 20.10 releases a stopped container's endpoints in its exit handler, one container at a
         time (seconds for 100 containers); removing a container before that finished released them
         twice, and the network's endpoint count drifted: it then refuses removal with 'has active
-        endpoints' though nothing is attached. The host-side veths leaving the bridge mark the release.
+        endpoints' though nothing is attached. The daemon marks the release itself by clearing each
+        network's EndpointID in the container's settings, which is what this polls.
         """
-        nets = self.runner.run(["docker", "network", "ls", "-q", "--no-trunc", "--filter", label_filter],
-                               check=False, timeout=60).stdout.split()
-        bridges = [Path("/sys/class/net") / f"br-{n[:12]}" / "brif" for n in nets]
+        fmt = "{{range .NetworkSettings.Networks}}{{.EndpointID}}{{end}}"
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(b.is_dir() and any(b.iterdir()) for b in bridges):
+        while time.monotonic() < deadline:
+            res = self.runner.run(["docker", "inspect", "--format", fmt, *ids], check=False, timeout=60)
+            if not res.stdout.split():  # every endpoint released (or the containers are already gone)
+                return
             time.sleep(0.25)
 
     def _remove_networks(self, nets: list[str]) -> None:
-        """docker network rm, retried for up to a minute: right after `rm -f` of containers the daemon may
-        still be releasing their endpoints and refuse with 'has active endpoints' (seen for over 10 s with
-        only 4 containers on a busy host; after ~100 containers Docker 20.10 may never release them)."""
-        deadline = time.monotonic() + 60
-        attempt = 0
-        while True:
+        """docker network rm, retried briefly: right after `rm -f` of many containers the daemon may still
+        be releasing their endpoints and refuse with 'has active endpoints'. When the refusal lasts, the
+        network's stored endpoint count has drifted (Docker 20.10; nothing is attached): only a daemon
+        restart repairs it (libnetwork logs "Fixing inconsistent endpoint_cnt" on start)."""
+        for attempt in range(6):
             res = self.runner.run(["docker", "network", "rm", *nets], check=False, timeout=120)
             if res.ok:
                 return
             nets = [n for n in nets if self.runner.run(["docker", "network", "inspect", n], check=False).ok]
             if not nets:
                 return
-            attempt += 1
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(min(5.0, 0.5 * attempt))
+            time.sleep(0.5 * (attempt + 1))
         raise RuntimeFailure(f"docker network rm {' '.join(nets)}: {res.stderr.strip().splitlines()[0]} "
-                             "(no container is attached: a Docker daemon bug; restarting the daemon clears it)")
+                             "(nothing is attached: the daemon's endpoint count drifted, a Docker 20.10 bug; "
+                             "restart the Docker daemon, which repairs it on start, then run `swarm wipe` again)")
 
     def _remove_until_gone(self, label_filter: str) -> list[str]:
         """Remove labelled objects; repeat briefly in case a create request was still in flight."""
