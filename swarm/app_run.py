@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .apps import AppSettings
 from .errors import SpecError
 from .faults import FaultEvent, check_timeline
-from .spec import SwarmSpec, _check_name, spec_from_dict, validate_document
+from .spec import SwarmSpec, _check_name, swarm_from_template, validate_document
 
 NODE_FILES = ("peers", "plans")
 
@@ -79,19 +79,12 @@ class AppExperiment(BaseModel):
 
     def swarm_spec(self, app_out: str | None = None) -> SwarmSpec:
         """The swarm the app runs on; `app_out` (netns) is where the nodes write their records."""
-        data = {**self.swarm, "name": self.name, "nodes": self.nodes, "apps": self.apps,
-                "app": self.app.model_dump()}
-        if self.backend:
-            data["backend"] = self.backend
+        fields = {"apps": self.apps, "app": self.app.model_dump()}
         if app_out:
-            defaults = dict(data.get("defaults", {}))
+            defaults = dict(self.swarm.get("defaults", {}))
             defaults["env"] = {**defaults.get("env", {}), "SWARM_APP_OUT": app_out}
-            data["defaults"] = defaults
-        return spec_from_dict(data, f"{self.name}: swarm")
-
-
-def is_app_experiment(data: Any) -> bool:
-    return isinstance(data, dict) and data.get("type") == "app"
+            fields["defaults"] = defaults
+        return swarm_from_template(self.swarm, self.name, self.name, self.nodes, self.backend, **fields)
 
 
 def experiment_from_dict(data: Any, source: str = "") -> AppExperiment:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .apps import check_domain_id
 from .errors import SpecError
-from .spec import NodePlan, SwarmSpec, _check_name, spec_from_dict, validate_document
+from .spec import NodePlan, SwarmSpec, _check_name, swarm_from_template, validate_document
 
 SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?$")
 RATE_RE = re.compile(r"^(inf|\d+(?:\.\d+)?(?:Hz|kHz)?)$")
@@ -126,15 +126,7 @@ class DdsperfExperiment(BaseModel):
 
     def swarm_spec(self, size: int) -> SwarmSpec:
         """The swarm of `size` nodes the tests of that size run on."""
-        data = {**self.swarm, "name": f"{self.name}-n{size}", "nodes": size}
-        if self.backend:
-            data["backend"] = self.backend
-        return spec_from_dict(data, f"{self.name}: swarm")
-
-
-def is_ddsperf(data: Any) -> bool:
-    """Whether a parsed experiment document asks for the ddsperf sweep."""
-    return isinstance(data, dict) and data.get("type") == "ddsperf"
+        return swarm_from_template(self.swarm, self.name, f"{self.name}-n{size}", size, self.backend)
 
 
 def experiment_from_dict(data: Any, source: str = "") -> DdsperfExperiment:

@@ -142,14 +142,10 @@ class ExperimentSpec(_Strict):
 
     def swarm_spec(self, size: int) -> SwarmSpec:
         """The swarm of `size` nodes a test runs on (validated; a bad template is a SpecError)."""
-        from .spec import spec_from_dict
+        from .spec import swarm_from_template
 
-        data = {**self.swarm, "name": f"{self.name}-n{size}", "nodes": size}
-        if self.links is not None:
-            data["links"] = self.links.model_dump(mode="json", exclude_none=True)
-        if self.backend:
-            data["backend"] = self.backend
-        return spec_from_dict(data, f"{self.name}: swarm")
+        links = {} if self.links is None else {"links": self.links.model_dump(mode="json", exclude_none=True)}
+        return swarm_from_template(self.swarm, self.name, f"{self.name}-n{size}", size, self.backend, **links)
 
 
 def load_experiment(path: str | Path) -> ExperimentSpec:

@@ -397,6 +397,16 @@ def spec_from_dict(data: Any, source: str = "") -> SwarmSpec:
     return validate_document(SwarmSpec, data, source, "spec")
 
 
+def swarm_from_template(template: dict, experiment: str, name: str, nodes: int, backend: str | None = None,
+                        **fields: Any) -> SwarmSpec:
+    """The swarm an experiment runs on: its `swarm:` template, then name, node count, `fields` and the
+    experiment's backend (if it pins one); validated, errors naming the experiment."""
+    data = {**template, "name": name, "nodes": nodes, **fields}
+    if backend:
+        data["backend"] = backend
+    return spec_from_dict(data, f"{experiment}: swarm")
+
+
 def load_spec(path: str | Path) -> SwarmSpec:
     """Read and validate a swarm spec file."""
     return spec_from_dict(read_yaml(path, "spec"), str(path))
