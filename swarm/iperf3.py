@@ -252,11 +252,3 @@ def window_figures(flow: FlowResult, t0: float, t1: float) -> dict:
         if packets > 0:
             figures["lost_percent"] = 100.0 * lost / packets
     return figures
-    figures["bits_per_second"] = 8 * sum(iv.bytes for iv in inside) / seconds
-    if flow.protocol == "udp" and all(iv.lost_packets is not None and iv.packets is not None for iv in inside):
-        lost = sum(iv.lost_packets for iv in inside)
-        packets = sum(iv.packets for iv in inside)
-        figures["lost_packets"], figures["packets"] = lost, packets
-        if packets > 0:
-            figures["lost_percent"] = 100.0 * lost / packets
-    return figures

@@ -2,10 +2,7 @@
 resume running only what is missing."""
 from __future__ import annotations
 
-import csv
 import json
-import shutil
-from pathlib import Path
 
 import pandas as pd
 import pytest

@@ -21,7 +21,7 @@ from swarm.probe import Capabilities
 from swarm.runner import RecordingRunner, Result
 from swarm.spec import spec_from_dict
 
-from conftest import REPO, golden
+from conftest import golden
 
 CAPS = Capabilities(kernel="x", root=True, docker=False, docker_version="", compose=[], compose_version="",
                     netns=True, sch_netem=False, batman_adv=False, nftables=True, tbf=True,

@@ -1,5 +1,4 @@
 """The netns backend's planned commands (pure) and the backend registry."""
-import json
 
 import pytest
 
