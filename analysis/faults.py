@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .iperf3 import parse_client_json
+from experiments.traffic.iperf3 import parse_client_json
 
 
 def interval_table(run_dir: Path, test_id: str, flows: pd.DataFrame, release: float) -> pd.DataFrame:

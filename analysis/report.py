@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from swarm.analysis import (OFFERED_MIN_FRACTION, offered_fraction, load_reference, rate_label, summarize, table_largest_lossfree,
+from analysis.tables import (OFFERED_MIN_FRACTION, offered_fraction, load_reference, rate_label, summarize, table_largest_lossfree,
                             table_tcp_bandwidth, table_udp_loss)
-from swarm.report_faults import fault_table, mesh_table, write_fault_timeseries  # noqa: F401  (faults around a test)
+from analysis.faults import fault_table, mesh_table, write_fault_timeseries  # noqa: F401  (faults around a test)
 
 THESIS_LABEL = "thesis (16 vCPU host)"
 WINDOW_WARN_FRACTION = 0.8

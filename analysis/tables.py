@@ -21,7 +21,7 @@ import pandas as pd
 
 from swarm.errors import SpecError
 
-REFERENCE_DIR = Path(__file__).resolve().parent.parent / "analysis" / "reference" / "thesis"
+REFERENCE_DIR = Path(__file__).resolve().parent / "reference" / "thesis"
 REFERENCE_TABLES = ("tcp_bandwidth", "udp_loss_max", "udp_loss_median", "udp_largest_lossfree")
 
 _RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmg]?)(?:bps|bit/s)?$", re.IGNORECASE)

@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from .cfs import CfsRuntime, cfs_service
-from .spec import NodePlan, SwarmSpec, gateway_address, plan_nodes
+from swarm.cfs.node import CfsRuntime, cfs_service
+from swarm.spec.model import NodePlan, SwarmSpec, gateway_address, plan_nodes
 
 LABEL_SWARM = "io.swarm-emu.swarm"
 LABEL_NODE = "io.swarm-emu.node"

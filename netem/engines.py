@@ -30,9 +30,9 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .errors import SpecError
-from .impair import DirectedLinks, Impairment, format_rate, format_time
-from .probe import Capabilities
+from swarm.errors import SpecError
+from netem.model import DirectedLinks, Impairment, format_rate, format_time
+from swarm.runtime.probe import Capabilities
 
 TC_MAJOR = "5eed"  # handle of the framework's root qdisc: teardown removes a root qdisc only with this handle
 NFT_FAMILY, NFT_TABLE = "netdev", "swarm_emu"
@@ -222,7 +222,7 @@ class Engine:
         raise NotImplementedError
 
     def supported(self) -> list[str]:
-        from .impair import PARAMS
+        from netem.model import PARAMS
 
         return [p for p in PARAMS if p not in self.needs()]
 
@@ -273,7 +273,7 @@ class NetemEngine(Engine):
         return self.caps.sch_netem
 
     def needs(self) -> dict[str, str]:
-        from .impair import PARAMS
+        from netem.model import PARAMS
 
         missing = {} if self.caps.sch_netem else {p: "sch_netem" for p in PARAMS}
         if not self.caps.htb:

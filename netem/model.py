@@ -16,7 +16,7 @@ Units (strings as in the spec and CLI; bare numbers are the unit in brackets):
 `links:` (in a swarm spec or an experiment):
 
     links:
-      default: {profile: iss-ku}            # every directed link; a profile from netem/ and/or inline values
+      default: {profile: iss-ku}            # every directed link; a profile from netem/profiles/ and/or inline values
       overrides:                            # applied in order over the default, parameter by parameter
         - {between: [sat01, sat02], delay: 250ms, loss: 1%}          # both directions
         - {between: [sat01, sat03], direction: a->b, rate: 2Mbit}    # sat01 -> sat03 only
@@ -34,7 +34,7 @@ from typing import Any, Iterable, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import SpecError
+from swarm.errors import SpecError
 
 PARAMS = ("delay", "jitter", "jitter_distribution", "loss", "loss_correlation", "rate", "corrupt", "duplicate",
           "reorder", "up")
@@ -258,7 +258,7 @@ class LinkValues(Impairment):
             profiles = load_profiles() if profiles is None else profiles
             if self.profile not in profiles:
                 raise SpecError(f"profile {self.profile!r}: unknown profile (known: {', '.join(sorted(profiles)) or 'none'};"
-                                f" see netem/)")
+                                f" see netem/profiles/)")
             base = profiles[self.profile].impairment
         own = Impairment.model_validate(self.model_dump(include=set(PARAMS)))
         return base.merge(own)
@@ -308,7 +308,7 @@ class LinksSpec(_Strict):
     @field_validator("engine")
     @classmethod
     def _engine(cls, v: Optional[str]) -> Optional[str]:
-        from .engines import ENGINES
+        from netem.engines import ENGINES
 
         if v is not None and v not in ENGINES:
             raise ValueError(f"engine {v!r}: unknown impairment engine (known: {', '.join(ENGINES)})")
@@ -365,7 +365,7 @@ def _with_where(fn, where: str):
 
 # ------------------------------------------------------------------------------------------ profiles
 class Profile(_Strict):
-    """A named set of link conditions from netem/<file>.yaml, with the source it was taken from."""
+    """A named set of link conditions from netem/profiles/<file>.yaml, with the source it was taken from."""
 
     name: str
     description: str
@@ -375,13 +375,13 @@ class Profile(_Strict):
 
 
 def profile_dirs() -> list[Path]:
-    """Where profiles are looked for: $SWARM_NETEM_DIR, $SWARM_WORKDIR/netem, the source tree's netem/."""
+    """Where profiles are looked for: $SWARM_NETEM_DIR, $SWARM_WORKDIR/netem/profiles, netem/profiles/ here."""
     dirs = []
     if os.environ.get("SWARM_NETEM_DIR"):
         dirs.append(Path(os.environ["SWARM_NETEM_DIR"]))
     if os.environ.get("SWARM_WORKDIR"):
-        dirs.append(Path(os.environ["SWARM_WORKDIR"]) / "netem")
-    dirs.append(Path(__file__).resolve().parents[1] / "netem")
+        dirs.append(Path(os.environ["SWARM_WORKDIR"]) / "netem" / "profiles")
+    dirs.append(Path(__file__).resolve().parent / "profiles")
     return dirs
 
 

@@ -29,10 +29,10 @@ from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .apps import AppSettings
-from .errors import SpecError
-from .faults import FaultEvent, check_timeline
-from .spec import SwarmSpec, _check_name, swarm_from_template, validate_document
+from swarm.spec.apps import AppSettings
+from swarm.errors import SpecError
+from swarm.runtime.links import FaultEvent, check_timeline
+from swarm.spec.model import SwarmSpec, _check_name, swarm_from_template, validate_document
 
 NODE_FILES = ("peers", "plans")
 
@@ -61,7 +61,7 @@ class AppExperiment(BaseModel):
     @field_validator("duration", "warmup", mode="before")
     @classmethod
     def _seconds(cls, v: Any, info) -> float:
-        from .experiment import parse_duration
+        from experiments.traffic.model import parse_duration
 
         return parse_duration(v, info.field_name)
 
@@ -96,9 +96,9 @@ def run_app_experiment(exp: AppExperiment, results_root: Path, *, backend: str |
                        message: Callable[[str], None] = lambda m: None,
                        progress: Callable[[float, float, str], None] = lambda d, t, w: None) -> Path:
     """Bring the swarm up with the app, run the fault timeline for `duration`, collect, tear down; the run folder."""
-    from .core import Swarm, raise_keyboard_interrupt
-    from .faults import FaultTimeline
-    from .sweep import ResultsStore, host_facts
+    from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
+    from swarm.runtime.links import FaultTimeline
+    from experiments.traffic.run import ResultsStore, host_facts
     import signal
 
     probe = Swarm(exp.swarm_spec(), backend=backend or exp.backend)
@@ -117,7 +117,7 @@ def run_app_experiment(exp: AppExperiment, results_root: Path, *, backend: str |
         try:
             (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
             if swarm.mesh_result is not None:  # a swarm with a mesh: its convergence after up, then per fault
-                from .mesh import mesh_row
+                from swarm.mesh.plan import mesh_row
 
                 store.append_mesh(mesh_row(store.run_id, "app", exp.nodes, swarm.mesh.implementation, "up", "",
                                            swarm.mesh_result))
@@ -130,7 +130,7 @@ def run_app_experiment(exp: AppExperiment, results_root: Path, *, backend: str |
                                                             "backend": swarm.backend.name}))
             timeline = FaultTimeline(swarm.links, list(exp.faults), "app", store.run_id, message)
             if swarm.spec.mesh.enabled:
-                from .mesh import MeshWatcher
+                from swarm.mesh.plan import MeshWatcher
 
                 timeline.watcher = MeshWatcher(swarm.mesh, store.append_mesh, store.run_id, "app", exp.nodes)
             timeline.start(t0)
@@ -247,7 +247,7 @@ def write_app_report(run_dir: Path) -> dict[str, Path]:
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from .report import write_report_pages
+    from analysis.report import write_report_pages
 
     run_dir = Path(run_dir)
     if not (run_dir / "peers.csv").exists() and (run_dir / "run.json").exists():
@@ -282,7 +282,7 @@ def write_app_report(run_dir: Path) -> dict[str, Path]:
     if len(faults):
         sections.append(("Faults (planned at_s, took effect at offset_s)", [("table", faults)]))
     if (run_dir / "mesh.csv").exists():
-        from .report_faults import mesh_table
+        from analysis.faults import mesh_table
 
         sections.append(("Mesh: time to converge after up and after each fault", [("table", mesh_table(run_dir))]))
     skipped = pd.read_csv(run_dir / "plans.csv")["skipped"].sum() if (run_dir / "plans.csv").stat().st_size > 1 else 0

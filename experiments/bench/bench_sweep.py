@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from swarm.analysis import rate_label, summarize
-from swarm.experiment import load_experiment
-from swarm.report import markdown_table
-from swarm.sweep import ResultsStore, host_facts, run_sweep
+from analysis.tables import rate_label, summarize
+from experiments.traffic.model import load_experiment
+from analysis.report import markdown_table
+from experiments.traffic.run import ResultsStore, host_facts, run_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -28,9 +28,9 @@ from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .apps import check_domain_id
-from .errors import SpecError
-from .spec import NodePlan, SwarmSpec, _check_name, swarm_from_template, validate_document
+from swarm.spec.apps import check_domain_id
+from swarm.errors import SpecError
+from swarm.spec.model import NodePlan, SwarmSpec, _check_name, swarm_from_template, validate_document
 
 SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?$")
 RATE_RE = re.compile(r"^(inf|\d+(?:\.\d+)?(?:Hz|kHz)?)$")
@@ -91,7 +91,7 @@ class DdsperfExperiment(BaseModel):
     @field_validator("sizes")
     @classmethod
     def _sizes(cls, v: list[int]) -> list[int]:
-        from .experiment import ExperimentSpec
+        from experiments.traffic.model import ExperimentSpec
 
         return ExperimentSpec._sizes(v)  # the iperf3 sweep's rule for swarm sizes
 
@@ -312,8 +312,8 @@ def run_ddsperf_sweep(exp: DdsperfExperiment, store, *, backend: str | None = No
                       progress: Callable[[int, int, str], None] = lambda d, t, w: None,
                       message: Callable[[str], None] = lambda m: None) -> list[dict]:
     """Run every test of `exp` missing from `store` (swarm.sweep.ResultsStore); returns the test rows written."""
-    from .core import Swarm, raise_keyboard_interrupt
-    from .sweep import host_facts
+    from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
+    from experiments.traffic.run import host_facts
 
     previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     try:
@@ -376,7 +376,7 @@ def write_ddsperf_report(run_dir: Path) -> dict[str, Path]:
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from .report import write_report_pages
+    from analysis.report import write_report_pages
 
     run_dir = Path(run_dir)
     path = run_dir / "ddsperf.csv"
@@ -425,6 +425,6 @@ def write_ddsperf_report(run_dir: Path) -> dict[str, Path]:
 
 def load_ddsperf(path: str | Path) -> DdsperfExperiment:
     """Read and validate a ddsperf experiment file."""
-    from .spec import read_yaml
+    from swarm.spec.model import read_yaml
 
     return experiment_from_dict(read_yaml(path, "experiment"), str(path))

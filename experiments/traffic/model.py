@@ -13,11 +13,11 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from .analysis import parse_rate, rate_label
-from .errors import SpecError
-from .faults import FaultEvent, check_timeline
-from .impair import LinksSpec
-from .spec import MAX_NODES, NodePlan, SwarmSpec, _check_name, _Strict, read_yaml, validate_document
+from analysis.tables import parse_rate, rate_label
+from swarm.errors import SpecError
+from swarm.runtime.links import FaultEvent, check_timeline
+from netem.model import LinksSpec
+from swarm.spec.model import MAX_NODES, NodePlan, SwarmSpec, _check_name, _Strict, read_yaml, validate_document
 
 PATTERNS = ("full-mesh", "ring", "pairs", "one-to-all")
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m)?$")
@@ -142,7 +142,7 @@ class ExperimentSpec(_Strict):
 
     def swarm_spec(self, size: int) -> SwarmSpec:
         """The swarm of `size` nodes a test runs on (validated; a bad template is a SpecError)."""
-        from .spec import swarm_from_template
+        from swarm.spec.model import swarm_from_template
 
         links = {} if self.links is None else {"links": self.links.model_dump(mode="json", exclude_none=True)}
         return swarm_from_template(self.swarm, self.name, f"{self.name}-n{size}", size, self.backend, **links)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from .experiment import ExperimentSpec, Flow, TestCase, _ips, server_ip
-from .iperf3 import NAN, FlowResult, Interval
+from experiments.traffic.model import ExperimentSpec, Flow, TestCase, _ips, server_ip
+from experiments.traffic.iperf3 import NAN, FlowResult, Interval
 
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
 

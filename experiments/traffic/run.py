@@ -34,12 +34,12 @@ from typing import Callable
 
 import yaml
 
-from .core import Swarm, raise_keyboard_interrupt
-from .errors import CommandError, RuntimeFailure, SpecError
-from .experiment import ExperimentSpec, Flow, TestCase, client_argv, experiment_from_dict, plan_flows, plan_tests, server_ip
-from .mux import engine_plans, flow_result
-from .iperf3 import FlowResult, concurrent_window, parse_client_json, start_skew, window_figures
-from .runner import Runner
+from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
+from swarm.errors import CommandError, RuntimeFailure, SpecError
+from experiments.traffic.model import ExperimentSpec, Flow, TestCase, client_argv, experiment_from_dict, plan_flows, plan_tests, server_ip
+from experiments.traffic.mux import engine_plans, flow_result
+from experiments.traffic.iperf3 import FlowResult, concurrent_window, parse_client_json, start_skew, window_figures
+from swarm.runtime.runner import Runner
 
 FLOW_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "src", "dst", "port", "start_ts",
                 "release_ts", "exit_ts", "ok", "error", "bits_per_second", "sent_bits_per_second", "lost_percent", "lost_packets", "packets", "jitter_ms",
@@ -135,20 +135,20 @@ class ResultsStore:
 
     def append_mesh(self, rows: list[dict] | dict) -> None:
         """Mesh convergence rows (swarm.mesh.MESH_COLUMNS): after `up` and after each fault of a timeline."""
-        from .mesh import MESH_COLUMNS
+        from swarm.mesh.plan import MESH_COLUMNS
 
         self._append("mesh.csv", MESH_COLUMNS, [rows] if isinstance(rows, dict) else rows)
 
     def append_faults(self, rows: list[dict]) -> None:
         """One row per timeline fault of a test: planned and actual application time (swarm.faults)."""
-        from .faults import FAULT_COLUMNS
+        from swarm.runtime.links import FAULT_COLUMNS
 
         self._append("faults.csv", FAULT_COLUMNS, rows)
 
 
 def host_facts(swarm: Swarm | None = None) -> dict:
     """CPU, kernel, tools and backend of this host, stored with every run."""
-    from .probe import capabilities
+    from swarm.runtime.probe import capabilities
 
     model = ""
     try:
@@ -439,11 +439,11 @@ class TestRunner:
         """The test's fault timeline (None without faults), with a mesh watcher when the swarm has a mesh."""
         if not self.exp.faults:
             return None
-        from .faults import FaultTimeline
+        from swarm.runtime.links import FaultTimeline
 
         timeline = FaultTimeline(self.swarm.links, self.exp.faults, test.test_id, self.store.run_id, self.message)
         if self.swarm.spec.mesh.enabled:
-            from .mesh import MeshWatcher
+            from swarm.mesh.plan import MeshWatcher
 
             timeline.watcher = MeshWatcher(self.swarm.mesh, self.store.append_mesh, self.store.run_id,
                                            test.test_id, test.size)
@@ -460,7 +460,7 @@ class TestRunner:
             self._mesh_restored(timeline.watcher, test, cuts)
 
     def _mesh_restored(self, watcher, test: TestCase, cuts_before: set) -> None:
-        from .mesh import healed_pairs, mesh_row
+        from swarm.mesh.plan import healed_pairs, mesh_row
 
         watcher.finish()
         mesh = self.swarm.mesh
@@ -650,7 +650,7 @@ def run_sweep(exp: ExperimentSpec, store: ResultsStore, *, backend: str | None =
 
 
 def _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_error, runner) -> list[dict]:
-    from .backends import no_progress
+    from swarm.runtime.backends import no_progress
 
     store.drop_incomplete_flows()
     done = store.completed_tests()
@@ -666,7 +666,7 @@ def _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_
         swarm.up()
         try:
             if swarm.mesh_result is not None:
-                from .mesh import mesh_row
+                from swarm.mesh.plan import mesh_row
 
                 store.append_mesh(mesh_row(store.run_id, "", size, swarm.mesh.implementation, "up", "", swarm.mesh_result))
             if not (store.dir / "host.json").exists() or "backend" not in json.loads((store.dir / "host.json").read_text()):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from spacepackets.ccsds.spacepacket import PacketType, SpacePacket, SpacePacketHeader
 
-from .cfs import CI_LAB_BASE_PORT, TO_LAB_PORT
+from swarm.cfs.node import CI_LAB_BASE_PORT, TO_LAB_PORT
 
 # Message ids and function codes of the cFS lab apps' default configuration (to_lab/config).
 TO_LAB_CMD_MID = 0x1880

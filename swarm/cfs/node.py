@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .errors import CommandError, RuntimeFailure, SpecError
-from .image import files_digest, tree_files
-from .runner import Runner
-from .spec import NodePlan, SwarmSpec
+from swarm.errors import CommandError, RuntimeFailure, SpecError
+from swarm.runtime.image import files_digest, tree_files
+from swarm.runtime.runner import Runner
+from swarm.spec.model import NodePlan, SwarmSpec
 
 CFS_IMAGE_REPO = "swarm-emu/cfs"
 CFS_DOCKERFILE = "images/cfs/Dockerfile"

@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 
 import click
 
-from .errors import RuntimeFailure, SpecError
+from swarm.errors import RuntimeFailure, SpecError
 
 
 @click.group()
@@ -23,8 +23,8 @@ def cfs() -> None:
 
 
 def _attach(name: str, nodes: tuple[str, ...]):
-    from .cfs import cfs_nodes
-    from .core import Swarm
+    from swarm.cfs.node import cfs_nodes
+    from swarm.runtime.swarm import Swarm
 
     swarm = Swarm.attach(name)
     targets = [swarm.node(n) for n in nodes] if nodes else cfs_nodes(swarm.nodes)
@@ -37,8 +37,8 @@ def _attach(name: str, nodes: tuple[str, ...]):
 
 
 def _station(swarm):
-    from .cfs_ground import GroundStation
-    from .spec import gateway_address
+    from swarm.cfs.ground import GroundStation
+    from swarm.spec.model import gateway_address
 
     address = gateway_address(swarm.spec.networks.ground.subnet)
     try:
@@ -57,10 +57,10 @@ def tlm(name: str, nodes: tuple[str, ...], seconds: float, as_json: bool) -> Non
     arrives: packets per node, message ids, the IDs its events carry, TO_LAB's command counter."""
     from rich.table import Table
 
-    from .cfs import node_ids
-    from .cfs_ground import (CFE_EVS_LONG_EVENT_MID, TO_LAB_CMD_MID, TO_LAB_HK_TLM_MID, TO_LAB_NOOP_CC,
+    from swarm.cfs.node import node_ids
+    from swarm.cfs.ground import (CFE_EVS_LONG_EVENT_MID, TO_LAB_CMD_MID, TO_LAB_HK_TLM_MID, TO_LAB_NOOP_CC,
                              command_packet, parse_event, to_lab_counters)
-    from .cli import out
+    from swarm.cli.main import out
 
     swarm, targets = _attach(name, nodes)
     packets: dict[str, Counter] = defaultdict(Counter)
@@ -116,9 +116,9 @@ def _int(value: str) -> int:
 @click.option("--payload", default="", help="Payload bytes as hex, in the flight computer's byte order.")
 def cmd(name: str, node: str, mid: str, cc: str, payload: str) -> None:
     """Send one command packet to NODE's CI_LAB in swarm NAME."""
-    from .cfs import CI_LAB_BASE_PORT
-    from .cfs_ground import PacketError, command_packet
-    from .cli import out
+    from swarm.cfs.node import CI_LAB_BASE_PORT
+    from swarm.cfs.ground import PacketError, command_packet
+    from swarm.cli.main import out
 
     swarm, (target,) = _attach(name, (node,))
     try:

@@ -20,7 +20,7 @@ import time
 
 import click
 
-from .errors import SpecError
+from swarm.errors import SpecError
 
 
 def register(cli: click.Group) -> None:
@@ -30,7 +30,7 @@ def register(cli: click.Group) -> None:
 
 
 def _out():
-    from .cli import out
+    from swarm.cli.main import out
 
     return out
 
@@ -42,7 +42,7 @@ def _out():
 @click.option("--all", "all_links", is_flag=True, help="Every link of the swarm.")
 @click.option("--direction", default="both", show_default=True,
               help="both, a->b or b->a (with --between); both, out or in (with --node).")
-@click.option("--profile", help="Start from a profile of netem/ (its values; the options below go on top).")
+@click.option("--profile", help="Start from a profile of netem/profiles/ (its values; the options below go on top).")
 @click.option("--delay", help="One-way delay, e.g. 100ms or 1.3s (0: none).")
 @click.option("--jitter", help="Delay variation, e.g. 10ms.")
 @click.option("--jitter-distribution", "jitter_distribution", type=click.Choice(["uniform", "normal", "pareto", "paretonormal"]))
@@ -61,8 +61,8 @@ def impair(name, between, node, all_links, direction, profile, show, as_json, cl
     """Set, change, show or clear link conditions of running swarm NAME.
 
     A change is laid over the current conditions: parameters not given keep their values."""
-    from .core import Swarm
-    from .impair import LinkValues, _validate
+    from swarm.runtime.swarm import Swarm
+    from netem.model import LinkValues, _validate
 
     swarm = Swarm.attach(name)
     ctl = swarm.links
@@ -124,7 +124,7 @@ def _show(ctl, as_json: bool) -> None:
 def fault(name: str, kind: str, args: tuple[str, ...]) -> None:
     """Inject a fault into running swarm NAME: cut A B | heal [A B] | partition A,B C,D ... | node N ACTION
     (ACTION: stop, kill, pause, unpause, restart)."""
-    from .core import Swarm
+    from swarm.runtime.swarm import Swarm
 
     swarm = Swarm.attach(name)
     ctl = swarm.links
@@ -154,6 +154,6 @@ def fault(name: str, kind: str, args: tuple[str, ...]) -> None:
         what = f"node {args[0]}: {args[1]} done"
     applied = time.time()
     _out().print(f"swarm {name!r}: {what} at {time.strftime('%H:%M:%S')} (engine {ctl.engine.name})")
-    from .cli_mesh import wait_after_fault
+    from swarm.cli.mesh import wait_after_fault
 
     wait_after_fault(swarm, f"{kind} {' '.join(args)}".strip(), applied, cuts_before, ctl.load().cuts)

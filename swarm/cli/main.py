@@ -18,12 +18,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__
-from .cfs import check_cfs
-from .core import NodeFailed, Swarm, all_states, default_workdir, wipe as wipe_all
-from .errors import SwarmError
-from .probe import capabilities
-from .spec import json_schema, spec_from_dict
+from swarm import __version__
+from swarm.cfs.node import check_cfs
+from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, wipe as wipe_all
+from swarm.errors import SwarmError
+from swarm.runtime.probe import capabilities
+from swarm.spec.model import json_schema, spec_from_dict
 
 out = Console()
 err = Console(stderr=True)
@@ -121,7 +121,7 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
         seconds = swarm.up(ready_timeout=timeout)
     out.print(f"swarm {swarm.name!r}: {len(swarm.nodes)} nodes up with backend {swarm.backend.name} in {seconds:.1f} s")
     if swarm.mesh_result is not None:
-        from .cli_mesh import convergence_line
+        from swarm.cli.mesh import convergence_line
 
         out.print(convergence_line("start", swarm.mesh_result, swarm.mesh.implementation))
 
@@ -204,9 +204,9 @@ def down(name: str) -> None:
     removed: list[str] = []
     backends = [state[0]["backend"]] if state else ["compose", "netns"]
     caps = capabilities()
-    from .backends import get_backend
-    from .core import forget_state
-    from .runner import Runner
+    from swarm.runtime.backends import get_backend
+    from swarm.runtime.swarm import forget_state
+    from swarm.runtime.runner import Runner
 
     for b in backends:
         removed += get_backend(b, Runner(), caps, default_workdir()).down(name)
@@ -240,7 +240,7 @@ def schema() -> None:
 @cli.command()
 def probe() -> None:
     """What this host can do (Docker, Compose, sch_netem, batman-adv, nftables, tools)."""
-    from .mesh import MeshSpec, choose_implementation
+    from swarm.mesh.plan import MeshSpec, choose_implementation
 
     caps = capabilities()
     facts = caps.as_dict()
@@ -259,7 +259,7 @@ def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, ma
     """Run the sweep in EXPERIMENT_FILE (or --resume a run folder): iperf3, or ddsperf with `type: ddsperf`."""
     from rich.progress import TimeRemainingColumn
 
-    from .cli_dds import experiment_type, run_ddsperf_sweep_cli
+    from swarm.cli.run import experiment_type, run_ddsperf_sweep_cli
 
     source = Path(resume_dir) / "experiment.yaml" if resume_dir else experiment_file
     if source and Path(source).exists() and experiment_type(source) != "traffic":
@@ -267,8 +267,8 @@ def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, ma
             raise SwarmErrorExit(f"{source}: an app experiment (type: app); run it with `swarm run`", 2)
         return run_ddsperf_sweep_cli(experiment_file, resume_dir, backend, results_root, make_report)
 
-    from .experiment import load_experiment
-    from .sweep import ResultsStore, host_facts, run_sweep
+    from experiments.traffic.model import load_experiment
+    from experiments.traffic.run import ResultsStore, host_facts, run_sweep
 
     if resume_dir:
         store = ResultsStore(Path(resume_dir))
@@ -296,12 +296,12 @@ def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, ma
 def _write_report(run_dir: Path) -> None:
     import pandas as pd
 
-    from .report import write_report
+    from analysis.report import write_report
 
     flows, tests = run_dir / "flows.csv", run_dir / "tests.csv"
     if (run_dir / "ddsperf.csv").exists() or (run_dir / "run.json").exists():  # other experiment types
-        from .app_run import write_app_report
-        from .ddsperf import write_ddsperf_report
+        from experiments.app.run import write_app_report
+        from experiments.ddsperf.sweep import write_ddsperf_report
 
         write = write_ddsperf_report if (run_dir / "ddsperf.csv").exists() else write_app_report
         paths = write(run_dir)
@@ -321,13 +321,13 @@ def report(run_dir: str) -> None:
     _write_report(Path(run_dir))
 
 
-from .cli_links import register as _register_link_commands  # noqa: E402  (impair, fault)
+from swarm.cli.links import register as _register_link_commands  # noqa: E402  (impair, fault)
 _register_link_commands(cli)
-from .cli_cfs import register as _register_cfs_commands  # noqa: E402  (cfs tlm, cfs cmd)
+from swarm.cli.cfs import register as _register_cfs_commands  # noqa: E402  (cfs tlm, cfs cmd)
 _register_cfs_commands(cli)
-from .cli_dds import register as _register_dds_commands  # noqa: E402  (run)
+from swarm.cli.run import register as _register_dds_commands  # noqa: E402  (run)
 _register_dds_commands(cli)
-from .cli_mesh import register as _register_mesh_commands  # noqa: E402  (mesh)
+from swarm.cli.mesh import register as _register_mesh_commands  # noqa: E402  (mesh)
 _register_mesh_commands(cli)
 
 

@@ -14,7 +14,7 @@ import time
 
 import click
 
-from .errors import SpecError
+from swarm.errors import SpecError
 
 
 def register(cli: click.Group) -> None:
@@ -23,7 +23,7 @@ def register(cli: click.Group) -> None:
 
 
 def _out():
-    from .cli import out
+    from swarm.cli.main import out
 
     return out
 
@@ -41,7 +41,7 @@ def wait_after_fault(swarm, what: str, applied_ts: float, cuts_before: set, cuts
     again) and print how long that took."""
     if not swarm.spec.mesh.enabled:
         return
-    from .mesh import healed_pairs
+    from swarm.mesh.plan import healed_pairs
 
     m = swarm.mesh
     timing = m.wait_converged(applied_ts, direct=healed_pairs(cuts_before, cuts_after))
@@ -54,7 +54,7 @@ def wait_after_fault(swarm, what: str, applied_ts: float, cuts_before: set, cuts
 @click.option("--wait", is_flag=True, help="Wait until the mesh has converged before showing it.")
 def mesh(name: str, as_json: bool, wait: bool) -> None:
     """Show the mesh of swarm NAME: per node its neighbours, next hops and whether it has converged."""
-    from .core import Swarm
+    from swarm.runtime.swarm import Swarm
 
     swarm = Swarm.attach(name)
     if not swarm.spec.mesh.enabled:

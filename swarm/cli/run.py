@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .spec import read_yaml
+from swarm.spec.model import read_yaml
 
 out = Console()
 err = Console(stderr=True)
@@ -17,7 +17,7 @@ err = Console(stderr=True)
 def experiment_type(path: str | Path) -> str:
     """The `type:` of an experiment file: `traffic` (the bandwidth/loss sweep, iperf3 or mux engine; the
     default), `ddsperf` or `app`; unknown types are one-line SpecErrors."""
-    from .errors import SpecError
+    from swarm.errors import SpecError
 
     data = read_yaml(path, "experiment")
     kind = data.get("type", "traffic") if isinstance(data, dict) else "traffic"
@@ -30,10 +30,10 @@ def experiment_type(path: str | Path) -> str:
 def run_ddsperf_sweep_cli(experiment_file: str | None, resume_dir: str | None, backend: str | None,
                           results_root: str, make_report: bool) -> None:
     """`swarm sweep` for a ddsperf experiment (new run or --resume)."""
-    from .core import Swarm
-    from .ddsperf import experiment_from_dict, load_ddsperf, run_ddsperf_sweep, write_ddsperf_report
-    from .errors import SpecError
-    from .sweep import ResultsStore, host_facts
+    from swarm.runtime.swarm import Swarm
+    from experiments.ddsperf.sweep import experiment_from_dict, load_ddsperf, run_ddsperf_sweep, write_ddsperf_report
+    from swarm.errors import SpecError
+    from experiments.traffic.run import ResultsStore, host_facts
 
     if resume_dir:
         store = ResultsStore(Path(resume_dir))
@@ -67,7 +67,7 @@ def register(cli: click.Group) -> None:
     @click.option("--report/--no-report", "make_report", default=True, show_default=True)
     def run(experiment_file: str, backend: str | None, results_root: str, make_report: bool) -> None:
         """Run the reference swarm app under the fault timeline in EXPERIMENT_FILE; results and a report."""
-        from .app_run import experiment_from_dict, run_app_experiment, write_app_report
+        from experiments.app.run import experiment_from_dict, run_app_experiment, write_app_report
 
         exp = experiment_from_dict(read_yaml(experiment_file, "experiment"), experiment_file)
         bar = Progress(TextColumn("[bold]run[/] {task.description}"), BarColumn(),

@@ -29,7 +29,7 @@ and `swarm mesh`.
   planned here (golden-tested): this kernel lacks the module, so it never ran on this project's machines.
 
 Convergence: a node has converged when it has a mesh route to every node it can reach through links that
-are up both ways (cuts and partitions from swarm.faults; stopped nodes excluded), through a next hop it
+are up both ways (cuts and partitions from swarm.runtime.links; stopped nodes excluded), through a next hop it
 hears directly, and no route to a node it cannot reach. The swarm has converged when every running node has.
 """
 from __future__ import annotations
@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .errors import CommandError, RuntimeFailure, SpecError
-from .probe import Capabilities
+from swarm.errors import CommandError, RuntimeFailure, SpecError
+from swarm.runtime.probe import Capabilities
 
 if TYPE_CHECKING:
-    from .core import Swarm
+    from swarm.runtime.swarm import Swarm
 
 BATMAND_HOST_TABLE = 66  # batmand's rt_table_hosts (`batmand -i`): one route per originator
 BATADV_OVERHEAD = 32  # bytes batman-adv adds to every frame on the hard interface
@@ -80,14 +80,14 @@ class MeshSpec(BaseModel):
     @field_validator("ogm_interval", "purge_timeout", mode="before")
     @classmethod
     def _ms(cls, v: Any, info) -> int | None:
-        from .impair import parse_time_ms
+        from netem.model import parse_time_ms
 
         return None if v is None else int(round(parse_time_ms(v, info.field_name)))
 
     @field_validator("converge_timeout", mode="before")
     @classmethod
     def _timeout(cls, v: Any) -> float:
-        from .impair import parse_time_ms
+        from netem.model import parse_time_ms
 
         return parse_time_ms(v if not isinstance(v, (int, float)) or isinstance(v, bool) else f"{v}s",
                              "converge_timeout") / 1000

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from .runner import Runner
+from swarm.runtime.runner import Runner
 
 NEIGH = "net.ipv4.neigh.default.gc_thresh{}"
 

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .errors import CommandError, RuntimeFailure
-from .runner import Runner
+from swarm.errors import CommandError, RuntimeFailure
+from swarm.runtime.runner import Runner
 
 IMAGE_REPO = "swarm-emu/node"
 LATEST_TAG = f"{IMAGE_REPO}:latest"

@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Optional, Un
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from .backends import swarm_dir
-from .backends.base import NODE_ACTIONS
-from .engines import TC_MAJOR, Engine, choose_engine, nft_clear_script
-from .errors import CommandError, RuntimeFailure, SpecError
-from .impair import NONE, DirectedLinks, Impairment, LinkOverride, resolve_links
+from swarm.runtime.backends import swarm_dir
+from swarm.runtime.backends.base import NODE_ACTIONS
+from netem.engines import TC_MAJOR, Engine, choose_engine, nft_clear_script
+from swarm.errors import CommandError, RuntimeFailure, SpecError
+from netem.model import NONE, DirectedLinks, Impairment, LinkOverride, resolve_links
 
 if TYPE_CHECKING:
-    from .core import Swarm
+    from swarm.runtime.swarm import Swarm
 
 LINKS_FILE = "links.json"
 DEFAULT_QDISCS = {"noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "pfifo", "bfifo", "sfq", "cake"}
@@ -383,7 +383,7 @@ class LinkController:
 
     def _hard_iface(self, node: str, iface: str) -> str:
         """Under batman-adv the ISL address sits on bat0; links are impaired on the interface under it."""
-        from .mesh import BATADV_IF, enslaved_interfaces
+        from swarm.mesh.plan import BATADV_IF, enslaved_interfaces
 
         if iface != BATADV_IF:
             return iface
@@ -442,7 +442,7 @@ def _span(nodes: list[str]) -> str:
 
 # ------------------------------------------------------------------------------------------- timeline
 def _parse_at(v: Any) -> float:
-    from .experiment import parse_duration
+    from experiments.traffic.model import parse_duration
 
     if v in (0, "0", "0s", "0ms"):
         return 0.0
@@ -588,7 +588,7 @@ class FaultTimeline:
             done = time.time()
             self.rows.append(self._row(index, ev, planned, done, done - began, not error, error))
             if self.watcher and not error:
-                from .mesh import healed_pairs
+                from swarm.mesh.plan import healed_pairs
 
                 self.watcher.event(ev.kind, ev.args, done, healed_pairs(cuts_before, self.ctl.load().cuts))
 

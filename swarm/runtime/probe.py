@@ -12,8 +12,8 @@ import shutil
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
-from .errors import CommandError
-from .runner import Runner
+from swarm.errors import CommandError
+from swarm.runtime.runner import Runner
 
 
 @dataclass(frozen=True)

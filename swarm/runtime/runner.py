@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .errors import CommandError
+from swarm.errors import CommandError
 
 log = logging.getLogger("swarm.run")
 

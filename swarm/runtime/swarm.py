@@ -19,21 +19,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .apps import check_runnable, with_backend_defaults
-from .backends import REGISTRY, Backend, Progress, get_backend, no_progress, swarm_dir
-from .cfs import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs, ensure_cfs_image, host_ulimits
-from .errors import RuntimeFailure, SpecError
-from .host import ensure_neighbour_capacity
-from .probe import Capabilities, capabilities
-from .runner import Result, Runner
-from .spec import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
+from swarm.spec.apps import check_runnable, with_backend_defaults
+from swarm.runtime.backends import REGISTRY, Backend, Progress, get_backend, no_progress, swarm_dir
+from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs, ensure_cfs_image, host_ulimits
+from swarm.errors import RuntimeFailure, SpecError
+from swarm.runtime.host import ensure_neighbour_capacity
+from swarm.runtime.probe import Capabilities, capabilities
+from swarm.runtime.runner import Result, Runner
+from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
 
 
 def default_workdir() -> Path:
     """The project checkout (holds images/, flightsw/, compose/): $SWARM_WORKDIR, the source tree, or cwd."""
     if os.environ.get("SWARM_WORKDIR"):
         return Path(os.environ["SWARM_WORKDIR"]).resolve()
-    src = Path(__file__).resolve().parents[1]
+    src = Path(__file__).resolve().parents[2]
     return src if (src / "flightsw").is_dir() else Path.cwd()
 
 
@@ -122,7 +122,7 @@ class Swarm:
     def mesh(self):
         """The swarm's mesh (swarm.mesh.Mesh): implementation, routes, convergence. SpecError if this host
         cannot run the implementation the spec pins."""
-        from .mesh import Mesh
+        from swarm.mesh.plan import Mesh
 
         return Mesh(self)
 
@@ -130,7 +130,7 @@ class Swarm:
     def links(self):
         """The swarm's link conditions and faults (swarm.faults.LinkController): impair, cut, heal, partition,
         node_action, rows (what is set now)."""
-        from .faults import LinkController
+        from swarm.runtime.links import LinkController
 
         return LinkController(self)
 
@@ -226,7 +226,7 @@ class Swarm:
                     )
 
     def _ensure_images(self) -> str:
-        from .image import ensure_image
+        from swarm.runtime.image import ensure_image
 
         for node in self.nodes:
             if node.spec.image and not self.runner.run(["docker", "image", "inspect", node.spec.image], check=False).ok:

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .errors import SpecError
+from swarm.errors import SpecError
 
 KNOWN_APPS = {"swarm-app": "reference swarm app (flightsw/swarm_app.py)"}
 DDS_DOMAIN_MAX = 232  # DDSI-RTPS port mapping: 7400 + 250 * domain must stay below 65536

@@ -16,10 +16,10 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .apps import AppSettings, app_environment, app_image, check_apps
-from .errors import SpecError
-from .impair import LinksSpec, resolve_links
-from .mesh import MeshSpec
+from swarm.spec.apps import AppSettings, app_environment, app_image, check_apps
+from swarm.errors import SpecError
+from netem.model import LinksSpec, resolve_links
+from swarm.mesh.plan import MeshSpec
 
 MAX_NODES = 1000
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")

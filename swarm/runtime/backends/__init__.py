@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import SpecError
-from ..probe import Capabilities
-from ..runner import Runner
-from .base import Backend, Progress, no_progress, swarm_dir
-from .compose import ComposeBackend
-from .netns import NetnsBackend
+from swarm.errors import SpecError
+from swarm.runtime.probe import Capabilities
+from swarm.runtime.runner import Runner
+from swarm.runtime.backends.base import Backend, Progress, no_progress, swarm_dir
+from swarm.runtime.backends.compose import ComposeBackend
+from swarm.runtime.backends.netns import NetnsBackend
 
 REGISTRY: dict[str, type[Backend]] = {
     ComposeBackend.name: ComposeBackend,

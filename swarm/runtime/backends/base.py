@@ -11,9 +11,9 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Callable, ClassVar
 
-from ..probe import Capabilities
-from ..runner import Result, Runner
-from ..spec import NodePlan, SwarmSpec
+from swarm.runtime.probe import Capabilities
+from swarm.runtime.runner import Result, Runner
+from swarm.spec.model import NodePlan, SwarmSpec
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is happening)
 NODE_ACTIONS = ("stop", "kill", "pause", "unpause", "restart")  # faults on one node (swarm.faults)

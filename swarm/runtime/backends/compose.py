@@ -11,11 +11,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..cfs import CfsRuntime
-from ..compose import AGENT_COMMAND, LABEL_NODE, LABEL_SWARM, compose_yaml, container_name, project_name, render_compose
-from ..errors import CommandError, RuntimeFailure, SpecError
-from ..spec import NodePlan, SwarmSpec
-from .base import Backend, Progress, swarm_dir
+from swarm.cfs.node import CfsRuntime
+from compose.render import AGENT_COMMAND, LABEL_NODE, LABEL_SWARM, compose_yaml, container_name, project_name, render_compose
+from swarm.errors import CommandError, RuntimeFailure, SpecError
+from swarm.spec.model import NodePlan, SwarmSpec
+from swarm.runtime.backends.base import Backend, Progress, swarm_dir
 
 RM_BATCH = 10  # containers per `docker rm`: bounded concurrent endpoint releases in the daemon
 STALL_SECONDS = 60  # docker-compose v1 has been seen to hang mid-`up`; retry a batch when nothing moves

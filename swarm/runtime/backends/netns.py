@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..compose import NODE_SYSCTLS, node_environment
-from ..errors import SpecError
-from ..spec import NodePlan, SwarmSpec, gateway_address
-from .base import Backend, Progress, swarm_dir
+from compose.render import NODE_SYSCTLS, node_environment
+from swarm.errors import SpecError
+from swarm.spec.model import NodePlan, SwarmSpec, gateway_address
+from swarm.runtime.backends.base import Backend, Progress, swarm_dir
 
 NS_PREFIX = "swarm-emu_"
 ALIAS_PREFIX = "swarm-emu:"
