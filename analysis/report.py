@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.tables import (OFFERED_MIN_FRACTION, offered_fraction, load_reference, rate_label, summarize, table_largest_lossfree,
-                            table_tcp_bandwidth, table_udp_loss)
+from analysis.tables import OFFERED_MIN_FRACTION, offered_fraction, load_reference, summarize, table_largest_lossfree, table_tcp_bandwidth, table_udp_loss
+from swarm.units import rate_label
 from analysis.faults import fault_table, mesh_table, write_fault_timeseries  # noqa: F401  (faults around a test)
 
 THESIS_LABEL = "thesis (16 vCPU host)"

@@ -14,39 +14,15 @@ The thesis' tables (its Tables 2-5) are in analysis/reference/thesis/ and come b
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import pandas as pd
 
 from swarm.errors import SpecError
+from swarm.units import rate_label
 
 REFERENCE_DIR = Path(__file__).resolve().parent / "reference" / "thesis"
 REFERENCE_TABLES = ("tcp_bandwidth", "udp_loss_max", "udp_loss_median", "udp_largest_lossfree")
-
-_RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmg]?)(?:bps|bit/s)?$", re.IGNORECASE)
-_MULTIPLIERS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
-_UNITS = ((10**9, "Gbps"), (10**6, "Mbps"), (10**3, "kbps"))
-
-
-def parse_rate(text: str) -> int:
-    """'10k', '10kbps', '1M', '1Mbps', '1G', '500k', '2.5M', '100' -> bits per second (decimal units)."""
-    match = _RATE_RE.match(str(text).strip())
-    if not match:
-        raise SpecError(f"rate {text!r}: expected a number with optional k/M/G suffix (e.g. 10k, 1Mbps, 1G)")
-    number, prefix = match.groups()
-    return round(float(number) * _MULTIPLIERS[prefix.lower()])
-
-
-def rate_label(bps: float) -> str:
-    """Bits per second -> label as in the thesis tables: 10000 -> '10kbps', 1e9 -> '1Gbps'; NaN -> ''."""
-    if bps is None or (isinstance(bps, float) and math.isnan(bps)):
-        return ""
-    for multiplier, unit in _UNITS:
-        if bps >= multiplier:
-            return f"{bps / multiplier:g}{unit}"
-    return f"{bps:g}bps"
-
 
 def _columns(basis: str) -> tuple[str, str]:
     if basis == "window":

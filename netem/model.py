@@ -27,7 +27,6 @@ Units (strings as in the spec and CLI; bare numbers are the unit in brackets):
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any, Iterable, Literal, Optional
 
@@ -35,81 +34,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from swarm.errors import SpecError
+from swarm.units import format_rate, format_time, parse_link_rate, parse_percent, parse_time_ms
 
 PARAMS = ("delay", "jitter", "jitter_distribution", "loss", "loss_correlation", "rate", "corrupt", "duplicate",
           "reorder", "up")
 DISTRIBUTIONS = ("uniform", "normal", "pareto", "paretonormal")
 _PERCENT_FIELDS = ("loss", "loss_correlation", "corrupt", "duplicate", "reorder")
 
-_TIME_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(us|ms|s)?$")
-_PERCENT_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*%?$")
-_RATE_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*([kmgt]?)(bit/s|bit|bps)?$", re.IGNORECASE)
-_RATE_MULT = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-MAX_DELAY_MS = 3_600_000.0  # an hour: beyond this a number is a typo, not a link
-
-
-# ------------------------------------------------------------------------------------------- units
-def parse_time_ms(value: Any, field: str = "delay") -> float:
-    """'250ms', '1.3s', '500us', 250 (ms) -> milliseconds (>= 0)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{field} {value!r}: expected a duration like 250ms or 1.3s")
-    match = _TIME_RE.match(str(value).strip().lower())
-    if not match:
-        raise ValueError(f"{field} {value!r}: expected a duration like 250ms, 1.3s or 500us")
-    ms = float(match.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[match.group(2) or "ms"]
-    if ms < 0:
-        raise ValueError(f"{field} {value!r}: must not be negative")
-    if ms > MAX_DELAY_MS:
-        raise ValueError(f"{field} {value!r}: more than an hour")
-    return round(ms, 6)
-
-
-def parse_percent(value: Any, field: str = "loss") -> float:
-    """'1%', '0.5%', 1 -> percent in [0, 100]."""
-    if isinstance(value, bool):
-        raise ValueError(f"{field} {value!r}: expected a percentage like 1%")
-    match = _PERCENT_RE.match(str(value).strip())
-    if not match:
-        raise ValueError(f"{field} {value!r}: expected a percentage like 1% or 0.5%")
-    pct = float(match.group(1))
-    if not 0 <= pct <= 100:
-        raise ValueError(f"{field} {value!r}: must be between 0 and 100 %")
-    return pct
-
-
-def parse_link_rate(value: Any, field: str = "rate") -> int:
-    """'10Mbit', '10M', '10Mbps', '500k', '1.5G', 0 -> bit/s (0: unlimited). Decimal units, bits."""
-    if isinstance(value, bool):
-        raise ValueError(f"{field} {value!r}: expected a rate like 10Mbit, 10M or 500k")
-    text = str(value).strip()
-    if text.lower() in ("unlimited", "none", "off"):
-        return 0
-    match = _RATE_RE.match(text)
-    if not match:
-        raise ValueError(f"{field} {value!r}: expected a rate like 10Mbit, 10M, 500k or 0 (unlimited)")
-    bps = float(match.group(1)) * _RATE_MULT[match.group(2).lower()]
-    if bps < 0:
-        raise ValueError(f"{field} {value!r}: must not be negative")
-    if 0 < bps < 8:
-        raise ValueError(f"{field} {value!r}: below 8 bit/s")
-    if bps > 10**13:
-        raise ValueError(f"{field} {value!r}: above 10 Tbit/s")
-    return int(round(bps))
-
-
-def format_time(ms: float) -> str:
-    if ms >= 1000 and (ms / 1000) == round(ms / 1000, 3):
-        return f"{ms / 1000:g}s"
-    if ms < 1:
-        return f"{ms * 1000:g}us"
-    return f"{ms:g}ms"
-
-
-def format_rate(bps: int) -> str:
-    for mult, unit in ((10**9, "Gbit"), (10**6, "Mbit"), (10**3, "kbit")):
-        if bps >= mult:
-            return f"{bps / mult:g}{unit}"
-    return f"{bps}bit"
 
 
 # ------------------------------------------------------------------------------------------- model

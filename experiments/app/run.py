@@ -61,7 +61,7 @@ class AppExperiment(BaseModel):
     @field_validator("duration", "warmup", mode="before")
     @classmethod
     def _seconds(cls, v: Any, info) -> float:
-        from experiments.traffic.model import parse_duration
+        from swarm.units import parse_duration
 
         return parse_duration(v, info.field_name)
 

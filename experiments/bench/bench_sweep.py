@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.tables import rate_label, summarize
+from analysis.tables import summarize
+from swarm.units import rate_label
 from experiments.traffic.model import load_experiment
 from analysis.report import markdown_table
 from experiments.traffic.run import ResultsStore, host_facts, run_sweep

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from swarm.spec.apps import check_domain_id
 from swarm.errors import SpecError
+from swarm.units import rate_hz
 from swarm.spec.model import NodePlan, SwarmSpec, _check_name, swarm_from_template, validate_document
 
 SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?$")
@@ -49,14 +50,7 @@ def parse_sample_size(value: Any) -> int:
     return size
 
 
-def rate_hz(value: str) -> float:
-    """'100Hz', '2kHz', '500' -> samples per second; 'inf' -> inf."""
-    v = str(value)
-    if v == "inf":
-        return math.inf
-    if v.endswith("kHz"):
-        return float(v[:-3]) * 1000
-    return float(v.removesuffix("Hz"))
+
 
 
 class DdsperfExperiment(BaseModel):

@@ -13,28 +13,14 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from analysis.tables import parse_rate, rate_label
+from swarm.units import parse_rate, rate_label
 from swarm.errors import SpecError
+from swarm.units import parse_duration
 from swarm.runtime.links import FaultEvent, check_timeline
 from netem.model import LinksSpec
 from swarm.spec.model import MAX_NODES, NodePlan, SwarmSpec, _check_name, _Strict, read_yaml, validate_document
 
 PATTERNS = ("full-mesh", "ring", "pairs", "one-to-all")
-_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m)?$")
-
-
-def parse_duration(value: Any, field: str = "duration") -> float:
-    """'10s', '500ms', '2m', 10 -> seconds (> 0)."""
-    match = _DURATION_RE.match(str(value).strip())
-    if not match:
-        raise ValueError(f"{field} {value!r}: expected seconds, e.g. 10, 10s, 500ms or 2m")
-    number, unit = float(match.group(1)), match.group(2) or "s"
-    seconds = number * {"ms": 0.001, "s": 1, "m": 60}[unit]
-    if seconds <= 0:
-        raise ValueError(f"{field} {value!r}: must be positive")
-    return seconds
-
-
 class IperfOptions(_Strict):
     """iperf3 client options applied to every flow."""
 

@@ -80,14 +80,14 @@ class MeshSpec(BaseModel):
     @field_validator("ogm_interval", "purge_timeout", mode="before")
     @classmethod
     def _ms(cls, v: Any, info) -> int | None:
-        from netem.model import parse_time_ms
+        from swarm.units import parse_time_ms
 
         return None if v is None else int(round(parse_time_ms(v, info.field_name)))
 
     @field_validator("converge_timeout", mode="before")
     @classmethod
     def _timeout(cls, v: Any) -> float:
-        from netem.model import parse_time_ms
+        from swarm.units import parse_time_ms
 
         return parse_time_ms(v if not isinstance(v, (int, float)) or isinstance(v, bool) else f"{v}s",
                              "converge_timeout") / 1000

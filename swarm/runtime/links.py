@@ -442,7 +442,7 @@ def _span(nodes: list[str]) -> str:
 
 # ------------------------------------------------------------------------------------------- timeline
 def _parse_at(v: Any) -> float:
-    from experiments.traffic.model import parse_duration
+    from swarm.units import parse_duration
 
     if v in (0, "0", "0s", "0ms"):
         return 0.0

@@ -6,8 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.tables import (load_reference, offered_fraction, parse_rate, rate_label, summarize, table_largest_lossfree,
-                            table_tcp_bandwidth, table_udp_loss)
+from analysis.tables import load_reference, offered_fraction, summarize, table_largest_lossfree, table_tcp_bandwidth, table_udp_loss
+from swarm.units import parse_rate, rate_label
 from swarm.errors import SpecError
 
 NAN = float("nan")

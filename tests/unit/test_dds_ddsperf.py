@@ -6,8 +6,8 @@ import math
 import pytest
 
 from conftest import REPO
-from experiments.ddsperf.sweep import (ddsperf_argv, experiment_from_dict, parse_ping, parse_sample_size, parse_sub,
-                           participant_name, plan_tests, rate_hz)
+from experiments.ddsperf.sweep import ddsperf_argv, experiment_from_dict, parse_ping, parse_sample_size, parse_sub, participant_name, plan_tests
+from swarm.units import rate_hz
 from swarm.errors import SpecError
 from swarm.spec.model import plan_nodes
 
