@@ -33,7 +33,7 @@ from typing import ClassVar
 from swarm.errors import SpecError
 from netem.model import DirectedLinks, Impairment
 from swarm.units import format_rate, format_time
-from swarm.runtime.probe import Capabilities
+from swarm.caps import Capabilities
 
 TC_MAJOR = "5eed"  # handle of the framework's root qdisc: teardown removes a root qdisc only with this handle
 NFT_FAMILY, NFT_TABLE = "netdev", "swarm_emu"

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from swarm.spec.apps import AppSettings
 from swarm.errors import SpecError
-from swarm.runtime.links import FaultEvent, check_timeline
+from experiments.timeline import FaultEvent, check_timeline
 from swarm.spec.model import SwarmSpec, _check_name, swarm_from_template, validate_document
 
 NODE_FILES = ("peers", "plans")
@@ -97,7 +97,7 @@ def run_app_experiment(exp: AppExperiment, results_root: Path, *, backend: str |
                        progress: Callable[[float, float, str], None] = lambda d, t, w: None) -> Path:
     """Bring the swarm up with the app, run the fault timeline for `duration`, collect, tear down; the run folder."""
     from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
-    from swarm.runtime.links import FaultTimeline
+    from experiments.timeline import FaultTimeline
     from experiments.traffic.run import ResultsStore, host_facts
     import signal
 

@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from swarm.units import parse_rate, rate_label
 from swarm.errors import SpecError
 from swarm.units import parse_duration
-from swarm.runtime.links import FaultEvent, check_timeline
+from experiments.timeline import FaultEvent, check_timeline
 from netem.model import LinksSpec
 from swarm.spec.model import MAX_NODES, NodePlan, SwarmSpec, _check_name, _Strict, read_yaml, validate_document
 

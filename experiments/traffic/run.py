@@ -141,7 +141,7 @@ class ResultsStore:
 
     def append_faults(self, rows: list[dict]) -> None:
         """One row per timeline fault of a test: planned and actual application time (swarm.faults)."""
-        from swarm.runtime.links import FAULT_COLUMNS
+        from experiments.timeline import FAULT_COLUMNS
 
         self._append("faults.csv", FAULT_COLUMNS, rows)
 
@@ -439,7 +439,7 @@ class TestRunner:
         """The test's fault timeline (None without faults), with a mesh watcher when the swarm has a mesh."""
         if not self.exp.faults:
             return None
-        from swarm.runtime.links import FaultTimeline
+        from experiments.timeline import FaultTimeline
 
         timeline = FaultTimeline(self.swarm.links, self.exp.faults, test.test_id, self.store.run_id, self.message)
         if self.swarm.spec.mesh.enabled:

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from swarm.errors import CommandError, RuntimeFailure, SpecError
-from swarm.runtime.probe import Capabilities
+from swarm.caps import Capabilities
 
 if TYPE_CHECKING:
     from swarm.runtime.swarm import Swarm

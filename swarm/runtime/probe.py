@@ -9,35 +9,11 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-from dataclasses import asdict, dataclass
 from functools import lru_cache
 
+from swarm.caps import Capabilities
 from swarm.errors import CommandError
 from swarm.runtime.runner import Runner
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What the probe found on this host."""
-
-    kernel: str
-    root: bool
-    docker: bool
-    docker_version: str
-    compose: list[str]  # argv prefix: ["docker", "compose"] or ["docker-compose"]; [] when none
-    compose_version: str
-    netns: bool
-    sch_netem: bool
-    batman_adv: bool
-    nftables: bool
-    tbf: bool
-    iperf3_version: str
-    batmand: bool
-    ddsperf: bool
-    htb: bool = False  # HTB qdisc: per-link rate limits of the impairment engines
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _ok(runner: Runner, argv: list[str], timeout: float = 15) -> bool:

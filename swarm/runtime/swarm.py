@@ -24,7 +24,8 @@ from swarm.runtime.backends import REGISTRY, Backend, Progress, get_backend, no_
 from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs, ensure_cfs_image, host_ulimits
 from swarm.errors import RuntimeFailure, SpecError
 from swarm.runtime.host import ensure_neighbour_capacity
-from swarm.runtime.probe import Capabilities, capabilities
+from swarm.caps import Capabilities
+from swarm.runtime.probe import capabilities
 from swarm.runtime.runner import Result, Runner
 from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
 

@@ -14,10 +14,11 @@ import pytest
 
 from netem.engines import (NetemEngine, NftEngine, choose_engine, netem_args, plan_netem, plan_nft, plan_rate)
 from swarm.errors import SpecError
-from swarm.runtime.links import FaultEvent, FaultTimeline, LinkState, check_partition, check_timeline
+from netem.state import LinkState, check_partition
+from experiments.timeline import FaultEvent, FaultTimeline, check_timeline
 from netem.model import Impairment, LinksSpec, impairment, load_profiles, resolve_links, round_trip_ms
 from swarm.units import parse_link_rate, parse_percent, parse_time_ms
-from swarm.runtime.probe import Capabilities
+from swarm.caps import Capabilities
 from swarm.runtime.runner import RecordingRunner, Result
 from swarm.spec.model import spec_from_dict
 

@@ -12,7 +12,7 @@ from swarm.errors import SpecError
 from netem.model import impairment
 from swarm.mesh.plan import (BATMAND_HOST_TABLE, MeshSpec, batmand_argv, choose_implementation, evaluate, healed_pairs,
                         parse_batmand_originators, parse_route_table, plan_batman_adv, reachable, usable_neighbours)
-from swarm.runtime.probe import Capabilities
+from swarm.caps import Capabilities
 from swarm.spec.model import spec_from_dict
 
 from conftest import REPO, golden

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from swarm.errors import SpecError
-from swarm.runtime.probe import Capabilities
+from swarm.caps import Capabilities
 from swarm.runtime.runner import Runner
 from swarm.runtime.backends.base import Backend, Progress, no_progress, swarm_dir
 from swarm.runtime.backends.compose import ComposeBackend
