@@ -272,7 +272,7 @@ def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, ma
 
     if resume_dir:
         store = ResultsStore(Path(resume_dir))
-        exp = store.experiment()
+        exp = experiment_from_dict(*store.experiment_document())
         if experiment_file and load_experiment(experiment_file) != exp:
             raise SwarmErrorExit(f"{experiment_file}: differs from the experiment stored in {resume_dir}", 2)
     elif experiment_file:
