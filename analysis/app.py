@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.faults import mesh_table
-from analysis.report import write_report_pages
+from analysis.pages import write_report_pages
 from experiments.app.parse import tidy_tables
 from swarm.errors import SpecError
 

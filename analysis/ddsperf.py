@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.report import write_report_pages
+from analysis.pages import write_report_pages
 from swarm.errors import SpecError
 
 

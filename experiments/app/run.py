@@ -7,9 +7,9 @@ nodes: 4
 duration: 30s             # measured time, from t0 (after `warmup`)
 warmup: 5s                # after `up`, before t0: DDS discovery
 backend: netns
-app: {rate_hz: 10}        # swarm.apps.AppSettings
+app: {rate_hz: 10}        # swarm.spec.apps.AppSettings
 swarm: {networks: ...}    # any other swarm spec fields
-faults:                   # swarm.faults timeline, `at` seconds after t0
+faults:                   # experiments.timeline, `at` seconds after t0
   - {at: 10s, partition: [[sat01, sat02], [sat03, sat04]]}
   - {at: 20s, heal: all}
 ```
@@ -23,17 +23,22 @@ delivery ratio and agreement with the faults marked).
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from swarm.spec.apps import AppSettings
 from experiments.app.parse import tidy_tables
-from swarm.errors import SpecError
-from experiments.timeline import FaultEvent, check_timeline
+from experiments.store import ResultsStore, host_facts
+from experiments.timeline import FaultEvent, FaultTimeline, check_timeline
+from swarm.mesh.plan import mesh_row
+from swarm.mesh.runtime import MeshWatcher
+from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
+from swarm.spec.apps import AppSettings
 from swarm.spec.model import SwarmSpec, _check_name, swarm_from_template, validate_document
+from swarm.units import parse_duration
 
 NODE_FILES = ("peers", "plans")
 
@@ -62,8 +67,6 @@ class AppExperiment(BaseModel):
     @field_validator("duration", "warmup", mode="before")
     @classmethod
     def _seconds(cls, v: Any, info) -> float:
-        from swarm.units import parse_duration
-
         return parse_duration(v, info.field_name)
 
     @model_validator(mode="after")
@@ -93,18 +96,15 @@ def experiment_from_dict(data: Any, source: str = "") -> AppExperiment:
 
 
 # ------------------------------------------------------------------------------------------------ run
-def run_app_experiment(exp: AppExperiment, results_root: Path, *, backend: str | None = None,
-                       message: Callable[[str], None] = lambda m: None,
+def run_app_experiment(exp: AppExperiment, results_root: Path | None = None, *, store: ResultsStore | None = None,
+                       backend: str | None = None, message: Callable[[str], None] = lambda m: None,
                        progress: Callable[[float, float, str], None] = lambda d, t, w: None) -> Path:
-    """Bring the swarm up with the app, run the fault timeline for `duration`, collect, tear down; the run folder."""
-    from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
-    from experiments.timeline import FaultTimeline
-    from experiments.traffic.run import ResultsStore, host_facts
-    import signal
-
+    """Bring the swarm up with the app, run the fault timeline for `duration`, collect, tear down; the run
+    folder (`store`'s, or a new one under `results_root` once the backend answered)."""
     probe = Swarm(exp.swarm_spec(), backend=backend or exp.backend)
-    probe.backend.check_available()
-    store = ResultsStore.create(Path(results_root), exp, host_facts())
+    if store is None:
+        probe.backend.check_available()
+        store = ResultsStore.create(Path(results_root), exp, host_facts())
     nodes_dir = store.dir / "nodes"
     nodes_dir.mkdir()
     direct = probe.backend.name == "netns"
@@ -118,8 +118,6 @@ def run_app_experiment(exp: AppExperiment, results_root: Path, *, backend: str |
         try:
             (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
             if swarm.mesh_result is not None:  # a swarm with a mesh: its convergence after up, then per fault
-                from swarm.mesh.plan import mesh_row
-
                 store.append_mesh(mesh_row(store.run_id, "app", exp.nodes, swarm.mesh.implementation, "up", "",
                                            swarm.mesh_result))
             end_warmup = time.time() + exp.warmup
@@ -131,8 +129,6 @@ def run_app_experiment(exp: AppExperiment, results_root: Path, *, backend: str |
                                                             "backend": swarm.backend.name}))
             timeline = FaultTimeline(swarm.links, list(exp.faults), "app", store.run_id, message)
             if swarm.spec.mesh.enabled:
-                from swarm.mesh.plan import MeshWatcher
-
                 timeline.watcher = MeshWatcher(swarm.mesh, store.append_mesh, store.run_id, "app", exp.nodes)
             timeline.start(t0)
             while (elapsed := time.time() - t0) < exp.duration:

@@ -20,9 +20,10 @@ from experiments.app.run import experiment_from_dict as app_experiment
 from experiments.app.run import run_app_experiment
 from swarm.runtime.swarm import NodeFailed
 from experiments.ddsperf.sweep import experiment_from_dict as ddsperf_experiment
-from experiments.ddsperf.sweep import run_ddsperf_sweep, summary_table
-from analysis.report import markdown_table
-from experiments.traffic.run import HostSampler, ResultsStore, host_facts
+from experiments.ddsperf.sweep import run_ddsperf_sweep
+from analysis.ddsperf import summary_table
+from analysis.pages import markdown_table
+from experiments.store import HostSampler, ResultsStore, host_facts
 
 ROOT = Path(__file__).resolve().parents[2]
 NETS = {"isl": {"subnet": "10.150.0.0/24"}, "ground": {"subnet": "10.151.0.0/24"}}

@@ -17,8 +17,9 @@ import pandas as pd
 from analysis.tables import summarize
 from swarm.units import rate_label
 from experiments.traffic.model import load_experiment
-from analysis.report import markdown_table
-from experiments.traffic.run import ResultsStore, host_facts, run_sweep
+from analysis.pages import markdown_table
+from experiments.store import ResultsStore, host_facts
+from experiments.traffic.run import run_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 

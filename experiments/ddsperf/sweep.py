@@ -29,7 +29,6 @@ from typing import Any, Callable, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from swarm.spec.apps import check_domain_id
-from swarm.errors import SpecError
 from swarm.units import rate_hz
 from swarm.spec.model import NodePlan, SwarmSpec, _check_name, read_yaml, swarm_from_template, validate_document
 
@@ -307,7 +306,7 @@ def run_ddsperf_sweep(exp: DdsperfExperiment, store, *, backend: str | None = No
                       message: Callable[[str], None] = lambda m: None) -> list[dict]:
     """Run every test of `exp` missing from `store` (swarm.sweep.ResultsStore); returns the test rows written."""
     from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
-    from experiments.traffic.run import host_facts
+    from experiments.store import host_facts
 
     previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     try:

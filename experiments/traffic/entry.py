@@ -1,7 +1,7 @@
 """The `traffic` experiment type: the full-mesh bandwidth/loss sweep (iperf3 or mux engine)."""
 from __future__ import annotations
 
-from analysis.report import write_sweep_report
+from analysis.traffic import write_sweep_report
 from experiments.registry import ExperimentType
 from experiments.traffic.model import experiment_from_dict
 from experiments.traffic.run import run_sweep

@@ -16,31 +16,22 @@ A crash or Ctrl-C loses nothing already measured; `resume` runs only the tests m
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import json
 import math
 import os
-import platform
 import signal
-import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Callable
 
-import yaml
-
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
-from swarm.errors import CommandError, RuntimeFailure, SpecError
-from experiments.traffic.model import ExperimentSpec, Flow, TestCase, client_argv, experiment_from_dict, plan_flows, plan_tests, server_ip
+from swarm.errors import CommandError, RuntimeFailure
+from experiments.traffic.model import ExperimentSpec, Flow, TestCase, client_argv, plan_flows, plan_tests, server_ip
 from experiments.traffic.mux import engine_plans, flow_result
 from experiments.traffic.iperf3 import FlowResult, concurrent_window, parse_client_json, start_skew, window_figures
 from swarm.runtime.runner import Runner
-from experiments.store import FLOW_COLUMNS, TEST_COLUMNS, HostSampler, ResultsStore, host_facts  # noqa: F401  (re-used by callers of the sweep)
+from experiments.store import HostSampler, ResultsStore, host_facts
 
 SweepProgress = Callable[[int, int, str], None]
 
@@ -264,7 +255,7 @@ class TestRunner:
 
         timeline = FaultTimeline(self.swarm.links, self.exp.faults, test.test_id, self.store.run_id, self.message)
         if self.swarm.spec.mesh.enabled:
-            from swarm.mesh.plan import MeshWatcher
+            from swarm.mesh.runtime import MeshWatcher
 
             timeline.watcher = MeshWatcher(self.swarm.mesh, self.store.append_mesh, self.store.run_id,
                                            test.test_id, test.size)

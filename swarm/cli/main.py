@@ -1,4 +1,4 @@
-"""`swarm` command line: a thin layer over `swarm.core.Swarm`.
+"""`swarm` command line: a thin layer over the Swarm facade (swarm.runtime.swarm) and the experiment registry.
 
 One top-level handler turns every framework error into one line on stderr and an exit code: 2 for bad
 input (nothing was started), 1 for a failure while running, 130 after Ctrl-C. `--debug` shows tracebacks
@@ -15,9 +15,11 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from experiments import registry
+from experiments.runs import open_run
 from swarm import __version__
 from swarm.cfs.node import check_cfs
 from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, wipe as wipe_all
@@ -240,7 +242,7 @@ def schema() -> None:
 @cli.command()
 def probe() -> None:
     """What this host can do (Docker, Compose, sch_netem, batman-adv, nftables, tools)."""
-    from swarm.mesh.plan import MeshSpec, choose_implementation
+    from swarm.mesh.spec import MeshSpec, choose_implementation
 
     caps = capabilities()
     facts = caps.as_dict()
@@ -256,61 +258,41 @@ def probe() -> None:
 @click.option("--abort-on-error", is_flag=True, help="Stop at the first test with a failed flow.")
 @click.option("--report/--no-report", "make_report", default=True, show_default=True, help="Write the report at the end.")
 def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, make_report) -> None:
-    """Run the sweep in EXPERIMENT_FILE (or --resume a run folder): iperf3, or ddsperf with `type: ddsperf`."""
-    from rich.progress import TimeRemainingColumn
+    """Run the sweep in EXPERIMENT_FILE (or --resume a run folder): traffic (iperf3/mux) or `type: ddsperf`."""
+    _run_experiment("sweep", experiment_file, resume_dir, backend, results_root, make_report, abort_on_error)
 
-    from swarm.cli.run import experiment_type, run_ddsperf_sweep_cli
 
-    source = Path(resume_dir) / "experiment.yaml" if resume_dir else experiment_file
-    if source and Path(source).exists() and experiment_type(source) != "traffic":
-        if experiment_type(source) == "app":
-            raise SwarmErrorExit(f"{source}: an app experiment (type: app); run it with `swarm run`", 2)
-        return run_ddsperf_sweep_cli(experiment_file, resume_dir, backend, results_root, make_report)
+@cli.command("run")
+@click.argument("experiment_file", type=click.Path(dir_okay=False))
+@click.option("--backend", help="compose or netns (default: the experiment's, else the host's default).")
+@click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
+@click.option("--report/--no-report", "make_report", default=True, show_default=True)
+def run_cmd(experiment_file: str, backend: str | None, results_root: str, make_report: bool) -> None:
+    """Run the experiment in EXPERIMENT_FILE (e.g. the reference swarm app under a fault timeline); results and a report."""
+    _run_experiment("run", experiment_file, None, backend, results_root, make_report)
 
-    from experiments.traffic.model import load_experiment
-    from experiments.traffic.run import ResultsStore, host_facts, run_sweep
 
-    if resume_dir:
-        store = ResultsStore(Path(resume_dir))
-        exp = experiment_from_dict(*store.experiment_document())
-        if experiment_file and load_experiment(experiment_file) != exp:
-            raise SwarmErrorExit(f"{experiment_file}: differs from the experiment stored in {resume_dir}", 2)
-    elif experiment_file:
-        exp = load_experiment(experiment_file)
-        Swarm(exp.swarm_spec(min(exp.sizes)), backend=backend or exp.backend).backend.check_available()
-        store = ResultsStore.create(Path(results_root), exp, host_facts())
-    else:
-        raise SwarmErrorExit("sweep: give an EXPERIMENT_FILE or --resume RUN_DIR", 2)
+def _run_experiment(command: str, experiment_file, resume_dir, backend, results_root, make_report,
+                    abort_on_error: bool = False) -> None:
+    """Any registered experiment type: open (or resume) its run folder, run it with a progress bar, report."""
+    kind, exp, store = open_run(experiment_file, resume_dir, results_root, backend, command)
     err.print(f"run folder: {store.dir}")
-    bar = Progress(TextColumn("[bold]sweep[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err)
+    unit = f" {kind.unit}" if kind.unit else ""
+    bar = Progress(TextColumn(f"[bold]{kind.name}[/] {{task.description}}"), BarColumn(),
+                   TextColumn(f"{{task.completed:.0f}}/{{task.total:.0f}}{unit}"), TimeElapsedColumn(),
+                   TextColumn("ETA"), TimeRemainingColumn(), console=err)
     with bar:
         task = bar.add_task("starting", total=None)
-        run_sweep(exp, store, backend=backend, abort_on_error=abort_on_error, message=lambda m: bar.console.print(m),
-                  progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w))
-    out.print(f"sweep done: {store.dir}")
+        run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error,
+                           message=lambda m: bar.console.print(m),
+                           progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w))
+    out.print(f"{command} done: {run_dir}")
     if make_report:
-        _write_report(store.dir)
+        _write_report(run_dir)
 
 
 def _write_report(run_dir: Path) -> None:
-    import pandas as pd
-
-    from analysis.report import write_report
-
-    flows, tests = run_dir / "flows.csv", run_dir / "tests.csv"
-    if (run_dir / "ddsperf.csv").exists() or (run_dir / "run.json").exists():  # other experiment types
-        from experiments.app.run import write_app_report
-        from experiments.ddsperf.sweep import write_ddsperf_report
-
-        write = write_ddsperf_report if (run_dir / "ddsperf.csv").exists() else write_app_report
-        paths = write(run_dir)
-        out.print(f"report: {paths['report_html']} and {paths['report_md']}")
-        return
-    if not flows.exists():
-        raise SwarmErrorExit(f"{run_dir}: no flows.csv (not a results folder, or no test finished yet)", 2)
-    host = json.loads((run_dir / "host.json").read_text()) if (run_dir / "host.json").exists() else {}
-    paths = write_report(run_dir, pd.read_csv(flows), host, pd.read_csv(tests) if tests.exists() else None)
+    paths = registry.type_of_run(run_dir).report(Path(run_dir))
     out.print(f"report: {paths['report_html']} and {paths['report_md']}")
 
 
@@ -325,8 +307,6 @@ from swarm.cli.links import register as _register_link_commands  # noqa: E402  (
 _register_link_commands(cli)
 from swarm.cli.cfs import register as _register_cfs_commands  # noqa: E402  (cfs tlm, cfs cmd)
 _register_cfs_commands(cli)
-from swarm.cli.run import register as _register_dds_commands  # noqa: E402  (run)
-_register_dds_commands(cli)
 from swarm.cli.mesh import register as _register_mesh_commands  # noqa: E402  (mesh)
 _register_mesh_commands(cli)
 

@@ -123,7 +123,7 @@ class Swarm:
     def mesh(self):
         """The swarm's mesh (swarm.mesh.Mesh): implementation, routes, convergence. SpecError if this host
         cannot run the implementation the spec pins."""
-        from swarm.mesh.plan import Mesh
+        from swarm.mesh.runtime import Mesh
 
         return Mesh(self)
 

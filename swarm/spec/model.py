@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from swarm.spec.apps import AppSettings, app_environment, app_image, check_apps
 from swarm.errors import SpecError
 from netem.model import LinksSpec, resolve_links
-from swarm.mesh.plan import MeshSpec
+from swarm.mesh.spec import MeshSpec
 
 MAX_NODES = 1000
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")

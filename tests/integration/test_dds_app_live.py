@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from experiments.app.run import experiment_from_dict, phase_table, run_app_experiment, write_app_report
+from experiments.app.run import experiment_from_dict, run_app_experiment
+from analysis.app import phase_table, write_app_report
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import gateway_address, spec_from_dict
 

@@ -234,8 +234,9 @@ def test_sweep_fault_timeline_recorded_and_plotted(need_netns, need_iperf3, need
     import pandas as pd
 
     from experiments.traffic.model import experiment_from_dict
-    from analysis.report import write_report
-    from experiments.traffic.run import ResultsStore, host_facts, run_sweep
+    from analysis.traffic import write_report
+    from experiments.store import ResultsStore, host_facts
+    from experiments.traffic.run import run_sweep
 
     exp = experiment_from_dict({
         "name": "imp-tl", "sizes": [3], "protocols": ["udp"], "rates": ["2M"], "duration": "5s", "settle": 0,

@@ -178,8 +178,9 @@ def test_sweep_records_mesh_convergence_after_each_fault(need_netns, need_batman
     import pandas as pd
 
     from experiments.traffic.model import experiment_from_dict
-    from analysis.report import write_report
-    from experiments.traffic.run import ResultsStore, host_facts, run_sweep
+    from analysis.traffic import write_report
+    from experiments.store import ResultsStore, host_facts
+    from experiments.traffic.run import run_sweep
 
     exp = experiment_from_dict({
         "name": "mh-tl", "sizes": [4], "protocols": ["udp"], "rates": ["1M"], "duration": "8s", "settle": 0,

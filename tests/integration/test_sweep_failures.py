@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from experiments.traffic.model import experiment_from_dict
-from experiments.traffic.run import ResultsStore, host_facts, run_sweep
+from experiments.store import ResultsStore, host_facts
+from experiments.traffic.run import run_sweep
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.docker]
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.app.run import agreement_per_cycle, experiment_from_dict
+from experiments.app.parse import agreement_per_cycle
+from experiments.app.run import experiment_from_dict
 from swarm.spec.apps import check_runnable
 from swarm.cli.main import main
 from swarm.errors import SpecError

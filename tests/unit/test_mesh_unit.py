@@ -10,8 +10,8 @@ import pytest
 from netem.engines import NetemEngine
 from swarm.errors import SpecError
 from netem.model import impairment
-from swarm.mesh.plan import (BATMAND_HOST_TABLE, MeshSpec, batmand_argv, choose_implementation, evaluate, healed_pairs,
-                        parse_batmand_originators, parse_route_table, plan_batman_adv, reachable, usable_neighbours)
+from swarm.mesh.plan import BATMAND_HOST_TABLE, batmand_argv, evaluate, healed_pairs, parse_batmand_originators, parse_route_table, plan_batman_adv, reachable, usable_neighbours
+from swarm.mesh.spec import MeshSpec, choose_implementation
 from swarm.caps import Capabilities
 from swarm.spec.model import spec_from_dict
 
@@ -224,8 +224,9 @@ def test_swarm_mesh_of_a_swarm_without_mesh_is_exit_2(tmp_path):
 def test_wait_converged_times_the_first_converged_snapshot_and_its_resolution(monkeypatch):
     """Snapshots: unconverged, unconverged, converged: converged_ts is the end of the third, and the change
     happened after the second began (resolution)."""
-    from swarm.mesh import plan as mesh_mod
-    from swarm.mesh.plan import Mesh, MeshSnapshot
+    from swarm.mesh import runtime as mesh_mod
+    from swarm.mesh.plan import MeshSnapshot
+    from swarm.mesh.runtime import Mesh
 
     clock = iter([100.0 + 0.1 * i for i in range(100)])
     monkeypatch.setattr(mesh_mod.time, "time", lambda: next(clock))
@@ -242,7 +243,7 @@ def test_wait_converged_times_the_first_converged_snapshot_and_its_resolution(mo
 
 
 def test_batman_adv_convergence_is_not_measured_and_says_so():
-    from swarm.mesh.plan import Mesh
+    from swarm.mesh.runtime import Mesh
 
     m = Mesh.__new__(Mesh)
     m.spec, m.implementation = MeshSpec(protocol="batman"), "batman-adv"

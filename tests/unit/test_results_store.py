@@ -2,7 +2,7 @@
 import csv
 
 from experiments.traffic.model import experiment_from_dict
-from experiments.traffic.run import FLOW_COLUMNS, ResultsStore
+from experiments.store import FLOW_COLUMNS, ResultsStore
 
 EXP = experiment_from_dict({"name": "st", "sizes": [2], "protocols": ["tcp"], "duration": 1})
 
