@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from swarm.errors import SpecError
-from netem.model import DirectedLinks, Impairment
+from netem.model import DirectedLinks, Impairment, PARAMS
 from swarm.units import format_rate, format_time
 from swarm.caps import Capabilities
 
@@ -223,8 +223,6 @@ class Engine:
         raise NotImplementedError
 
     def supported(self) -> list[str]:
-        from netem.model import PARAMS
-
         return [p for p in PARAMS if p not in self.needs()]
 
     def check(self, links: DirectedLinks, where: str = "links") -> None:
@@ -274,8 +272,6 @@ class NetemEngine(Engine):
         return self.caps.sch_netem
 
     def needs(self) -> dict[str, str]:
-        from netem.model import PARAMS
-
         missing = {} if self.caps.sch_netem else {p: "sch_netem" for p in PARAMS}
         if not self.caps.htb:
             missing.setdefault("rate", "sch_htb")

@@ -28,6 +28,9 @@ from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from experiments.store import host_facts
+from experiments.traffic.model import ExperimentSpec
+from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 from swarm.spec.apps import check_domain_id
 from swarm.units import rate_hz
 from swarm.spec.model import NodePlan, SwarmSpec, _check_name, read_yaml, swarm_from_template, validate_document
@@ -84,8 +87,6 @@ class DdsperfExperiment(BaseModel):
     @field_validator("sizes")
     @classmethod
     def _sizes(cls, v: list[int]) -> list[int]:
-        from experiments.traffic.model import ExperimentSpec
-
         return ExperimentSpec._sizes(v)  # the iperf3 sweep's rule for swarm sizes
 
     @field_validator("sample_sizes")
@@ -305,8 +306,6 @@ def run_ddsperf_sweep(exp: DdsperfExperiment, store, *, backend: str | None = No
                       progress: Callable[[int, int, str], None] = lambda d, t, w: None,
                       message: Callable[[str], None] = lambda m: None) -> list[dict]:
     """Run every test of `exp` missing from `store` (swarm.sweep.ResultsStore); returns the test rows written."""
-    from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
-    from experiments.store import host_facts
 
     previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     try:

@@ -18,7 +18,7 @@ from swarm.errors import SpecError
 from swarm.units import parse_duration
 from experiments.timeline import FaultEvent, check_timeline
 from netem.model import LinksSpec
-from swarm.spec.model import MAX_NODES, NodePlan, SwarmSpec, _check_name, _Strict, read_yaml, validate_document
+from swarm.spec.model import MAX_NODES, NodePlan, SwarmSpec, _check_name, _Strict, read_yaml, swarm_from_template, validate_document
 
 PATTERNS = ("full-mesh", "ring", "pairs", "one-to-all")
 class IperfOptions(_Strict):
@@ -128,8 +128,6 @@ class ExperimentSpec(_Strict):
 
     def swarm_spec(self, size: int) -> SwarmSpec:
         """The swarm of `size` nodes a test runs on (validated; a bad template is a SpecError)."""
-        from swarm.spec.model import swarm_from_template
-
         links = {} if self.links is None else {"links": self.links.model_dump(mode="json", exclude_none=True)}
         return swarm_from_template(self.swarm, self.name, f"{self.name}-n{size}", size, self.backend, **links)
 

@@ -32,6 +32,10 @@ from experiments.traffic.mux import engine_plans, flow_result
 from experiments.traffic.iperf3 import FlowResult, concurrent_window, parse_client_json, start_skew, window_figures
 from swarm.runtime.runner import Runner
 from experiments.store import HostSampler, ResultsStore, host_facts
+from experiments.timeline import FaultTimeline
+from swarm.mesh.plan import healed_pairs, mesh_row
+from swarm.mesh.runtime import MeshWatcher
+from swarm.runtime.backends import no_progress
 
 SweepProgress = Callable[[int, int, str], None]
 
@@ -251,12 +255,8 @@ class TestRunner:
         """The test's fault timeline (None without faults), with a mesh watcher when the swarm has a mesh."""
         if not self.exp.faults:
             return None
-        from experiments.timeline import FaultTimeline
-
         timeline = FaultTimeline(self.swarm.links, self.exp.faults, test.test_id, self.store.run_id, self.message)
         if self.swarm.spec.mesh.enabled:
-            from swarm.mesh.runtime import MeshWatcher
-
             timeline.watcher = MeshWatcher(self.swarm.mesh, self.store.append_mesh, self.store.run_id,
                                            test.test_id, test.size)
         return timeline
@@ -272,8 +272,6 @@ class TestRunner:
             self._mesh_restored(timeline.watcher, test, cuts)
 
     def _mesh_restored(self, watcher, test: TestCase, cuts_before: set) -> None:
-        from swarm.mesh.plan import healed_pairs, mesh_row
-
         watcher.finish()
         mesh = self.swarm.mesh
         timing = mesh.wait_converged(time.time(), direct=healed_pairs(cuts_before, self.swarm.links.load().cuts))
@@ -462,8 +460,6 @@ def run_sweep(exp: ExperimentSpec, store: ResultsStore, *, backend: str | None =
 
 
 def _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_error, runner) -> list[dict]:
-    from swarm.runtime.backends import no_progress
-
     store.drop_incomplete_flows()
     done = store.completed_tests()
     tests = plan_tests(exp)
@@ -478,8 +474,6 @@ def _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_
         swarm.up()
         try:
             if swarm.mesh_result is not None:
-                from swarm.mesh.plan import mesh_row
-
                 store.append_mesh(mesh_row(store.run_id, "", size, swarm.mesh.implementation, "up", "", swarm.mesh_result))
             if not (store.dir / "host.json").exists() or "backend" not in json.loads((store.dir / "host.json").read_text()):
                 facts = {**host_facts(swarm), "traffic_engine": exp.engine}

@@ -15,7 +15,12 @@ from collections import Counter, defaultdict
 import click
 
 from swarm.errors import RuntimeFailure, SpecError
-
+from swarm.cfs.ground import (CFE_EVS_LONG_EVENT_MID, TO_LAB_CMD_MID, TO_LAB_HK_TLM_MID, TO_LAB_NOOP_CC, GroundStation,
+                              PacketError, command_packet, parse_event, to_lab_counters)
+from swarm.cfs.node import CI_LAB_BASE_PORT, cfs_nodes, node_ids
+from swarm.cli.console import out
+from swarm.runtime.swarm import Swarm
+from swarm.spec.model import gateway_address
 
 @click.group()
 def cfs() -> None:
@@ -23,9 +28,6 @@ def cfs() -> None:
 
 
 def _attach(name: str, nodes: tuple[str, ...]):
-    from swarm.cfs.node import cfs_nodes
-    from swarm.runtime.swarm import Swarm
-
     swarm = Swarm.attach(name)
     targets = [swarm.node(n) for n in nodes] if nodes else cfs_nodes(swarm.nodes)
     for node in targets:
@@ -37,9 +39,6 @@ def _attach(name: str, nodes: tuple[str, ...]):
 
 
 def _station(swarm):
-    from swarm.cfs.ground import GroundStation
-    from swarm.spec.model import gateway_address
-
     address = gateway_address(swarm.spec.networks.ground.subnet)
     try:
         return GroundStation(address)
@@ -56,11 +55,6 @@ def tlm(name: str, nodes: tuple[str, ...], seconds: float, as_json: bool) -> Non
     """Turn on TO_LAB telemetry of the cFS nodes of swarm NAME (or NODES), send each a NOOP, and show what
     arrives: packets per node, message ids, the IDs its events carry, TO_LAB's command counter."""
     from rich.table import Table
-
-    from swarm.cfs.node import node_ids
-    from swarm.cfs.ground import (CFE_EVS_LONG_EVENT_MID, TO_LAB_CMD_MID, TO_LAB_HK_TLM_MID, TO_LAB_NOOP_CC,
-                             command_packet, parse_event, to_lab_counters)
-    from swarm.cli.main import out
 
     swarm, targets = _attach(name, nodes)
     packets: dict[str, Counter] = defaultdict(Counter)
@@ -116,10 +110,6 @@ def _int(value: str) -> int:
 @click.option("--payload", default="", help="Payload bytes as hex, in the flight computer's byte order.")
 def cmd(name: str, node: str, mid: str, cc: str, payload: str) -> None:
     """Send one command packet to NODE's CI_LAB in swarm NAME."""
-    from swarm.cfs.node import CI_LAB_BASE_PORT
-    from swarm.cfs.ground import PacketError, command_packet
-    from swarm.cli.main import out
-
     swarm, (target,) = _attach(name, (node,))
     try:
         data = bytes.fromhex(payload)

@@ -19,20 +19,18 @@ import json
 import time
 
 import click
+from rich.table import Table
 
 from swarm.errors import SpecError
-
+from netem.model import LinkValues, _validate
+from swarm.cli.console import out
+from swarm.cli.mesh import wait_after_fault
+from swarm.runtime.swarm import Swarm
 
 def register(cli: click.Group) -> None:
     """Add `impair` and `fault` to the `swarm` command group."""
     cli.add_command(impair)
     cli.add_command(fault)
-
-
-def _out():
-    from swarm.cli.main import out
-
-    return out
 
 
 @click.command()
@@ -61,9 +59,6 @@ def impair(name, between, node, all_links, direction, profile, show, as_json, cl
     """Set, change, show or clear link conditions of running swarm NAME.
 
     A change is laid over the current conditions: parameters not given keep their values."""
-    from swarm.runtime.swarm import Swarm
-    from netem.model import LinkValues, _validate
-
     swarm = Swarm.attach(name)
     ctl = swarm.links
     given = {k: v for k, v in params.items() if v is not None}
@@ -74,10 +69,10 @@ def impair(name, between, node, all_links, direction, profile, show, as_json, cl
             raise SpecError("impair: --clear takes no condition options")
         if between or node:
             ctl.reset(between=list(between) if between else None, node=node, direction=direction)
-            _out().print(f"swarm {name!r}: conditions of the selected links cleared")
+            out.print(f"swarm {name!r}: conditions of the selected links cleared")
         else:
             ctl.clear()
-            _out().print(f"swarm {name!r}: every link condition and cut removed")
+            out.print(f"swarm {name!r}: every link condition and cut removed")
         return
     if not given and not profile:
         if between or node or all_links:
@@ -89,17 +84,15 @@ def impair(name, between, node, all_links, direction, profile, show, as_json, cl
     changed = ctl.impair(values, between=list(between) if between else None, node=node, direction=direction,
                          all_links=all_links)
     shown = ", ".join(f"{s}->{d}" for s, d in changed[:4]) + (f" (+{len(changed) - 4} more)" if len(changed) > 4 else "")
-    _out().print(f"swarm {name!r}: {shown}: set {values.describe()} (engine {ctl.engine.name})")
+    out.print(f"swarm {name!r}: {shown}: set {values.describe()} (engine {ctl.engine.name})")
 
 
 def _show(ctl, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(ctl.summary(), indent=1))
         return
-    from rich.table import Table
 
     summary = ctl.summary()
-    out = _out()
     out.print(f"impairment engine: {summary['engine_description']}")
     for note in summary["notes"]:
         out.print(f"note: {note}")
@@ -124,8 +117,6 @@ def _show(ctl, as_json: bool) -> None:
 def fault(name: str, kind: str, args: tuple[str, ...]) -> None:
     """Inject a fault into running swarm NAME: cut A B | heal [A B] | partition A,B C,D ... | node N ACTION
     (ACTION: stop, kill, pause, unpause, restart)."""
-    from swarm.runtime.swarm import Swarm
-
     swarm = Swarm.attach(name)
     ctl = swarm.links
     cuts_before = ctl.load().cuts
@@ -153,7 +144,5 @@ def fault(name: str, kind: str, args: tuple[str, ...]) -> None:
         ctl.node_action(*args)
         what = f"node {args[0]}: {args[1]} done"
     applied = time.time()
-    _out().print(f"swarm {name!r}: {what} at {time.strftime('%H:%M:%S')} (engine {ctl.engine.name})")
-    from swarm.cli.mesh import wait_after_fault
-
+    out.print(f"swarm {name!r}: {what} at {time.strftime('%H:%M:%S')} (engine {ctl.engine.name})")
     wait_after_fault(swarm, f"{kind} {' '.join(args)}".strip(), applied, cuts_before, ctl.load().cuts)

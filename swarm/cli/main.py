@@ -14,21 +14,22 @@ from dataclasses import asdict
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from experiments import registry
-from experiments.runs import open_run
 from swarm import __version__
 from swarm.cfs.node import check_cfs
-from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, wipe as wipe_all
+from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, forget_state, wipe as wipe_all
+from swarm.cli import cfs as cfs_commands, links as link_commands, mesh as mesh_commands
+from swarm.cli.console import err, out
+from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
+from swarm.mesh.spec import MeshSpec, choose_implementation
+from swarm.runtime.backends import get_backend
+from swarm.runtime.runner import Runner
 from swarm.runtime.probe import capabilities
 from swarm.spec.model import json_schema, spec_from_dict
 
-out = Console()
-err = Console(stderr=True)
 
 
 class ProgressBar:
@@ -123,8 +124,6 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
         seconds = swarm.up(ready_timeout=timeout)
     out.print(f"swarm {swarm.name!r}: {len(swarm.nodes)} nodes up with backend {swarm.backend.name} in {seconds:.1f} s")
     if swarm.mesh_result is not None:
-        from swarm.cli.mesh import convergence_line
-
         out.print(convergence_line("start", swarm.mesh_result, swarm.mesh.implementation))
 
 
@@ -206,10 +205,6 @@ def down(name: str) -> None:
     removed: list[str] = []
     backends = [state[0]["backend"]] if state else ["compose", "netns"]
     caps = capabilities()
-    from swarm.runtime.backends import get_backend
-    from swarm.runtime.swarm import forget_state
-    from swarm.runtime.runner import Runner
-
     for b in backends:
         removed += get_backend(b, Runner(), caps, default_workdir()).down(name)
     if forget_state(default_workdir(), name):
@@ -242,8 +237,6 @@ def schema() -> None:
 @cli.command()
 def probe() -> None:
     """What this host can do (Docker, Compose, sch_netem, batman-adv, nftables, tools)."""
-    from swarm.mesh.spec import MeshSpec, choose_implementation
-
     caps = capabilities()
     facts = caps.as_dict()
     facts["mesh_batman"] = choose_implementation(MeshSpec(protocol="batman"), caps, "compose")  # what `mesh: batman` runs
@@ -275,6 +268,9 @@ def run_cmd(experiment_file: str, backend: str | None, results_root: str, make_r
 def _run_experiment(command: str, experiment_file, resume_dir, backend, results_root, make_report,
                     abort_on_error: bool = False) -> None:
     """Any registered experiment type: open (or resume) its run folder, run it with a progress bar, report."""
+    from experiments.runs import open_run  # here, not at the top: the experiment types pull in pandas and
+    # matplotlib (~1.5 s), which `swarm status` and the other swarm commands never need
+
     kind, exp, store = open_run(experiment_file, resume_dir, results_root, backend, command)
     err.print(f"run folder: {store.dir}")
     unit = f" {kind.unit}" if kind.unit else ""
@@ -292,6 +288,8 @@ def _run_experiment(command: str, experiment_file, resume_dir, backend, results_
 
 
 def _write_report(run_dir: Path) -> None:
+    from experiments import registry  # start-up: see _run_experiment
+
     paths = registry.type_of_run(run_dir).report(Path(run_dir))
     out.print(f"report: {paths['report_html']} and {paths['report_md']}")
 
@@ -303,12 +301,8 @@ def report(run_dir: str) -> None:
     _write_report(Path(run_dir))
 
 
-from swarm.cli.links import register as _register_link_commands  # noqa: E402  (impair, fault)
-_register_link_commands(cli)
-from swarm.cli.cfs import register as _register_cfs_commands  # noqa: E402  (cfs tlm, cfs cmd)
-_register_cfs_commands(cli)
-from swarm.cli.mesh import register as _register_mesh_commands  # noqa: E402  (mesh)
-_register_mesh_commands(cli)
+for _commands in (link_commands, cfs_commands, mesh_commands):  # impair, fault; cfs tlm/cmd; mesh
+    _commands.register(cli)
 
 
 class SwarmErrorExit(SwarmError):

@@ -13,19 +13,16 @@ import sys
 import time
 
 import click
+from rich.table import Table
 
 from swarm.errors import SpecError
-
+from swarm.cli.console import out
+from swarm.mesh.plan import healed_pairs
+from swarm.runtime.swarm import Swarm
 
 def register(cli: click.Group) -> None:
     """Add `mesh` to the `swarm` command group."""
     cli.add_command(mesh)
-
-
-def _out():
-    from swarm.cli.main import out
-
-    return out
 
 
 def convergence_line(what: str, timing: dict, implementation: str) -> str:
@@ -41,11 +38,9 @@ def wait_after_fault(swarm, what: str, applied_ts: float, cuts_before: set, cuts
     again) and print how long that took."""
     if not swarm.spec.mesh.enabled:
         return
-    from swarm.mesh.plan import healed_pairs
-
     m = swarm.mesh
     timing = m.wait_converged(applied_ts, direct=healed_pairs(cuts_before, cuts_after))
-    _out().print(convergence_line(what, timing, m.implementation))
+    out.print(convergence_line(what, timing, m.implementation))
 
 
 @click.command()
@@ -54,8 +49,6 @@ def wait_after_fault(swarm, what: str, applied_ts: float, cuts_before: set, cuts
 @click.option("--wait", is_flag=True, help="Wait until the mesh has converged before showing it.")
 def mesh(name: str, as_json: bool, wait: bool) -> None:
     """Show the mesh of swarm NAME: per node its neighbours, next hops and whether it has converged."""
-    from swarm.runtime.swarm import Swarm
-
     swarm = Swarm.attach(name)
     if not swarm.spec.mesh.enabled:
         raise SpecError(f"swarm {name!r}: has no mesh (its spec says mesh: none; set `mesh: batman`)")
@@ -66,9 +59,7 @@ def mesh(name: str, as_json: bool, wait: bool) -> None:
     if as_json:
         click.echo(json.dumps(report, indent=1))
         sys.exit(0 if report["converged"] else 1)
-    from rich.table import Table
 
-    out = _out()
     table = Table(title=f"mesh of {name}: {report['description']}")
     for col in ("node", "neighbours (TQ)", "next hop per destination", "converged"):
         table.add_column(col)

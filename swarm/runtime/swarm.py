@@ -23,7 +23,10 @@ from swarm.spec.apps import check_runnable, with_backend_defaults
 from swarm.runtime.backends import REGISTRY, Backend, Progress, get_backend, no_progress, swarm_dir
 from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs, ensure_cfs_image, host_ulimits
 from swarm.errors import RuntimeFailure, SpecError
+from swarm.mesh.runtime import Mesh
 from swarm.runtime.host import ensure_neighbour_capacity
+from swarm.runtime.image import ensure_image
+from swarm.runtime.links import LinkController
 from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
 from swarm.runtime.runner import Result, Runner
@@ -123,16 +126,12 @@ class Swarm:
     def mesh(self):
         """The swarm's mesh (swarm.mesh.Mesh): implementation, routes, convergence. SpecError if this host
         cannot run the implementation the spec pins."""
-        from swarm.mesh.runtime import Mesh
-
         return Mesh(self)
 
     @property
     def links(self):
         """The swarm's link conditions and faults (swarm.faults.LinkController): impair, cut, heal, partition,
         node_action, rows (what is set now)."""
-        from swarm.runtime.links import LinkController
-
         return LinkController(self)
 
     # ------------------------------------------------------------------------------------------ up/down
@@ -227,8 +226,6 @@ class Swarm:
                     )
 
     def _ensure_images(self) -> str:
-        from swarm.runtime.image import ensure_image
-
         for node in self.nodes:
             if node.spec.image and not self.runner.run(["docker", "image", "inspect", node.spec.image], check=False).ok:
                 raise SpecError(f"node {node.name!r}: image {node.spec.image!r} not found locally (no registry to pull from)")
