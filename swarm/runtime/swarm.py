@@ -131,7 +131,7 @@ class Swarm:
 
     @property
     def links(self):
-        """The swarm's link conditions and faults (swarm.faults.LinkController): impair, cut, heal, partition,
+        """The swarm's link conditions and faults (swarm.runtime.links.LinkController): impair, cut, heal, partition,
         node_action, rows (what is set now)."""
         return LinkController(self)
 
