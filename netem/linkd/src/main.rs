@@ -7,11 +7,14 @@
 //!
 //! usage:
 //!   swarm-linkd run --queue N [--control PATH] [--config FILE] [--link "MAC|* key=value ..."]...
-//!                   [--max-bytes B] [--max-packets N] [--seed S] [--pidfile PATH]
-//!   swarm-linkd ctl --control PATH set < config     (replace the conditions; prints "ok gen=N" or the error)
+//!                   [--max-bytes B] [--max-packets N] [--seed S] [--pidfile PATH] [--state PATH]
+//!   swarm-linkd ctl --control PATH set [LINE...] < config   (replace the conditions: the lines given, else
+//!                   stdin; prints "ok gen=N set_at_ns=T" or the error, exit 2)
 //!   swarm-linkd ctl --control PATH stats|ping
 //!   swarm-linkd check [--max-bytes B] < config      (validate only; exit 2 with one line on bad input)
 //!
+//! --state PATH: every accepted configuration is saved there and read at start, so an engine restarted by
+//! its supervisor comes back with its links.
 //! A config is lines `link <MAC|*> key=value ...`; keys: delay jitter dist delay_corr loss loss_corr
 //! ge=p,r,1-h,1-k rate corrupt duplicate reorder limit, and the word `down` (see model.rs).
 
@@ -84,6 +87,7 @@ struct Opts {
     max_packets: u32,
     seed: u64,
     pidfile: Option<String>,
+    state: Option<String>,
 }
 
 struct Engine {
@@ -259,7 +263,7 @@ fn bad(msg: &str) -> ! {
 
 fn parse_opts(args: &[String]) -> (Opts, Vec<String>) {
     let mut o = Opts { queue: 0, control: None, config: None, links: vec![], max_bytes: 1 << 30,
-                       max_packets: 1_000_000, seed: 0, pidfile: None };
+                       max_packets: 1_000_000, seed: 0, pidfile: None, state: None };
     let mut rest = vec![];
     let mut i = 0;
     while i < args.len() {
@@ -274,6 +278,7 @@ fn parse_opts(args: &[String]) -> (Opts, Vec<String>) {
             "--max-packets" => o.max_packets = val(i).parse().unwrap_or_else(|_| bad(&format!("--max-packets {:?}: expected a count", val(i)))),
             "--seed" => o.seed = val(i).parse().unwrap_or_else(|_| bad(&format!("--seed {:?}: expected a number", val(i)))),
             "--pidfile" => o.pidfile = Some(val(i)),
+            "--state" => o.state = Some(val(i)),
             "-h" | "--help" => usage(),
             _ if a.starts_with("--") => bad(&format!("unknown option {a}")),
             _ => {
@@ -297,6 +302,7 @@ fn ctl(o: &Opts, rest: &[String]) -> i32 {
     let path = o.control.as_deref().unwrap_or_else(|| bad("ctl: --control PATH is required"));
     let cmd = rest.first().map(String::as_str).unwrap_or_else(|| usage());
     let body = match cmd {
+        "set" if rest.len() > 1 => format!("set\n{}\n", rest[1..].join("\n")),
         "set" => format!("set\n{}", read_stdin()),
         "stats" | "ping" => format!("{cmd}\n"),
         _ => usage(),
@@ -323,7 +329,7 @@ fn ctl(o: &Opts, rest: &[String]) -> i32 {
     0
 }
 
-fn handle_control(eng: &mut Engine, q: &mut nfq::Queue, mut conn: UnixStream) {
+fn handle_control(eng: &mut Engine, q: &mut nfq::Queue, mut conn: UnixStream, state: Option<&str>) {
     conn.set_nonblocking(false).ok();
     conn.set_read_timeout(Some(Duration::from_secs(2))).ok();
     let mut req = String::new();
@@ -337,6 +343,13 @@ fn handle_control(eng: &mut Engine, q: &mut nfq::Queue, mut conn: UnixStream) {
         "set" => match parse_config(body).and_then(|c| check_bound(&c, eng.max_bytes).map(|_| c)) {
             Ok(cfgs) => {
                 let gen = eng.apply(cfgs);
+                if let Some(path) = state {
+                    // the last configuration, read again by a restarted engine (so a restart keeps the links)
+                    let tmp = format!("{path}.tmp");
+                    if std::fs::write(&tmp, body).and_then(|_| std::fs::rename(&tmp, path)).is_err() {
+                        eprintln!("swarm-linkd: --state {path}: cannot save the configuration");
+                    }
+                }
                 let want = eng.needs_payload();
                 if want != eng.full_copy {
                     if q.set_copy(if want { 0xffff } else { COPY_META }).is_ok() {
@@ -354,7 +367,9 @@ fn handle_control(eng: &mut Engine, q: &mut nfq::Queue, mut conn: UnixStream) {
 
 fn run(o: Opts) -> i32 {
     let mut text = String::new();
-    if let Some(path) = &o.config {
+    if let Some(saved) = o.state.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
+        text = saved; // restarted: the last configuration handed over the control socket
+    } else if let Some(path) = &o.config {
         text = std::fs::read_to_string(path).unwrap_or_else(|e| bad(&format!("--config {path}: {e}")));
     }
     for l in &o.links {
@@ -441,7 +456,7 @@ fn run(o: Opts) -> i32 {
         if fds.len() > 1 && fds[1].revents != 0 {
             if let Some(l) = &listener {
                 while let Ok((conn, _)) = l.accept() {
-                    handle_control(&mut eng, &mut q, conn);
+                    handle_control(&mut eng, &mut q, conn, o.state.as_deref());
                 }
             }
         }
