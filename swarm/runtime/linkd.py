@@ -51,7 +51,7 @@ def linkd_binary() -> str | None:
 def engine_argv(binary: str) -> list[str]:
     """The supervised engine (pure): restart loop, queue, control socket, saved configuration, bounds."""
     return ["sh", "-c", SUPERVISE, binary, "run", "--queue", str(LINKD_QUEUE), "--control", LINKD_CONTROL,
-            "--state", LINKD_STATE, "--max-bytes", str(LINKD_MAX_BYTES), "--max-packets", str(MAX_PACKETS)]
+            "--state", LINKD_STATE, "--max-bytes", str(LINKD_MAX_BYTES), "--max-packets", str(MAX_PACKETS), "--realtime"]
 
 
 def ctl_argv(binary: str, request: str, config: str | None = None) -> list[str]:

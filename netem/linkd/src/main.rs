@@ -7,12 +7,13 @@
 //!
 //! usage:
 //!   swarm-linkd run --queue N [--control PATH] [--config FILE] [--link "MAC|* key=value ..."]...
-//!                   [--max-bytes B] [--max-packets N] [--seed S] [--pidfile PATH] [--state PATH]
+//!                   [--max-bytes B] [--max-packets N] [--seed S] [--pidfile PATH] [--state PATH] [--realtime]
 //!   swarm-linkd ctl --control PATH set [LINE...] < config   (replace the conditions: the lines given, else
 //!                   stdin; prints "ok gen=N set_at_ns=T" or the error, exit 2)
 //!   swarm-linkd ctl --control PATH stats|ping
 //!   swarm-linkd check [--max-bytes B] < config      (validate only; exit 2 with one line on bad input)
 //!
+//! --realtime: run at SCHED_FIFO priority 1 (else nice -10) so release times stay sub-millisecond on a busy host.
 //! --state PATH: every accepted configuration is saved there and read at start, so an engine restarted by
 //! its supervisor comes back with its links.
 //! A config is lines `link <MAC|*> key=value ...`; keys: delay jitter dist delay_corr loss loss_corr
@@ -88,6 +89,7 @@ struct Opts {
     seed: u64,
     pidfile: Option<String>,
     state: Option<String>,
+    realtime: bool,
 }
 
 struct Engine {
@@ -108,7 +110,13 @@ struct Engine {
     inject_errors: u64,
     raw: i32,
     full_copy: bool,
+    gso: bool,
+    /// lateness of releases (actual - due): counts per bucket of LATE_BOUNDS_US
+    late: [u64; LATE_BOUNDS_US.len() + 1],
 }
+
+/// Upper bounds (microseconds) of the release-lateness histogram in `stats`.
+const LATE_BOUNDS_US: [u64; 10] = [10, 50, 100, 250, 500, 1000, 2000, 5000, 10000, 100000];
 
 const COPY_META: u16 = 128; // enough for the IP header; the length comes with every packet
 
@@ -133,6 +141,23 @@ impl Engine {
 
     fn needs_payload(&self) -> bool {
         self.links.values().any(|l| l.cfg.needs_payload())
+    }
+
+    fn per_segment(&self) -> bool {
+        self.links.values().any(|l| l.cfg.per_segment())
+    }
+
+    /// Copy range and GSO mode follow the conditions: whole packets only when one is corrupted or copied,
+    /// whole GSO super-packets unless a link gives each segment a fate of its own.
+    fn tune(&mut self, q: &mut nfq::Queue) {
+        let want = self.needs_payload();
+        if want != self.full_copy && q.set_copy(if want { 0xffff } else { COPY_META }).is_ok() {
+            self.full_copy = want;
+        }
+        let gso = !self.per_segment();
+        if gso != self.gso && q.set_gso(gso).is_ok() {
+            self.gso = gso;
+        }
     }
 
     fn on_packet(&mut self, q: &mut nfq::Queue, p: nfq::Packet, now: u64) {
@@ -197,6 +222,8 @@ impl Engine {
             }
             let Reverse(h) = self.heap.pop().unwrap();
             self.held_total -= 1;
+            let late_us = (now - h.due) / 1000;
+            self.late[LATE_BOUNDS_US.iter().position(|&b| late_us < b).unwrap_or(LATE_BOUNDS_US.len())] += 1;
             if let Some(l) = self.links.get_mut(&h.key) {
                 l.held = l.held.saturating_sub(1);
             }
@@ -234,6 +261,14 @@ impl Engine {
             "gen={} set_at_ns={} first_packet_at_ns={} held={} held_peak={} unmatched={} dropped_full={} injected={} inject_errors={} verdicts={} verdict_errors={}\n",
             self.gen, self.set_at, self.first_packet_at, self.held_total, self.held_peak, self.unmatched,
             self.dropped_full, self.injected, self.inject_errors, q.verdicts_sent, q.verdict_errors);
+        out += "late_us";
+        for (i, n) in self.late.iter().enumerate() {
+            match LATE_BOUNDS_US.get(i) {
+                Some(b) => out += &format!(" lt{b}={n}"),
+                None => out += &format!(" ge{}={n}", LATE_BOUNDS_US[LATE_BOUNDS_US.len() - 1]),
+            }
+        }
+        out += &format!(" gso={} full_copy={}\n", self.gso as u8, self.full_copy as u8);
         let mut keys: Vec<_> = self.links.keys().collect();
         keys.sort();
         for k in keys {
@@ -263,7 +298,7 @@ fn bad(msg: &str) -> ! {
 
 fn parse_opts(args: &[String]) -> (Opts, Vec<String>) {
     let mut o = Opts { queue: 0, control: None, config: None, links: vec![], max_bytes: 1 << 30,
-                       max_packets: 1_000_000, seed: 0, pidfile: None, state: None };
+                       max_packets: 1_000_000, seed: 0, pidfile: None, state: None, realtime: false };
     let mut rest = vec![];
     let mut i = 0;
     while i < args.len() {
@@ -279,6 +314,11 @@ fn parse_opts(args: &[String]) -> (Opts, Vec<String>) {
             "--seed" => o.seed = val(i).parse().unwrap_or_else(|_| bad(&format!("--seed {:?}: expected a number", val(i)))),
             "--pidfile" => o.pidfile = Some(val(i)),
             "--state" => o.state = Some(val(i)),
+            "--realtime" => {
+                o.realtime = true;
+                i += 1;
+                continue;
+            }
             "-h" | "--help" => usage(),
             _ if a.starts_with("--") => bad(&format!("unknown option {a}")),
             _ => {
@@ -343,17 +383,12 @@ fn handle_control(eng: &mut Engine, q: &mut nfq::Queue, mut conn: UnixStream, st
         "set" => match parse_config(body).and_then(|c| check_bound(&c, eng.max_bytes).map(|_| c)) {
             Ok(cfgs) => {
                 let gen = eng.apply(cfgs);
+                eng.tune(q);
                 if let Some(path) = state {
                     // the last configuration, read again by a restarted engine (so a restart keeps the links)
                     let tmp = format!("{path}.tmp");
                     if std::fs::write(&tmp, body).and_then(|_| std::fs::rename(&tmp, path)).is_err() {
                         eprintln!("swarm-linkd: --state {path}: cannot save the configuration");
-                    }
-                }
-                let want = eng.needs_payload();
-                if want != eng.full_copy {
-                    if q.set_copy(if want { 0xffff } else { COPY_META }).is_ok() {
-                        eng.full_copy = want;
                     }
                 }
                 format!("ok gen={gen} set_at_ns={}\n", eng.set_at)
@@ -390,14 +425,22 @@ fn run(o: Opts) -> i32 {
     let mut eng = Engine { links: HashMap::new(), gen: 0, set_at: 0, first_packet_at: 0, heap: BinaryHeap::new(),
                            seq: 0, rng: Rng::new(if o.seed == 0 { real_ns() } else { o.seed }), max_bytes: o.max_bytes,
                            max_packets: o.max_packets, held_total: 0, held_peak: 0, unmatched: 0, dropped_full: 0,
-                           injected: 0, inject_errors: 0, raw, full_copy: false };
+                           injected: 0, inject_errors: 0, raw, full_copy: false, gso: false,
+                           late: [0; LATE_BOUNDS_US.len() + 1] };
     eng.apply(cfgs);
-    eng.full_copy = eng.needs_payload();
-    let copy = if eng.full_copy { 0xffff } else { COPY_META };
-    let mut q = nfq::Queue::open(o.queue, copy, o.max_packets, 64 << 20).unwrap_or_else(|e| {
+    let mut q = nfq::Queue::open(o.queue, COPY_META, o.max_packets, 64 << 20).unwrap_or_else(|e| {
         eprintln!("swarm-linkd: NFQUEUE {}: {e} (needs root/CAP_NET_ADMIN and the kernel's nfnetlink_queue; is another engine bound to it?)", o.queue);
         std::process::exit(1);
     });
+    eng.tune(&mut q);
+    if o.realtime {
+        // release times are the product: a low real-time priority keeps them sub-millisecond on a busy host
+        // (the kernel's RT throttling still leaves 5 % to everything else); else a high nice priority
+        let param = libc::sched_param { sched_priority: 1 };
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -10) };
+        }
+    }
     let listener = o.control.as_ref().map(|p| {
         let _ = std::fs::remove_file(p);
         let l = UnixListener::bind(p).unwrap_or_else(|e| {

@@ -163,6 +163,11 @@ impl LinkCfg {
     pub fn needs_payload(&self) -> bool {
         self.corrupt > 0.0 || self.duplicate > 0.0
     }
+    /// True when each wire packet needs a fate of its own (loss, duplication, corruption, reordering): then
+    /// GSO super-packets must be segmented before they are queued, as a NIC would put them on the wire.
+    pub fn per_segment(&self) -> bool {
+        self.loss > 0.0 || self.ge.is_some() || self.needs_payload() || self.reorder > 0.0
+    }
     /// Bytes this link holds at its rate over its longest delay (0: no rate, bounded by `limit` only).
     pub fn held_bytes(&self) -> u64 {
         if self.rate_bps == 0 {

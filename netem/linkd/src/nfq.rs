@@ -28,6 +28,7 @@ const NFQA_CFG_FLAGS: u16 = 5;
 const NFQNL_CFG_CMD_BIND: u8 = 1;
 const NFQNL_COPY_PACKET: u8 = 2;
 const NFQA_CFG_F_FAIL_OPEN: u32 = 1;
+const NFQA_CFG_F_GSO: u32 = 4;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
 const NLMSG_ERROR: u16 = 2;
@@ -116,11 +117,18 @@ impl Queue {
         q.config(|b| put_attr(b, NFQA_CFG_CMD, &cmd))?;
         q.set_copy(copy)?;
         q.config(|b| put_attr(b, NFQA_CFG_QUEUE_MAXLEN, &maxlen.to_be_bytes()))?;
-        q.config(|b| {
-            put_attr(b, NFQA_CFG_FLAGS, &0u32.to_be_bytes());
-            put_attr(b, NFQA_CFG_MASK, &NFQA_CFG_F_FAIL_OPEN.to_be_bytes());
-        })?;
+        q.set_gso(false)?;
         Ok(q)
+    }
+
+    /// With `gso`, a GSO super-packet (up to 64 KB of TCP segments) comes as one message and gets one fate;
+    /// without, the kernel segments it first and each segment is queued on its own. FAIL_OPEN stays off.
+    pub fn set_gso(&mut self, gso: bool) -> io::Result<()> {
+        let flags = if gso { NFQA_CFG_F_GSO } else { 0 };
+        self.config(|b| {
+            put_attr(b, NFQA_CFG_FLAGS, &flags.to_be_bytes());
+            put_attr(b, NFQA_CFG_MASK, &(NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO).to_be_bytes());
+        })
     }
 
     pub fn fd(&self) -> i32 {
