@@ -430,9 +430,10 @@ ENGINES: dict[str, type[Engine]] = {NetemEngine.name: NetemEngine, UserspaceEngi
 PREFERENCE = ("netem", "userspace", "nft")
 
 
-def choose_engine(caps: Capabilities, pinned: str | None = None) -> Engine:
+def choose_engine(caps: Capabilities, pinned: str | None = None, skip: tuple[str, ...] = ()) -> Engine:
     """The engine to use here: `pinned` if given (a SpecError if this host cannot run it), else the first
-    available in PREFERENCE (kernel NetEm where sch_netem exists, else nftables + HTB)."""
+    available in PREFERENCE that is not in `skip` (kernel NetEm where sch_netem exists, else the userspace
+    engine, else nftables + HTB)."""
     if pinned is not None:
         if pinned not in ENGINES:
             raise SpecError(f"engine {pinned!r}: unknown impairment engine (known: {', '.join(ENGINES)})")
@@ -446,7 +447,7 @@ def choose_engine(caps: Capabilities, pinned: str | None = None) -> Engine:
         return engine
     for name in PREFERENCE:
         engine = ENGINES[name](caps)
-        if engine.available():
+        if name not in skip and engine.available():
             return engine
     return NoEngine(caps)  # nothing available: every parameter is a clear error naming what is missing
 

@@ -37,7 +37,10 @@ class LinkController:
     def __init__(self, swarm: "Swarm", workers: int = 8):
         self.swarm = swarm
         links = swarm.spec.links
-        self.engine: Engine = choose_engine(swarm.caps, links.engine if links else None)
+        # compose: the userspace engine runs there only when pinned (`engine: userspace`); its binary is copied
+        # into each container and the node image needs iptables, which has been exercised on netns only
+        skip = ("userspace",) if swarm.backend.name == "compose" else ()
+        self.engine: Engine = choose_engine(swarm.caps, links.engine if links else None, skip)
         self.workers = workers
         self.dir = swarm_dir(swarm.workdir, swarm.name)
         self.names = [n.name for n in swarm.nodes]
