@@ -317,6 +317,35 @@ class NftEngine(Engine):
                             segment=needs_segmentation(egress))
 
 
+# ------------------------------------------------------------------------------------------ TCP buffers
+TCP_BUFFER_MIN = 6 * 2**20  # never below Linux's default tcp_rmem maximum (6 MiB)
+TCP_BUFFER_MAX = 2**30
+
+
+def tcp_buffer_bytes(links: DirectedLinks, node: str) -> int:
+    """TCP buffer size for `node`: twice the largest bandwidth-delay product of a path it sends or receives
+    on (rate of the link, or ASSUMED_BPS without one, x round trip = delay + jitter both ways), at least
+    Linux's default 6 MiB; 0 when none of its links has a delay."""
+    best = 0
+    for (src, dst), imp in links.items():
+        if node not in (src, dst):
+            continue
+        fwd, back = imp.effective(), links.get((dst, src), Impairment()).effective()
+        rtt_ms = sum((x.delay or 0) + (x.jitter or 0) for x in (fwd, back))
+        if rtt_ms <= 0:
+            continue
+        best = max(best, (fwd.rate or ASSUMED_BPS) * rtt_ms / 1000 / 8)
+    if not best:
+        return 0
+    return int(min(TCP_BUFFER_MAX, max(TCP_BUFFER_MIN, 2 * best)))
+
+
+def tcp_buffer_sysctls(size: int) -> dict[str, str]:
+    """The sysctls that let TCP autotuning grow to `size` bytes (the net.core maxima bound setsockopt)."""
+    return {"net.ipv4.tcp_rmem": f"4096 131072 {size}", "net.ipv4.tcp_wmem": f"4096 16384 {size}",
+            "net.core.rmem_max": str(size), "net.core.wmem_max": str(size)}
+
+
 # ------------------------------------------------------------------------------------ userspace engine
 LINKD_CHAIN = "SWARM_EMU_LINKS"  # the framework's own chain in the node's mangle table (PREROUTING jumps to it)
 LINKD_QUEUE = 0  # NFQUEUE number (queues are per network namespace: one engine per node)

@@ -25,6 +25,8 @@ Units (strings as in the spec and CLI; bare numbers are the unit in brackets):
         - {node: sat04, loss: 5%}                                    # all of sat04's ISL traffic (in and out)
         - {node: sat04, direction: out, rate: 1Mbit}                 # only what sat04 sends
       engine: nft                           # optional: pin an engine (default: picked by the capability probe)
+      tcp_buffers: bdp                      # optional: TCP buffers of each node sized from its links' BDP
+                                            # (netem.engines.tcp_buffer_sysctls), for TCP over seconds of delay
 """
 from __future__ import annotations
 
@@ -265,6 +267,7 @@ class LinksSpec(_Strict):
     default: Optional[LinkValues] = None
     overrides: list[LinkOverride] = Field(default_factory=list)
     engine: Optional[str] = None
+    tcp_buffers: Optional[Literal["bdp"]] = None  # size each node's TCP buffers from its links' bandwidth-delay product
 
     @field_validator("engine")
     @classmethod

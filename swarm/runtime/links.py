@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator
 
-from netem.engines import TC_MAJOR, Engine, choose_engine, nft_clear_script
+from netem.engines import TC_MAJOR, Engine, choose_engine, nft_clear_script, tcp_buffer_bytes, tcp_buffer_sysctls
 from netem.model import NONE, DirectedLinks, Impairment, LinkOverride, resolve_links
 from netem.state import (LINKS_FILE, LinkRow, LinkState, check_partition, node_links, node_needs_visit, parts_to_apply,
                          signature, with_cuts)
@@ -233,6 +233,10 @@ class LinkController:
         notes = [f"{n}: {rec['gso_note']}; loss hits its TCP in bursts of segments"
                  for n, rec in sorted(state.nodes.items()) if rec.get("gso_note")]
         notes += self._engine_notes(state)
+        for node, tb in self.tcp_buffers().items():
+            notes.append(f"{node}: TCP buffers sized from the bandwidth-delay product: {tb['bytes'] / 2**20:.0f} MiB "
+                         f"({', '.join(tb['set']) or 'nothing'} set" +
+                         (f"; not settable here: {', '.join(tb['not_set'])}" if tb["not_set"] else "") + ")")
         return {"swarm": self.swarm.name, "engine": self.engine.name, "engine_description": self.engine.describe(),
                 "links": [vars(r) for r in self.rows()], "cuts": len(state.cuts), "node_faults": state.node_faults,
                 "notes": notes, "changed": state.changed}
@@ -318,6 +322,7 @@ class LinkController:
             rec["nft"] = signature(cmds.nft)
             self._apply_segmentation(node.name, iface, rec, cmds.segment, force)
             self._apply_linkd(node.name, iface, rec, cmds, force, clearing)
+            self._apply_tcp_buffers(node.name, rec, eff, force)
         except CommandError as exc:
             if not (unknown and exc.returncode in (126, 127)):  # the node's image has no tc / nft: nothing of ours
                 raise
@@ -346,6 +351,26 @@ class LinkController:
                 rec["linkd_set_at_ns"] = int(reply.get("set_at_ns", 0))
         rec["linkd"] = sig
         rec["linkd_links"] = (cmds.linkd or "").count("\n")
+
+    def _apply_tcp_buffers(self, node: str, rec: dict, eff: DirectedLinks, force: bool) -> None:
+        """With `links: {tcp_buffers: bdp}`: the node's TCP buffer sysctls sized from its links' bandwidth-delay
+        product (netem.engines.tcp_buffer_bytes); what was set (or why not) is kept for `impair --show` and
+        the run's host.json. Only grown, never shrunk below what the node had."""
+        links = self.swarm.spec.links
+        if links is None or links.tcp_buffers != "bdp":
+            return
+        size = tcp_buffer_bytes(eff, node)
+        if not size or (rec.get("tcp_buffers", {}).get("bytes") == size and not force):
+            return
+        done, failed = [], []
+        for key, value in tcp_buffer_sysctls(size).items():
+            res = self._run(node, ["sysctl", "-q", "-w", f"{key}={value}"], check=False)
+            (done if res.ok else failed).append(key)
+        rec["tcp_buffers"] = {"bytes": size, "set": done, "not_set": failed}
+
+    def tcp_buffers(self) -> dict[str, dict]:
+        """Per node: the TCP buffer size set from the BDP and which sysctls took it."""
+        return {n: rec["tcp_buffers"] for n, rec in sorted(self.load().nodes.items()) if rec.get("tcp_buffers")}
 
     def _apply_segmentation(self, node: str, iface: str, rec: dict, wanted: bool, force: bool) -> None:
         """gso_max_segs 1 on the ISL interface while the node sends on a lossy link (engines.needs_segmentation);

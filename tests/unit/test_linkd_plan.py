@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from netem.engines import (LINKD_MAX_BYTES, NodeCommands, UserspaceEngine, choose_engine, linkd_line, netem_args,
-                           netem_limit, plan_ipt, plan_linkd)
+                           netem_limit, plan_ipt, plan_linkd, tcp_buffer_bytes, tcp_buffer_sysctls)
 from netem.model import Impairment, LinksSpec, impairment, links_with_engine, resolve_links
 from swarm.caps import Capabilities
 from swarm.errors import SpecError
@@ -161,3 +161,16 @@ def test_engine_unit_tests_pass():
                           str(REPO / "netem" / "linkd" / "Cargo.toml")], capture_output=True, text=True, timeout=900,
                          env={**os.environ, "CARGO_TARGET_DIR": str(cache_dir() / "linkd-target")})
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+
+
+def test_tcp_buffers_from_the_bandwidth_delay_product():
+    links = resolve_links(LinksSpec.model_validate({"tcp_buffers": "bdp", "overrides": [
+        {"between": ["sat01", "sat02"], "profile": "iss-ku"},  # 517 Mbit/s, 300 ms each way
+        {"between": ["sat02", "sat03"], "delay": "1ms"}]}), NODES)
+    # 517e6 bit/s x 0.6 s / 8 = 38.8 MB; twice that
+    assert tcp_buffer_bytes(links, "sat01") == int(2 * 517e6 * 0.6 / 8)
+    assert tcp_buffer_bytes(links, "sat03") == 6 * 2**20  # 2 ms x 1 Gbit/s is below Linux's default
+    assert tcp_buffer_bytes({}, "sat01") == 0
+    lunar = resolve_links(LinksSpec.model_validate({"default": {"profile": "lunar-relay"}}), NODES)
+    assert tcp_buffer_bytes(lunar, "sat01") == int(2 * 1e9 * 2.6 / 8)  # no rate: 1 Gbit/s assumed
+    assert tcp_buffer_sysctls(1000)["net.ipv4.tcp_rmem"] == "4096 131072 1000"
