@@ -246,9 +246,16 @@ class Engine:
                     feature = missing[param]
                     can = ", ".join("link up/down" if p == "up" else p for p in self.supported()
                                     if p not in ("jitter_distribution", "loss_correlation"))
+                    also = ""
+                    if self.name == "nft" and feature == "sch_netem":  # say why the userspace engine is not used
+                        userspace = sorted(set(UserspaceEngine(self.caps).needs().values()))
+                        if userspace:
+                            also = (" and the userspace engine needs "
+                                    f"{' and '.join(FEATURE_HELP.get(f, f) for f in userspace)}")
                     raise SpecError(
                         f"{where}: link {src}->{dst}: {param} {shown}: impairment engine '{self.name}' cannot apply it "
-                        f"because this kernel lacks {FEATURE_HELP.get(feature, feature)}; possible here: {can or 'nothing'}")
+                        f"because this kernel lacks {FEATURE_HELP.get(feature, feature)}{also}; possible here: "
+                        f"{can or 'nothing'}")
 
     def plan_node(self, iface: str, egress: dict[str, Impairment], ingress: dict[str, Impairment],
                   labels: dict[str, str] | None = None) -> NodeCommands:

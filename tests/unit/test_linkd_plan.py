@@ -174,3 +174,11 @@ def test_tcp_buffers_from_the_bandwidth_delay_product():
     lunar = resolve_links(LinksSpec.model_validate({"default": {"profile": "lunar-relay"}}), NODES)
     assert tcp_buffer_bytes(lunar, "sat01") == int(2 * 1e9 * 2.6 / 8)  # no rate: 1 Gbit/s assumed
     assert tcp_buffer_sysctls(1000)["net.ipv4.tcp_rmem"] == "4096 131072 1000"
+
+
+def test_without_netem_and_nfqueue_the_refusal_names_both():
+    nft = choose_engine(replace(CAPS, nfqueue=False))
+    with pytest.raises(SpecError, match=r"delay 10ms: impairment engine 'nft' cannot apply it because this kernel lacks "
+                                        r"NetEm \(sch_netem\) and the userspace engine needs the iptables NFQUEUE "
+                                        r"target \(xt_NFQUEUE\); possible here: loss, rate, link up/down"):
+        nft.check({("sat01", "sat02"): impairment(delay="10ms")})
