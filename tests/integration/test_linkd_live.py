@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from compose.render import container_name
 from netem.engines import LINKD_CHAIN
 from netem.model import impairment
 from swarm.runtime.backends.netns import node_ns
@@ -133,3 +134,30 @@ def test_down_leaves_nothing(need_userspace):
         assert not os.path.exists(f"/proc/{pid}"), f"engine {pid} outlived down"
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "le-audit" not in names
+
+
+@pytest.fixture
+def need_docker_userspace(caps, need_userspace):
+    require("docker", caps.docker and bool(caps.compose), "no Docker daemon or Compose CLI answered")
+
+
+def test_compose_pinned_userspace_engine(need_docker_userspace):
+    """compose runs the userspace engine when pinned: the binary is copied into each container, the engine
+    runs there under its restart loop, and goes with the container."""
+    data = {"name": "le-compose", "nodes": 2, "backend": "compose",
+            "networks": {"isl": {"subnet": "10.208.0.0/24"}, "ground": {"subnet": "10.209.0.0/24"}},
+            "links": {"engine": "userspace"}}
+    swarm = Swarm(spec_from_dict(data), workdir=REPO)
+    swarm.down()
+    try:
+        swarm.up()
+        assert swarm.links.engine.name == "userspace"
+        swarm.links.impair(impairment(delay="200ms"), between=["sat01", "sat02"])
+        res = subprocess.run(["docker", "exec", container_name("le-compose", "sat01"), "ping", "-U", "-n", "-c", "3",
+                              "-i", "0.3", swarm.node("sat02").isl_ip], capture_output=True, text=True, timeout=60)
+        got = [float(m) for m in re.findall(r"time=([\d.]+) ms", res.stdout)]
+        assert got and all(395 <= r <= 470 for r in got), res.stdout + res.stderr
+    finally:
+        swarm.down()
+    names = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True).stdout
+    assert "le-compose" not in names
