@@ -24,6 +24,7 @@ from swarm.cli import cfs as cfs_commands, links as link_commands, mesh as mesh_
 from swarm.cli.console import err, out
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
+from netem.engines import choose_engine
 from swarm.mesh.spec import MeshSpec, choose_implementation
 from swarm.runtime.backends import get_backend
 from swarm.runtime.runner import Runner
@@ -243,6 +244,7 @@ def probe() -> None:
     caps = capabilities()
     facts = caps.as_dict()
     facts["mesh_batman"] = choose_implementation(MeshSpec(protocol="batman"), caps, "compose")  # what `mesh: batman` runs
+    facts["impairment_engine"] = choose_engine(caps).name  # what `links:` runs with (netns; compose: see README)
     click.echo(json.dumps(facts, indent=1))
 
 
