@@ -56,7 +56,7 @@ def engine_argv(binary: str) -> list[str]:
 
 def ctl_argv(binary: str, request: str, config: str | None = None) -> list[str]:
     """swarm-linkd ctl (pure); a configuration goes as arguments, one per line (no stdin through docker exec)."""
-    lines = [ln for ln in (config or "").splitlines() if ln.strip()]
+    lines = [ln for ln in (config or "").splitlines() if ln.strip()] or ["# no links"]  # never read stdin
     return [binary, "ctl", "--control", LINKD_CONTROL, request, *(lines if request == "set" else [])]
 
 

@@ -2,8 +2,10 @@
 link engines (netem/engines.py) to the running nodes and keeps their state (netem/state.py).
 
 Everything applied lives inside the nodes (a root qdisc with handle 5eed: on the ISL interface, an nft table
-`netdev swarm_emu`): removing a namespace or container removes it; `clear` removes exactly those and nothing
-else (a root qdisc with another handle is left alone).
+`netdev swarm_emu`; with the userspace engine its process, the chain SWARM_EMU_LINKS in the mangle table and
+PREROUTING's jump to it, see swarm.runtime.linkd): removing a namespace or container removes it; `clear`
+removes exactly those and nothing else (a root qdisc with another handle is left alone); the engine process
+stays, idle, until the node goes.
 """
 from __future__ import annotations
 

@@ -146,6 +146,7 @@ def test_runtime_argv():
     assert "--state" in argv and "--realtime" in argv and "--queue" in argv
     assert ctl_argv("L", "set", "link a delay=1ms\n\nlink b down\n") == [
         "L", "ctl", "--control", "/run/swarm-linkd.sock", "set", "link a delay=1ms", "link b down"]
+    assert ctl_argv("L", "set", None)[-1] == "# no links"  # an empty configuration is an argument, not stdin
     assert parse_kv("ok gen=3 set_at_ns=12\n") == {"gen": "3", "set_at_ns": "12"}
 
 
