@@ -7,7 +7,7 @@ SWARM  := $(VENV)/bin/swarm
 APT_PACKAGES := iperf3 iproute2 nftables fping iputils-ping traceroute procps util-linux \
                 batmand batctl cyclonedds-tools debootstrap python3-venv
 
-.PHONY: setup linkd linkd-test bench-linkd demo test unit integration image bench-up bench-sweep wipe clean help
+.PHONY: setup linkd linkd-static linkd-test bench-linkd demo test unit integration image bench-up bench-sweep wipe clean help
 
 help:
 	@echo "make demo   - bring up a small swarm, status + ISL reachability, short TCP/UDP sweep, report, tear down"
@@ -25,6 +25,14 @@ linkd:
 	  CARGO_TARGET_DIR="$(LINKD_TARGET)" cargo build -q --release --locked --manifest-path netem/linkd/Cargo.toml \
 	  && echo "swarm-linkd: $(LINKD_TARGET)/release/swarm-linkd"; \
 	else echo "cargo not found: the userspace link engine (swarm-linkd) is not built; install Rust (rustup) for it"; fi
+
+# linkd-static: a self-contained (static-pie, glibc) swarm-linkd for a guest or an image without Debian's libc,
+# e.g. the kernel-lab guest that cross-checks it against kernel NetEm: copy the file in and run it by hand.
+LINKD_STATIC ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/swarm-emu/linkd-static
+linkd-static:
+	RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$(LINKD_STATIC)" cargo build -q --release --locked \
+	  --target x86_64-unknown-linux-gnu --manifest-path netem/linkd/Cargo.toml
+	@echo "swarm-linkd (static): $(LINKD_STATIC)/x86_64-unknown-linux-gnu/release/swarm-linkd"
 
 # linkd-test: the engine's own unit tests (cargo)
 linkd-test:
