@@ -1,0 +1,266 @@
+"""Orbit planner (netem/orbits): known geometry, policy, run-length encoding, exports, bad input."""
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from netem.orbits import parse_ion, parse_orbits, plan, to_hdtn, to_ion
+from netem.orbits.spec import tle_epoch
+from swarm.errors import SpecError
+
+# The ISS element set used as the example in the TLE format's own documentation (checksums valid).
+ISS = ["1 25544U 98067A   08264.51782528 -.00002182  00000-0 -11606-4 0  2927",
+       "2 25544  51.6416 247.4627 0006703 130.5360 325.0288 15.72125391563537"]
+C = 299_792.458
+
+
+def _plan(**orbits):
+    return plan(parse_orbits(orbits))
+
+
+# ------------------------------------------------------------------------------------ known geometry
+def test_two_nodes_half_an_orbit_apart_are_never_visible():
+    p = _plan(duration="100min", satellites=[
+        {"name": "a", "elements": {"altitude": "550km", "inclination": 53}},
+        {"name": "b", "elements": {"altitude": "550km", "inclination": 53, "mean_anomaly": 180}}])
+    assert p.timeline.empty
+    assert p.never_up() == [("a", "b")]
+
+
+def test_along_track_pair_100km_apart_has_0_334_ms_delay():
+    p = _plan(duration="95min", satellites=[{"formation": {"count": 2, "spacing": "100km", "altitude": "500km",
+                                                           "inclination": 97.4, "prefix": "ff"}}])
+    tl = p.timeline
+    assert list(zip(tl.a, tl.b)) == [("ff01", "ff02")]
+    assert tl.up.all() and tl.t_start.min() == 0 and tl.t_end.max() == 95 * 60
+    assert tl.delay_ms.iloc[0] == pytest.approx(100 / C * 1000, abs=0.001)  # 0.3336 ms
+    assert round(tl.delay_ms.iloc[0], 3) == 0.334
+
+
+def test_ground_pass_over_leo_lasts_the_textbook_minutes():
+    # A polar orbit passes straight over a station at the pole whatever the Earth's rotation, so the pass
+    # is the full arc where elevation >= 10 deg: 2*lambda/(2*pi) * T, lambda = acos(rg cos e / r) - e.
+    p = _plan(duration="100min", satellites=[{"name": "leo", "elements": {"altitude": "550km", "inclination": 90}}],
+              ground_stations=[{"name": "pole", "lat": 90, "lon": 0, "min_elevation": 10}])
+    passes = p.contacts()
+    assert len(passes) == 1
+    r, rg, e = 6378.137 + 550, 6356.752, math.radians(10)
+    lam = math.acos(rg * math.cos(e) / r) - e
+    textbook = 2 * lam / (2 * math.pi) * 2 * math.pi * math.sqrt(r**3 / 398600.4418)
+    assert 7.5 * 60 < textbook < 8.5 * 60
+    assert passes.duration_s.iloc[0] == pytest.approx(textbook, rel=0.02)
+    # closest approach straight overhead: ~ altitude above the pole; far end at 10 deg elevation
+    assert passes.delay_min_ms.iloc[0] == pytest.approx((r - rg) / C * 1000, rel=0.03)
+
+
+def test_ground_pass_times_agree_with_skyfield():
+    """An independent implementation (Skyfield's find_events on the same TLE) finds the same pass."""
+    skyfield = pytest.importorskip("skyfield.api")
+    ts = skyfield.load.timescale(builtin=True)
+    sat = skyfield.EarthSatellite(ISS[0], ISS[1], "iss", ts)
+    station = skyfield.wgs84.latlon(0.0, 0.0)  # under the ISS's track at some point of a day
+    start = tle_epoch(ISS[0]).replace(microsecond=0)
+    t0, t1 = ts.from_datetime(start), ts.from_datetime(start + timedelta(days=1))
+    times, events = sat.find_events(station, t0, t1, altitude_degrees=10.0)
+    rises = [t.utc_datetime() for t, ev in zip(times, events) if ev == 0]
+    sets = [t.utc_datetime() for t, ev in zip(times, events) if ev == 2]
+    assert rises and sets
+    rise = rises[0]
+    setting = next(s for s in sets if s > rise)
+    p = _plan(epoch=start.isoformat(), duration="1d", step="1s", satellites=[{"name": "iss", "tle": ISS}],
+              ground_stations=[{"name": "gs", "lat": 0, "lon": 0, "min_elevation": 10}])
+    c = p.contacts()
+    first = c.iloc[0]
+    assert (p.at(first.t_start) - rise).total_seconds() == pytest.approx(0, abs=2)
+    assert (p.at(first.t_end) - setting).total_seconds() == pytest.approx(0, abs=2)
+
+
+# ----------------------------------------------------------------------------------------- policy
+def test_walker_delta_pattern_and_names():
+    s = parse_orbits({"satellites": [{"walker": {"type": "delta", "total": 12, "planes": 3, "phasing": 1,
+                                                 "altitude": "550km", "inclination": 53}}]})
+    w = s.satellites[0].walker
+    assert s.node_names() == [f"sat{i:02d}" for i in range(1, 13)]
+    els = w.elements()
+    assert [e.raan for e in els[::4]] == [0, 120, 240]
+    assert els[1].mean_anomaly == 90 and els[4].mean_anomaly == 30  # 360/4 in plane, f*360/t between planes
+    star = parse_orbits({"satellites": [{"walker": {"type": "star", "total": 6, "planes": 3, "altitude": 800,
+                                                    "inclination": 86.4}}]}).satellites[0].walker
+    assert [e.raan for e in star.elements()[::2]] == [0, 60, 120]
+
+
+def test_max_degree_is_never_exceeded_and_range_is_respected():
+    p = _plan(duration="20min", satellites=[{"walker": {"total": 24, "planes": 4, "phasing": 1, "altitude": 550,
+                                                        "inclination": 53}}],
+              links={"isl": {"max_degree": 2, "max_range": "4000km"}})
+    tl = p.timeline
+    up = tl[tl.up]
+    assert (up.distance_km <= 4000).all()
+    for t in np.arange(0, 1200, 60.0):
+        live = up[(up.t_start <= t) & (up.t_end > t)]
+        degree = live.a.value_counts().add(live.b.value_counts(), fill_value=0)
+        assert degree.max() <= 2
+
+
+def test_timeline_rows_cover_the_plan_and_hold_delay_within_resolution():
+    p = _plan(duration="30min", satellites=[{"walker": {"total": 8, "planes": 2, "altitude": 550,
+                                                        "inclination": 53}}],
+              ground_stations=[{"name": "gs01", "lat": 10, "lon": 20}],
+              links={"delay_resolution": "0.5ms"})
+    tl = p.timeline
+    assert set(tl.kind) <= {"isl", "ground"}
+    for (a, b), rows in tl.groupby(["a", "b"]):
+        rows = rows.sort_values("t_start")
+        assert rows.t_start.iloc[0] == 0 and rows.t_end.iloc[-1] == 1800
+        assert np.allclose(rows.t_start.values[1:], rows.t_end.values[:-1])  # contiguous, no overlap
+    # each row's delay: mean of a bin 0.5 ms wide
+    up = tl[tl.up]
+    assert (np.floor(up.delay_ms / 0.5) * 0.5 <= up.delay_ms + 1e-9).all()
+    assert p.summary()["steps"] == 1800
+
+
+def test_propagation_speed_scales_delay():
+    sats = [{"formation": {"count": 2, "spacing": "1000km", "altitude": 600}}]
+    fast = _plan(duration="1min", satellites=sats).timeline.delay_ms.iloc[0]
+    slow = _plan(duration="1min", satellites=sats, propagation_speed="0.59c").timeline.delay_ms.iloc[0]
+    assert slow == pytest.approx(fast / 0.59, rel=1e-6)
+
+
+def test_link_budget_rate_falls_with_distance_and_closes_the_link():
+    base = dict(duration="100min", satellites=[{"name": "leo", "elements": {"altitude": 550, "inclination": 90}}],
+                ground_stations=[{"name": "pole", "lat": 90, "lon": 0, "min_elevation": 0}])
+    open_ = _plan(**base, links={"ground": {"rate": {"bandwidth": "10MHz", "snr": "10dB", "at": "1000km",
+                                                     "max": "100Mbit", "step": "1Mbit"}}})
+    up = open_.timeline[open_.timeline.up]
+    near, far = up.loc[up.distance_km.idxmin()], up.loc[up.distance_km.idxmax()]
+    assert near.rate > far.rate > 0 and (up.rate % 1_000_000 == 0).all()
+    # Shannon at 1000 km with 10 dB: 10 MHz * log2(11) = 34.6 Mbit/s
+    mid = up.iloc[(up.distance_km - 1000).abs().argsort().iloc[0]]
+    assert mid.rate == pytest.approx(34.6e6 * 1.0, rel=0.1)
+    closed = _plan(**base, links={"ground": {"rate": {"bandwidth": "10MHz", "snr": "10dB", "at": "1000km",
+                                                      "min": "30Mbit"}}})
+    assert closed.contacts().duration_s.sum() < open_.contacts().duration_s.sum()
+
+
+def test_fixed_rates_per_link_kind():
+    p = _plan(duration="100min", satellites=[{"formation": {"count": 2, "spacing": "100km", "altitude": 550,
+                                                            "inclination": 90}}],
+              ground_stations=[{"name": "pole", "lat": 90, "lon": 0}],
+              links={"isl": {"rate": "100Mbit"}, "ground": {"rate": "10Mbit", "max_links": 1}})
+    up = p.timeline[p.timeline.up]
+    assert set(up[up.kind == "isl"].rate) == {100_000_000}
+    assert set(up[up.kind == "ground"].rate) == {10_000_000}
+    # one link per station at a time: the two satellites' passes do not overlap
+    g = p.contacts().query("kind == 'ground'")
+    assert len(g) >= 2
+    for t in np.arange(0, 6000, 5.0):
+        assert ((g.t_start <= t) & (g.t_end > t)).sum() <= 1
+
+
+# ----------------------------------------------------------------------------------------- TLEs
+def test_tle_is_accepted_and_sets_the_default_epoch():
+    s = parse_orbits({"satellites": [{"name": "iss", "tle": "\n".join(["ISS (ZARYA)"] + ISS)}]})
+    assert s.start() == tle_epoch(ISS[0])
+    assert s.start().strftime("%Y-%m-%d") == "2008-09-20"
+    assert s.warnings() == []
+
+
+def test_tle_far_from_the_epoch_warns():
+    s = parse_orbits({"epoch": "2008-12-01T00:00:00Z", "satellites": [{"name": "iss", "tle": ISS}]})
+    (w,) = s.warnings()
+    assert "'iss'" in w and "days from its TLE epoch" in w
+
+
+@pytest.mark.parametrize("lines, needle", [
+    ([ISS[0][:-1] + "3", ISS[1]], "TLE line 1: bad checksum 3"),
+    ([ISS[0], ISS[1][:-1] + "0"], "TLE line 2: bad checksum 0"),
+    ([ISS[0], "3" + ISS[1][1:]], "TLE line 2 must start with '2 '"),
+    ([ISS[0], ISS[1][:60]], "TLE line 2 has 60 characters"),
+    ([ISS[0]], "TLE must be two lines"),
+])
+def test_bad_tle_names_node_and_line(lines, needle):
+    with pytest.raises(SpecError) as err:
+        parse_orbits({"satellites": [{"name": "iss", "tle": lines}]})
+    assert "node 'iss'" in str(err.value) and needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("orbits, needle", [
+    ({"satellites": [{"name": "x", "elements": {"altitude": "-100km"}}]}, "below the Earth's surface"),
+    ({"satellites": [{"name": "x", "elements": {"semi_major_axis": 7000, "eccentricity": 0.2}}]},
+     "perigee -778 km is below the Earth's surface"),
+    ({"step": 0, "satellites": [{"name": "x", "elements": {"altitude": 500}}]}, "orbits.step: step 0: must be positive"),
+    ({"step": "-1s", "satellites": [{"name": "x", "elements": {"altitude": 500}}]}, "must be positive"),
+    ({"ground_stations": [{"name": "gs01", "lat": 95, "lon": 0}]}, "('gs01').lat: latitude 95 outside -90..90"),
+    ({"satellites": [{"walker": {"total": 10, "planes": 3, "altitude": 550, "inclination": 53}}]},
+     "total 10 is not a multiple of planes 3"),
+    ({"satellites": [{"name": "a", "elements": {"altitude": 500}}, {"name": "a", "elements": {"altitude": 600}}]},
+     "node 'a' is named twice"),
+    ({"satellites": [{"name": "a", "elements": {"altitude": 500}, "tle": ISS}]}, "give exactly one of"),
+    ({"satellites": [{"name": "x", "elements": {"altitude": 500, "colour": "red"}}]}, "unknown field 'colour'"),
+    ({"propagation_speed": "2c", "satellites": [{"name": "x", "elements": {"altitude": 500}}]}, "at most c"),
+    ({"duration": "1s", "step": "2s", "satellites": [{"name": "x", "elements": {"altitude": 500}}]},
+     "longer than duration"),
+])
+def test_bad_input_is_one_line(orbits, needle):
+    with pytest.raises(SpecError) as err:
+        parse_orbits(orbits)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    assert err.value.exit_code == 2
+
+
+# ---------------------------------------------------------------------------------------- exports
+def _walker_plan():
+    return _plan(duration="30min", satellites=[{"walker": {"total": 8, "planes": 2, "phasing": 1, "altitude": 550,
+                                                           "inclination": 53}}],
+                 ground_stations=[{"name": "gs01", "lat": 30, "lon": 20}],
+                 links={"isl": {"rate": "100Mbit", "max_range": "6000km"}, "ground": {"min_elevation": 5}})
+
+
+def test_ion_contact_plan_matches_the_timeline():
+    p = _walker_plan()
+    text = to_ion(p)
+    cmds = parse_ion(text)
+    contacts = [c for c in cmds if c[0] == "contact"]
+    ranges = [c for c in cmds if c[0] == "range"]
+    assert contacts and ranges
+    num = {n: i for i, n in enumerate(p.nodes, 1)}
+    windows = p.contacts()
+    for _, s, e, src, dst, rate in contacts:
+        assert e > s and rate > 0
+        assert (s, e, dst, src, rate) in {(c[1], c[2], c[3], c[4], c[5]) for c in contacts}  # both directions
+        a, b = sorted((src, dst))
+        names = [n for n, i in num.items() if i in (a, b)]
+        w = windows[(windows.a.isin(names)) & (windows.b.isin(names))]
+        assert ((w.t_start <= s) & (w.t_end >= e)).any()  # inside a real window
+    isl_rates = {c[5] for c in contacts if "gs01" not in (p.nodes[c[3] - 1], p.nodes[c[4] - 1])}
+    assert isl_rates == {100_000_000 // 8}  # ION's rate is bytes/s
+    for _, s, e, a, b, owlt in ranges:
+        assert a < b and owlt == 1  # LEO light time rounds up to one whole second
+    assert text.splitlines()[1].startswith("# nodes: sat01=1 ")
+
+
+def test_ion_origin_and_compression():
+    p = _walker_plan()
+    origin = datetime(2026, 11, 22, 21, 0, 0, tzinfo=timezone.utc)
+    text = to_ion(p, origin=origin, speedup=10)
+    assert "@ 2026/11/22-21:00:00" in text.splitlines()
+    assert max(c[2] for c in parse_ion(text)) <= 180  # 30 min at x10
+
+
+def test_hdtn_contact_plan():
+    p = _walker_plan()
+    numbers = {n: 100 + i for i, n in enumerate(p.nodes)}
+    doc = json.loads(json.dumps(to_hdtn(p, numbers)))
+    cs = doc["contacts"]
+    assert cs and [c["contact"] for c in cs] == list(range(len(cs)))
+    for c in cs:
+        assert set(c) == {"contact", "source", "dest", "startTime", "endTime", "rateBitsPerSec", "owlt"}
+        assert all(isinstance(v, int) for v in c.values())
+        assert c["endTime"] > c["startTime"] and c["source"] >= 100
+    assert len(cs) == 2 * len([x for x in parse_ion(to_ion(p)) if x[0] == "contact"]) // 2
