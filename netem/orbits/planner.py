@@ -9,14 +9,15 @@ pair into a timeline with one row per interval in which the link's state, delay 
     a, b             node names, a before b in the plan's node order (satellites, then ground stations)
     kind             isl | ground
     up               the link exists (line of sight and policy)
-    delay_ms         one-way delay, the mean over the row (NaN when down); within +-delay_resolution/2 of
-                     every sample of the row, because a new row starts when the delay leaves its bin
+    delay_ms         one-way delay: the middle of the row's smallest and largest sample (NaN when down),
+                     so within delay_resolution/2 of every sample of the row (a row never leaves its
+                     delay bin, delay_resolution wide)
     rate             bit/s (0: not managed / unlimited); floored to the rate model's step
-    distance_km      mean distance over the row
+    distance_km      the distance that delay_ms corresponds to
 
 Only pairs that are up at some time get rows (covering the whole plan); every other pair is down
-throughout. Time is processed in chunks, and only pairs up inside a chunk are kept, so memory grows with
-the links that exist rather than with all N^2 pairs.
+throughout. Time is processed in chunks, each chunk is run-length encoded for the pairs up inside it, and
+the chunks' segments are stitched: memory is one chunk plus the segments, whatever the duration.
 """
 from __future__ import annotations
 
@@ -164,7 +165,7 @@ def plan(spec: OrbitsSpec, chunk_elements: int = _CHUNK_ELEMENTS) -> Plan:
 
     per_step = max(1, n_s * n_s + n_g * n_s)
     chunk = max(1, min(n_t, chunk_elements // per_step))
-    kept: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    segs: list[dict] = []
     for c0 in range(0, n_t, chunk):
         c1 = min(n_t, c0 + chunk)
         up_parts, dist_parts, rate_parts = [], [], []
@@ -179,12 +180,12 @@ def plan(spec: OrbitsSpec, chunk_elements: int = _CHUNK_ELEMENTS) -> Plan:
         up = np.concatenate(up_parts, axis=1)
         idx = np.flatnonzero(up.any(axis=0))
         if len(idx):
-            dist = np.concatenate(dist_parts, axis=1)
-            rate = np.concatenate(rate_parts, axis=1)
-            kept.append((c0, idx, up[:, idx], dist[:, idx].astype(np.float32), rate[:, idx]))
+            dist = np.concatenate(dist_parts, axis=1)[:, idx]
+            rate = np.concatenate(rate_parts, axis=1)[:, idx]
+            segs.append(_chunk_segments(c0, idx, up[:, idx], dist, rate, spec))
     t_vis = _time.perf_counter() - t0 - t_prop
 
-    timeline = _encode(kept, n_t, spec, nodes, pair_a, pair_b, n_isl)
+    timeline = _encode(segs, n_t, spec, nodes, pair_a, pair_b, n_isl)
     stats = {"steps": n_t, "pairs_considered": int(n_isl + n_gnd), "chunk_steps": chunk,
              "propagate_s": round(t_prop, 4), "visibility_s": round(t_vis, 4),
              "planning_s": round(_time.perf_counter() - t0, 4)}
@@ -193,31 +194,34 @@ def plan(spec: OrbitsSpec, chunk_elements: int = _CHUNK_ELEMENTS) -> Plan:
 
 
 def _isl_chunk(p: np.ndarray, iu: np.ndarray, ju: np.ndarray, r_block2: float, pol):
-    """ISL up/distance/rate (Tc, pairs) for satellite positions p (Tc, S, 3)."""
+    """ISL up/distance/rate (Tc, pairs) for satellite positions p (Tc, S, 3). Everything is computed on
+    the pair list (i < j) from the Gram matrix; only the nearest-k selection needs a full matrix."""
     n_s = p.shape[1]
-    gram = np.matmul(p, np.transpose(p, (0, 2, 1)))  # (Tc, S, S)
+    gram = np.matmul(p, np.transpose(p, (0, 2, 1)))  # (Tc, S, S), BLAS
     n2 = np.einsum("tii->ti", gram)
-    d2 = np.maximum(n2[:, :, None] + n2[:, None, :] - 2 * gram, 0.0)
-    # closest approach of segment p_i -> p_j to the Earth's centre
-    a = n2[:, :, None] - gram  # = -p_i . (p_j - p_i)
+    g = gram[:, iu, ju]
+    n2i, n2j = n2[:, iu], n2[:, ju]
+    d2 = np.maximum(n2i + n2j - 2 * g, 0.0)
+    # closest approach of the segment p_i -> p_j to the Earth's centre: p_i + t (p_j - p_i), t in [0, 1]
+    a = n2i - g  # = -p_i . (p_j - p_i)
     with np.errstate(divide="ignore", invalid="ignore"):
         ts = np.clip(np.where(d2 > 0, a / d2, 0.0), 0.0, 1.0)
-    closest2 = n2[:, :, None] - 2 * ts * a + ts * ts * d2
-    ok = closest2 > r_block2
-    ok &= ~np.eye(n_s, dtype=bool)[None]
+    ok = (n2i - 2 * ts * a + ts * ts * d2) > r_block2
     if pol.isl.max_range is not None:
         ok &= d2 <= pol.isl.max_range ** 2
-    dist_m = np.sqrt(d2)
-    rate_m, closes = _rates(pol.isl.rate, dist_m)
+    dist = np.sqrt(d2)
+    rate, closes = _rates(pol.isl.rate, dist)
     if closes is not None:
         ok &= closes
     k = pol.isl.max_degree
     if k is not None and k < n_s - 1:
-        dm = np.where(ok, d2, np.inf)
-        kth = np.partition(dm, k - 1, axis=2)[:, :, k - 1:k]
-        sel = ok & (dm <= kth)
-        ok = sel & np.transpose(sel, (0, 2, 1))  # mutual nearest-k: no node exceeds k links
-    return ok[:, iu, ju], dist_m[:, iu, ju], rate_m[:, iu, ju]
+        dm = np.full((p.shape[0], n_s, n_s), np.inf)
+        cand = np.where(ok, d2, np.inf)
+        dm[:, iu, ju] = cand
+        dm[:, ju, iu] = cand
+        kth = np.partition(dm, k - 1, axis=2)[:, :, k - 1]  # (Tc, S): each node's k-th nearest candidate
+        ok &= (cand <= kth[:, iu]) & (cand <= kth[:, ju])  # mutual nearest-k: no node exceeds k links
+    return ok, dist, rate
 
 
 def _ground_chunk(p: np.ndarray, g: np.ndarray, up: np.ndarray, sin_min_el: np.ndarray, pol):
@@ -239,52 +243,75 @@ def _ground_chunk(p: np.ndarray, g: np.ndarray, up: np.ndarray, sin_min_el: np.n
     return ok.reshape(tc, -1), rng.reshape(tc, -1), rate.reshape(tc, -1)
 
 
-def _encode(kept, n_t: int, spec: OrbitsSpec, nodes: list[str], pair_a: np.ndarray, pair_b: np.ndarray,
-            n_isl: int) -> pd.DataFrame:
-    if not kept:
+def _chunk_segments(c0: int, idx: np.ndarray, up: np.ndarray, dist: np.ndarray, rate: np.ndarray,
+                    spec: OrbitsSpec) -> dict:
+    """Run-length encode one chunk (Tc, K) of the pairs `idx`: segments where up, delay bin and rate hold."""
+    tc, k = up.shape
+    res_km = spec.links.delay_resolution / 1000.0 * spec.propagation_speed  # delay bin width in km
+    dbin = np.where(up, np.floor(np.where(up, dist, 0.0) / res_km), -1).astype(np.int64)
+    rkey = np.where(up, rate, -1)
+    change = np.ones((tc, k), dtype=bool)
+    change[1:] = (up[1:] != up[:-1]) | (dbin[1:] != dbin[:-1]) | (rkey[1:] != rkey[:-1])
+    starts = np.flatnonzero(change.T)  # pair-major: each pair's samples contiguous
+    lengths = np.diff(np.append(starts, tc * k))
+    col, t_local = starts // tc, starts % tc
+    dmin = np.minimum.reduceat(np.where(up, dist, np.inf).T.ravel(), starts)
+    dmax = np.maximum.reduceat(np.where(up, dist, -np.inf).T.ravel(), starts)
+    return {"pid": idx[col], "t0": c0 + t_local, "n": lengths, "up": up[t_local, col],
+            "dbin": dbin[t_local, col], "rate": rkey[t_local, col], "dmin": dmin, "dmax": dmax}
+
+
+def _encode(segs: list[dict], n_t: int, spec: OrbitsSpec, nodes: list[str], pair_a: np.ndarray,
+            pair_b: np.ndarray, n_isl: int) -> pd.DataFrame:
+    """Chunks' segments -> one timeline: gaps (chunks where a pair was down throughout) become down
+    segments, and equal neighbours across chunk boundaries merge."""
+    if not segs:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
             COLUMNS, ["float64", "float64", "object", "object", "object", "bool", "float64", "int64", "float64"])})
-    ids = np.unique(np.concatenate([idx for _, idx, *_ in kept]))
-    col = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
-    col[ids] = np.arange(len(ids))
-    k = len(ids)
-    up = np.zeros((n_t, k), dtype=bool)
-    dist = np.full((n_t, k), np.nan, dtype=np.float32)
-    rate = np.zeros((n_t, k), dtype=np.int64)
-    for c0, idx, u, d, r in kept:
-        c1 = c0 + u.shape[0]
-        up[c0:c1, col[idx]] = u
-        dist[c0:c1, col[idx]] = d
-        rate[c0:c1, col[idx]] = r
-    delay = dist.astype(np.float64) / spec.propagation_speed * 1000.0  # ms
-    res = spec.links.delay_resolution
-    dbin = np.where(up, np.floor(np.nan_to_num(delay) / res), -1).astype(np.int64)
-    rkey = np.where(up, rate, -1)
-    # pair-major flattening: each pair's samples contiguous
-    up_f, dbin_f, rkey_f = up.T.ravel(), dbin.T.ravel(), rkey.T.ravel()
-    change = np.ones(n_t * k, dtype=bool)
-    change[1:] = (up_f[1:] != up_f[:-1]) | (dbin_f[1:] != dbin_f[:-1]) | (rkey_f[1:] != rkey_f[:-1])
-    change[::n_t] = True  # each pair starts a row
-    starts = np.flatnonzero(change)
-    lengths = np.diff(np.append(starts, n_t * k))
-    dist_f = np.where(up, dist, 0.0).astype(np.float64).T.ravel()
-    mean_dist = np.add.reduceat(dist_f, starts) / lengths
-    pair_col = starts // n_t
-    t_idx = starts % n_t
-    seg_up = up_f[starts]
-    step = spec.step
-    pid = ids[pair_col]
+    cat = {key: np.concatenate([sg[key] for sg in segs]) for key in segs[0]}
+    order = np.lexsort((cat["t0"], cat["pid"]))
+    cat = {key: v[order] for key, v in cat.items()}
+    pid, t0, end = cat["pid"], cat["t0"], cat["t0"] + cat["n"]
+    first = np.ones(len(pid), dtype=bool)
+    first[1:] = pid[1:] != pid[:-1]
+    last = np.ones(len(pid), dtype=bool)
+    last[:-1] = pid[1:] != pid[:-1]
+    expected = np.where(first, 0, np.concatenate([[0], end[:-1]]))
+    gap = t0 > expected
+    tail = last & (end < n_t)
+    fill_pid = np.concatenate([pid[gap], pid[tail]])
+    fill_t0 = np.concatenate([expected[gap], end[tail]])
+    fill_n = np.concatenate([t0[gap] - expected[gap], n_t - end[tail]])
+    m = len(fill_pid)
+    if m:
+        cat = {"pid": np.concatenate([pid, fill_pid]), "t0": np.concatenate([t0, fill_t0]),
+               "n": np.concatenate([cat["n"], fill_n]), "up": np.concatenate([cat["up"], np.zeros(m, bool)]),
+               "dbin": np.concatenate([cat["dbin"], np.full(m, -1)]),
+               "rate": np.concatenate([cat["rate"], np.full(m, -1)]),
+               "dmin": np.concatenate([cat["dmin"], np.full(m, np.inf)]),
+               "dmax": np.concatenate([cat["dmax"], np.full(m, -np.inf)])}
+        order = np.lexsort((cat["t0"], cat["pid"]))
+        cat = {key: v[order] for key, v in cat.items()}
+    pid = cat["pid"]
+    new = np.ones(len(pid), dtype=bool)
+    new[1:] = ((pid[1:] != pid[:-1]) | (cat["up"][1:] != cat["up"][:-1]) | (cat["dbin"][1:] != cat["dbin"][:-1])
+               | (cat["rate"][1:] != cat["rate"][:-1]))
+    heads = np.flatnonzero(new)
+    n = np.add.reduceat(cat["n"], heads)
+    with np.errstate(invalid="ignore"):  # down segments: inf + -inf, masked below
+        mid_dist = (np.minimum.reduceat(cat["dmin"], heads) + np.maximum.reduceat(cat["dmax"], heads)) / 2
+    t_idx, pid, seg_up, rate = cat["t0"][heads], pid[heads], cat["up"][heads], cat["rate"][heads]
     names = np.array(nodes, dtype=object)
     df = pd.DataFrame({
-        "t_start": t_idx * step,
-        "t_end": np.minimum((t_idx + lengths) * step, spec.duration),
+        "t_start": t_idx * spec.step,
+        "t_end": np.minimum((t_idx + n) * spec.step, spec.duration),
         "a": names[pair_a[pid]],
         "b": names[pair_b[pid]],
         "kind": np.where(pid < n_isl, "isl", "ground").astype(object),
         "up": seg_up,
-        "delay_ms": np.where(seg_up, np.round(mean_dist / spec.propagation_speed * 1000.0, 6), np.nan),
-        "rate": np.where(seg_up, rkey_f[starts], 0).astype(np.int64),
-        "distance_km": np.where(seg_up, np.round(mean_dist, 3), np.nan),
+        "delay_ms": np.where(seg_up, np.round(mid_dist / spec.propagation_speed * 1000.0, 6), np.nan),
+        "rate": np.where(seg_up, rate, 0).astype(np.int64),
+        "distance_km": np.where(seg_up, np.round(mid_dist, 3), np.nan),
     })
     return df.sort_values(["t_start", "a", "b"], kind="stable").reset_index(drop=True)
 

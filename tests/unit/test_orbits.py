@@ -264,3 +264,20 @@ def test_hdtn_contact_plan():
         assert all(isinstance(v, int) for v in c.values())
         assert c["endTime"] > c["startTime"] and c["source"] >= 100
     assert len(cs) == 2 * len([x for x in parse_ion(to_ion(p)) if x[0] == "contact"]) // 2
+
+
+def test_every_sample_is_within_half_a_resolution_of_its_row():
+    from netem.orbits.propagate import ground_positions, satellite_positions, satrecs, time_grid
+    s = parse_orbits({"duration": "100min", "links": {"delay_resolution": "0.5ms"},
+                      "satellites": [{"name": "leo", "elements": {"altitude": 550, "inclination": 90}}],
+                      "ground_stations": [{"name": "pole", "lat": 90, "lon": 0}]})
+    p = plan(s)
+    times = time_grid(s)
+    sat = satellite_positions(satrecs(s), s.start(), times)[:, 0]
+    gs, _ = ground_positions(s.ground_stations, s.start(), times)
+    delay = np.linalg.norm(sat - gs[:, 0], axis=1) / C * 1000
+    up = p.timeline[p.timeline.up]
+    assert len(up) > 5
+    for row in up.itertuples():
+        k = slice(int(row.t_start), int(row.t_end))
+        assert np.abs(delay[k] - row.delay_ms).max() <= 0.25 + 1e-9
