@@ -33,9 +33,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from swarm import units
 from swarm.errors import SpecError
-
-from . import units
 
 EARTH_RADIUS_KM = 6378.137  # WGS84 equatorial radius
 MU_KM3_S2 = 398600.8  # WGS72 (SGP4's constants)
@@ -333,12 +332,12 @@ class RateModel(_Strict):
     @classmethod
     def _from_text(cls, v: Any) -> Any:
         if isinstance(v, (str, int, float)) and not isinstance(v, bool):
-            return {"fixed": units.parse_rate_bps(v, "rate")}
+            return {"fixed": units.parse_link_rate(v, "rate")}
         if isinstance(v, dict):
             v = dict(v)
             for key, parse in (("bandwidth", units.parse_frequency_hz), ("snr", units.parse_db),
-                               ("at", units.parse_length_km), ("max", units.parse_rate_bps),
-                               ("min", units.parse_rate_bps), ("step", units.parse_rate_bps)):
+                               ("at", units.parse_length_km), ("max", units.parse_link_rate),
+                               ("min", units.parse_link_rate), ("step", units.parse_link_rate)):
                 if v.get(key) is not None:
                     v[key] = parse(v[key], key)
         return v
@@ -416,7 +415,7 @@ class LinkPolicy(_Strict):
     @field_validator("delay_resolution", mode="before")
     @classmethod
     def _res(cls, v: Any) -> float:
-        ms = units.parse_duration_s(v if not isinstance(v, (int, float)) else f"{v}ms", "delay_resolution") * 1000
+        ms = units.parse_time_ms(v, "delay_resolution")
         if ms <= 0:
             raise ValueError(f"delay_resolution {v!r}: must be positive")
         return ms
@@ -447,10 +446,7 @@ class OrbitsSpec(_Strict):
     @field_validator("duration", "step", mode="before")
     @classmethod
     def _dur(cls, v: Any, info) -> float:
-        s = units.parse_duration_s(v, info.field_name)
-        if s <= 0:
-            raise ValueError(f"{info.field_name} {v!r}: must be positive")
-        return s
+        return units.parse_duration(v, info.field_name)
 
     @field_validator("propagation_speed", mode="before")
     @classmethod

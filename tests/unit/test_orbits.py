@@ -195,7 +195,7 @@ def test_bad_tle_names_node_and_line(lines, needle):
     ({"satellites": [{"name": "x", "elements": {"semi_major_axis": 7000, "eccentricity": 0.2}}]},
      "perigee -778 km is below the Earth's surface"),
     ({"step": 0, "satellites": [{"name": "x", "elements": {"altitude": 500}}]}, "orbits.step: step 0: must be positive"),
-    ({"step": "-1s", "satellites": [{"name": "x", "elements": {"altitude": 500}}]}, "must be positive"),
+    ({"step": "-1s", "satellites": [{"name": "x", "elements": {"altitude": 500}}]}, "orbits.step: step '-1s': expected seconds"),
     ({"ground_stations": [{"name": "gs01", "lat": 95, "lon": 0}]}, "('gs01').lat: latitude 95 outside -90..90"),
     ({"satellites": [{"walker": {"total": 10, "planes": 3, "altitude": 550, "inclination": 53}}]},
      "total 10 is not a multiple of planes 3"),
