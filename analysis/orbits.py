@@ -14,7 +14,12 @@ from typing import Iterable, Optional
 
 import numpy as np
 import pandas as pd
+import yaml
 from matplotlib.figure import Figure
+
+from analysis.pages import write_report_pages
+from experiments.orbits.model import experiment_from_dict
+from netem.orbits import plan as make_plan, to_hdtn_json, to_ion
 
 _KIND_COLOUR = {"ground": "C1", "isl": "C0"}
 
@@ -128,13 +133,13 @@ def plot_passes(plan, path: Path) -> Path:
 
 # ----------------------------------------------------------------------------------- live: lag
 def lag_summary(links: pd.DataFrame, step_s: Optional[float] = None) -> dict:
-    """From links.csv rows (scheduled_s, applied_s, lag_ms, step; one row per link update): lag percentiles
+    """From links.csv rows (t_plan_s, lag_ms, ok; one row per link update): lag percentiles
     per update and per step (a step's lag is its last update's), and the fraction of steps whose updates
     were all applied before the next step was due."""
     if links.empty:
         return {"updates": 0}
     lag = links["lag_ms"].astype(float)
-    per_step = links.groupby("scheduled_s")["lag_ms"].max()
+    per_step = links.groupby("t_plan_s")["lag_ms"].max()
     out = {"updates": int(len(links)), "steps": int(len(per_step)),
            "update_lag_ms_p50": float(lag.quantile(0.5)), "update_lag_ms_p99": float(lag.quantile(0.99)),
            "update_lag_ms_max": float(lag.max()),
@@ -155,7 +160,7 @@ def plot_lag(links: pd.DataFrame, path: Path, step_s: Optional[float] = None) ->
             ax_h.axvline(lag.quantile(q), color="black", linestyle=style, linewidth=1,
                          label=f"p{int(q * 100)} {lag.quantile(q):.1f} ms")
         ax_h.legend(fontsize="x-small")
-        per_step = links.groupby("scheduled_s")["lag_ms"].max()
+        per_step = links.groupby("t_plan_s")["lag_ms"].max()
         ax_t.plot(per_step.index, per_step.values, marker=".", linestyle="none", markersize=3)
         if step_s:
             ax_t.axhline(step_s * 1000, color="red", linewidth=1, label="next step due")
@@ -174,8 +179,6 @@ def plot_lag(links: pd.DataFrame, path: Path, step_s: Optional[float] = None) ->
 
 # -------------------------------------------------------------------------------- whole report
 def write_plan_report(plan, out_dir: Path, numbers: Optional[dict[str, int]] = None) -> dict[str, Path]:
-    from netem.orbits import to_hdtn_json, to_ion
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
@@ -198,3 +201,87 @@ def write_plan_report(plan, out_dir: Path, numbers: Optional[dict[str, int]] = N
     if any(k == "ground" for k in plan.kinds.values()):
         files["passes.png"] = plot_passes(plan, out / "passes.png")
     return files
+
+
+# ------------------------------------------------------------------------------ run report (swarm run)
+def probe_table(probes: pd.DataFrame) -> pd.DataFrame:
+    """Per probed pair: samples, how often the link did what the plan said (answered when up, silent when
+    down; samples near a planned change left out), and RTT / 2 - planned delay where answered."""
+    rows = []
+    for (a, b), g in probes.groupby(["a", "b"]):
+        clear = g[~g["near_change"].astype(bool)]
+        agree = (clear["answered"].astype(bool) == clear["planned_up"].astype(bool))
+        ans = g[g["answered"].astype(bool) & g["planned_up"].astype(bool)]
+        err = ans["rtt_ms"] / 2 - ans["planned_delay_ms"]
+        rows.append({"a": a, "b": b, "samples": len(g), "judged": len(clear),
+                     "agree_with_plan": float(agree.mean()) if len(clear) else float("nan"),
+                     "answered_while_down": int((clear["answered"].astype(bool) & ~clear["planned_up"].astype(bool)).sum()),
+                     "silent_while_up": int((~clear["answered"].astype(bool) & clear["planned_up"].astype(bool)).sum()),
+                     "half_rtt_minus_planned_ms_p50": float(err.median()) if len(err) else float("nan"),
+                     "half_rtt_minus_planned_ms_p95_abs": float(err.abs().quantile(0.95)) if len(err) else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def plot_probes(probes: pd.DataFrame, path: Path) -> Path:
+    pairs = list(probes.groupby(["a", "b"]))
+    fig = Figure(figsize=(9, max(2.5, 2.0 * len(pairs))), dpi=110)
+    axes = fig.subplots(max(1, len(pairs)), 1, squeeze=False)[:, 0]
+    for ax, ((a, b), g) in zip(axes, pairs):
+        ans = g[g["answered"].astype(bool)]
+        ax.plot(ans["t_plan_s"] / 60, ans["rtt_ms"] / 2, ".", markersize=2, label="measured RTT / 2")
+        ax.step(g["t_plan_s"] / 60, g["planned_delay_ms"], where="post", color="C1", label="planned one-way delay")
+        lost = g[~g["answered"].astype(bool)]
+        ax.plot(lost["t_plan_s"] / 60, np.zeros(len(lost)), "|", color="red", markersize=6, label="no answer")
+        ax.set_title(f"{a} – {b}", fontsize=9)
+        ax.set_ylabel("ms")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="x-small", loc="upper right")
+    axes[-1].set_xlabel("plan minutes")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return path
+
+
+def write_orbits_report(run_dir: Path) -> dict[str, Path]:
+    """report/ of an orbits run: the plan's pieces (re-planned from the stored experiment: the planner is
+    deterministic), the update lag from links.csv, probes vs plan from probes.csv; report.md / .html."""
+    run_dir = Path(run_dir)
+    exp = experiment_from_dict(yaml.safe_load((run_dir / "experiment.yaml").read_text()), str(run_dir))
+    plan = make_plan(exp.orbits_spec())
+    out = run_dir / "report"
+    files = write_plan_report(plan, out, exp.contact_plan_numbers)
+    meta = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+    drv = meta.get("driver", {})
+    step_wall = plan.step / exp.speedup
+    sections: list = [("Plan", [("table", pd.DataFrame([plan.summary()]).T.reset_index().set_axis(["", "value"], axis=1)),
+                                ("figure", (files["availability.png"], "link availability")),
+                                ("figure", (files["delay.png"], "planned delay"))])]
+    if "passes.png" in files:
+        sections.append(("Ground passes", [("table", passes(plan).drop(columns=["t_start", "t_end"])),
+                                           ("figure", (files["passes.png"], "passes"))]))
+    warnings = list(plan.warnings)
+    if (run_dir / "links.csv").exists():
+        links = pd.read_csv(run_dir / "links.csv")
+        summ = lag_summary(links, step_wall)
+        files["lag.png"] = plot_lag(links, out / "lag.png", step_wall)
+        sections.append(("Live link updates (lag: due -> applied on both nodes)",
+                         [("table", pd.DataFrame([summ | {k: drv.get(k) for k in ("engine", "delay_applied",
+                                                                                   "initial_s", "coalesced_steps")}]).T
+                           .reset_index().set_axis(["", "value"], axis=1)),
+                          ("figure", (files["lag.png"], "update lag"))]))
+        if drv and not drv.get("delay_applied", True):
+            warnings.append(f"engine {drv.get('engine')!r} could not apply delay on this host (no sch_netem): links "
+                            "followed the plan's up/down and rate only; planned delays are in links.csv")
+    if (run_dir / "probes.csv").exists():
+        probes = pd.read_csv(run_dir / "probes.csv")
+        files["probes.png"] = plot_probes(probes, out / "probes.png")
+        table = probe_table(probes)
+        table.to_csv(out / "probes_summary.csv", index=False)
+        sections.append(("Probes: does the link follow the plan?", [("table", table),
+                                                                    ("figure", (files["probes.png"], "probes"))]))
+    host = json.loads((run_dir / "host.json").read_text()) if (run_dir / "host.json").exists() else {}
+    intro = (f"Orbit-driven links: {len(plan.nodes)} nodes, {plan.duration:g} s of orbit from "
+             f"{plan.epoch:%Y-%m-%d %H:%M:%S} UTC at {plan.step:g} s steps, played x{exp.speedup:g}. "
+             "Contact plans (ION, HDTN) from the same timeline are in this folder.")
+    return {**files, **write_report_pages(out, f"Orbits run: {run_dir.resolve().name}", intro, host, warnings,
+                                          sections)}

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from netem.model import NONE, DirectedLinks, Impairment
 from netem.orbits import Plan
+from netem.orbits.records import LINK_COLUMNS
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 
 if TYPE_CHECKING:
     from swarm.runtime.swarm import Swarm
 
-LINK_COLUMNS = ["run_id", "step", "t_plan_s", "scheduled_ts", "applied_ts", "lag_ms", "a", "b", "kind", "up",
-                "delay_ms", "rate", "delay_applied", "coalesced", "ok", "error"]
+__all__ = ["LinkTimelineDriver", "LINK_COLUMNS", "check_plan_nodes"]
 DOWN = Impairment(up=False)
 SAVE_EVERY_S = 5.0
 
@@ -75,6 +75,8 @@ class LinkTimelineDriver:
         self.stop_event = threading.Event()
         self.summary: dict = {}
         self._last_save = 0.0
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self.initial_s: Optional[float] = None
 
     # ------------------------------------------------------------------------------- conditions
     def conditions(self, a: str, b: str, up: bool, delay_ms: float, rate: int) -> tuple[Impairment, Impairment]:
@@ -124,8 +126,12 @@ class LinkTimelineDriver:
             state.nodes.update({n: rec for n, rec in self.recs.items()})
         self._last_save = time.monotonic()
 
-    def apply_initial(self, pool: ThreadPoolExecutor) -> float:
-        """Every pair of plan nodes to its t=0 state, on every plan node. Returns seconds taken."""
+    def prepare(self) -> float:
+        """Every pair of plan nodes to its t=0 state, on every plan node (before the clock starts: on a
+        large swarm this takes seconds). Returns seconds taken."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max(1, min(self.workers, len(self.plan.nodes))))
+        pool = self._pool
         started = time.time()
         with self.ctl._transaction() as state:
             self.recs = {n: dict(state.nodes.get(n, {})) for n in self.plan.nodes}
@@ -140,12 +146,14 @@ class LinkTimelineDriver:
         if failed:
             raise RuntimeFailure(f"orbits: initial link state not applied on {len(failed)} node(s): "
                                  f"{failed[0][0]}: {failed[0][1]}")
-        return time.time() - started
+        self.initial_s = time.time() - started
+        return self.initial_s
 
     def run(self, release: Optional[float] = None, progress: Callable[[float, float, str], None] = lambda d, t, w: None
             ) -> dict:
         """Apply the initial state, then every step at its time until the plan ends (or `stop()`).
-        Returns a summary (also in `self.summary`)."""
+        Returns a summary (also in `self.summary`). The initial state is applied first unless `prepare()`
+        already did."""
         if not self.apply_delay:
             self.message(f"orbits: engine '{self.engine.name}' cannot apply delay on this host (no sch_netem): "
                          "links follow the plan's up/down" + (" and rate" if self.apply_rate else "")
@@ -153,8 +161,10 @@ class LinkTimelineDriver:
         steps = [(t, rows) for t, rows in self.plan.steps() if t > 0]
         wall_len = self.plan.duration / self.speedup
         step_rows: list[dict] = []
-        with ThreadPoolExecutor(max(1, min(self.workers, len(self.plan.nodes)))) as pool:
-            initial_s = self.apply_initial(pool)
+        if self.initial_s is None:
+            self.prepare()
+        initial_s = self.initial_s
+        with self._pool as pool:
             t0 = release if release is not None else time.time()
             i = 0
             n_batches = coalesced_steps = late_steps = 0
@@ -227,6 +237,11 @@ class LinkTimelineDriver:
 
     def stop(self) -> None:
         self.stop_event.set()
+
+    def close(self) -> None:
+        """Release the worker threads (after an error between prepare() and run())."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
     def restore(self) -> None:
         """The spec's conditions back on every node (the plan's cuts and delays removed)."""
