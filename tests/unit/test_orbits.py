@@ -281,3 +281,82 @@ def test_every_sample_is_within_half_a_resolution_of_its_row():
     for row in up.itertuples():
         k = slice(int(row.t_start), int(row.t_end))
         assert np.abs(delay[k] - row.delay_ms).max() <= 0.25 + 1e-9
+
+
+# ------------------------------------------------------------------------------ live records (pure)
+def test_parse_ping_reply_and_unanswered_lines():
+    from netem.orbits.records import parse_ping
+    from conftest import REPO
+    df = parse_ping((REPO / "tests/data/orbits/ping-sat01-gs01.txt").read_text(), 0.2)
+    assert list(df.seq[:4]) == [1, 2, 3, 4] and not df.answered[:4].any()
+    late = df[df.seq == 60].iloc[0]  # reported unanswered, then answered 1008 ms later: the reply wins
+    assert late.answered and late.rtt_ms == 1008 and late.sent_ts == pytest.approx(1795382810.021283 - 1.008)
+    assert df[df.seq == 70].iloc[0].rtt_ms == 0.036
+
+
+def test_probe_samples_against_the_plan():
+    import pandas as pd
+    from netem.orbits.records import against_plan
+    tl = pd.DataFrame({"t_start": [0.0, 100.0, 200.0], "t_end": [100.0, 200.0, 300.0], "a": "s1", "b": "g",
+                       "kind": "ground", "up": [False, True, False], "delay_ms": [float("nan"), 3.0, float("nan")],
+                       "rate": 0, "distance_km": 0.0})
+    samples = pd.DataFrame({"seq": [1, 2, 3], "sent_ts": [1000.5, 1015.0, 1019.8], "answered": [False, True, True],
+                            "rtt_ms": [float("nan"), 6.1, 6.0]})
+    out = against_plan(samples, tl, "g", "s1", release_ts=1000.0, speedup=10, margin_s=5)
+    assert list(out.t_plan_s.round(3)) == [5.0, 150.0, 198.0]
+    assert list(out.planned_up) == [False, True, True] and list(out.planned_delay_ms.fillna(-1)) == [-1, 3.0, 3.0]
+    assert list(out.near_change) == [False, False, True]
+
+
+def test_ping_argv():
+    from netem.orbits.records import ping_argv
+    assert ping_argv("10.230.0.3", 0.2, 60.5, "10.230.0.2") == [
+        "ping", "-D", "-O", "-n", "-i", "0.2", "-W", "1", "-w", "61", "-I", "10.230.0.2", "10.230.0.3"]
+
+
+# ---------------------------------------------------------------------------- experiment and CLI
+def _experiment(**over):
+    import yaml
+    from conftest import REPO
+    data = yaml.safe_load((REPO / "experiments/walker-dtn.yaml").read_text())
+    data.update(over)
+    return data
+
+
+def test_walker_dtn_experiment_validates_and_names_the_swarm_after_the_plan():
+    from experiments.orbits.model import experiment_from_dict
+    exp = experiment_from_dict(_experiment(), "walker-dtn.yaml")
+    names = [n.name for n in exp.swarm_spec().resolved_nodes()]
+    assert names == [f"sat{i:02d}" for i in range(1, 13)] + ["gs01"]
+    p = plan(exp.orbits_spec())
+    assert p.contacts().query("kind == 'ground'").shape[0] >= 1  # the ground pass the example promises
+
+
+@pytest.mark.parametrize("over, needle", [
+    ({"probes": [["sat01", "sat99"]]}, "probes: node 'sat99' is not a node of the orbit plan"),
+    ({"swarm": {"nodes": 4}}, "swarm.nodes: set by the experiment"),
+    ({"speedup": 0}, "speedup"),
+    ({"contact_plan_numbers": {"sat01": 1}}, "contact_plan_numbers: no number for node 'sat02'"),
+])
+def test_bad_orbits_experiment(over, needle):
+    from experiments.orbits.model import experiment_from_dict
+    with pytest.raises(SpecError) as err:
+        experiment_from_dict(_experiment(**over), "x.yaml")
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_orbits_plan_writes_the_pieces_and_bad_input_exits_2(tmp_path, capsys):
+    from conftest import REPO
+    from swarm.cli.main import main
+    main(["orbits", "plan", str(REPO / "experiments/walker-dtn.yaml"), "--out", str(tmp_path / "p"), "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["satellites"] == 12 and summary["ground_passes"] == 1
+    for name in ("timeline.csv", "contact-plan.ion", "contact-plan.hdtn.json", "availability.png", "passes.png"):
+        assert (tmp_path / "p" / name).stat().st_size > 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"orbits:\n  satellites:\n    - {{name: iss, tle: ['{ISS[0][:-1]}0', '{ISS[1]}']}}\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["orbits", "plan", str(bad), "--out", str(tmp_path / "q")])
+    assert exit_.value.code == 2
+    assert "node 'iss': TLE line 1: bad checksum 0" in capsys.readouterr().err
+    assert not (tmp_path / "q").exists()
