@@ -19,7 +19,8 @@ from matplotlib.figure import Figure
 
 from analysis.pages import write_report_pages
 from experiments.orbits.model import experiment_from_dict
-from netem.orbits import plan as make_plan, to_hdtn_json, to_ion
+from netem.orbits.export import to_hdtn_json, to_ion
+from netem.orbits.planner import plan as make_plan
 
 _KIND_COLOUR = {"ground": "C1", "isl": "C0"}
 

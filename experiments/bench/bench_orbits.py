@@ -42,7 +42,9 @@ def child(total: int, duration: str, step: str) -> None:
     import tracemalloc
 
     sys.path.insert(0, str(REPO))
-    from netem.orbits import parse_orbits, plan, to_hdtn, to_ion
+    from netem.orbits.export import to_hdtn, to_ion
+    from netem.orbits.planner import plan
+    from netem.orbits.spec import parse_orbits
 
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tracemalloc.start()

@@ -30,7 +30,8 @@ sys.path.insert(0, str(REPO))
 import pandas as pd  # noqa: E402
 
 from analysis.orbits import lag_summary  # noqa: E402
-from netem.orbits import parse_orbits, plan as make_plan  # noqa: E402
+from netem.orbits.planner import plan as make_plan  # noqa: E402
+from netem.orbits.spec import parse_orbits  # noqa: E402
 from netem.orbits.records import LINK_COLUMNS  # noqa: E402
 from swarm.runtime.orbits import LinkTimelineDriver  # noqa: E402
 from swarm.runtime.swarm import Swarm  # noqa: E402

@@ -5,7 +5,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from netem.orbits import parse_orbits
+from netem.orbits.spec import parse_orbits
 from swarm.spec.model import SwarmSpec, _check_name, spec_from_dict, validate_document
 from swarm.units import parse_duration
 

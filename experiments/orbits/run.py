@@ -29,7 +29,8 @@ import pandas as pd
 
 from experiments.orbits.model import OrbitsExperiment
 from experiments.store import ResultsStore, host_facts
-from netem.orbits import Plan, plan as make_plan, to_hdtn_json, to_ion
+from netem.orbits.export import to_hdtn_json, to_ion
+from netem.orbits.planner import Plan, plan as make_plan
 from netem.orbits.records import LINK_COLUMNS, PROBE_COLUMNS, against_plan, parse_ping, ping_argv
 from swarm.runtime.orbits import LinkTimelineDriver
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt

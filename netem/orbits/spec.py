@@ -360,14 +360,9 @@ class RateModel(_Strict):
     def quantum(self) -> int:
         if self.step:
             return self.step
-        ref = self.max or self.capacity(self.at)
+        ref = self.max or self.bandwidth * math.log2(1 + 10 ** (self.snr / 10))  # the rate at `at`
         return max(1, int(ref // 100))
 
-    def capacity(self, distance_km):
-        """Shannon capacity (bit/s) at the distances given (numpy-friendly)."""
-        import numpy as np
-        snr = 10 ** (self.snr / 10) * (self.at / np.maximum(distance_km, 1e-3)) ** 2
-        return self.bandwidth * np.log2(1 + snr)
 
 
 class IslPolicy(_Strict):

@@ -1,7 +1,8 @@
 """`swarm orbits`: orbit-driven links.
 
     swarm orbits plan FILE [--out DIR] [--json]     # the plan alone, no swarm: summary, plots, contact plans
-    swarm orbits apply NAME FILE [--speedup 10]     # running swarm NAME's links follow FILE's plan live
+    swarm orbits apply NAME [FILE] [--speedup 10]   # running swarm NAME's links follow the plan live
+                                                    # (FILE's, or the `orbits:` of NAME's own spec)
 
 FILE is a YAML file with an `orbits:` mapping (an orbits experiment, a swarm spec) or the mapping itself
 (netem/orbits/spec.py has the fields). Bad input: one line, exit 2, nothing started.
@@ -42,7 +43,8 @@ def orbits() -> None:
 def plan_cmd(file: str, out_dir: str | None, as_json: bool) -> None:
     """Plan FILE's orbits: print the timeline summary, write plots and contact plans. Starts no swarm."""
     from analysis.orbits import write_plan_report
-    from netem.orbits import load_orbits_file, plan as make_plan
+    from netem.orbits.planner import plan as make_plan
+    from netem.orbits.spec import load_orbits_file
 
     spec = load_orbits_file(file)
     plan = make_plan(spec)
@@ -63,25 +65,29 @@ def plan_cmd(file: str, out_dir: str | None, as_json: bool) -> None:
 
 @orbits.command("apply")
 @click.argument("name")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(dir_okay=False), required=False)
 @click.option("--speedup", type=float, default=1.0, show_default=True,
               help="Time compression: plan second t is applied at wall second t / speedup.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Folder for links.csv and the plan (default: results/orbits-<name>-<UTC time>).")
 @click.option("--keep", is_flag=True, help="Leave the plan's last link state in place (default: restore the spec's).")
-def apply_cmd(name: str, file: str, speedup: float, out_dir: str | None, keep: bool) -> None:
-    """Make running swarm NAME's links follow FILE's orbit plan, live; every update's lag goes to links.csv."""
+def apply_cmd(name: str, file: str | None, speedup: float, out_dir: str | None, keep: bool) -> None:
+    """Make running swarm NAME's links follow an orbit plan live (FILE's, or the `orbits:` of NAME's spec);
+    every update's lag goes to links.csv."""
     import pandas as pd
 
     from analysis.orbits import lag_summary
-    from netem.orbits import load_orbits_file, plan as make_plan
+    from netem.orbits.planner import plan as make_plan
+    from netem.orbits.spec import load_orbits_file, parse_orbits
     from netem.orbits.records import LINK_COLUMNS
     from swarm.runtime.orbits import LinkTimelineDriver
 
     if not speedup > 0:
         raise SpecError(f"--speedup {speedup:g}: must be positive")
-    plan = make_plan(load_orbits_file(file))
     swarm = Swarm.attach(name)
+    if file is None and swarm.spec.orbits is None:
+        raise SpecError(f"swarm {name!r}: its spec has no `orbits:`; give an orbits FILE")
+    plan = make_plan(load_orbits_file(file) if file else parse_orbits(swarm.spec.orbits, f"swarm {name}: orbits"))
     folder = Path(out_dir) if out_dir else Path("results") / f"orbits-{name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     folder.mkdir(parents=True, exist_ok=True)
     plan.timeline.to_csv(folder / "timeline.csv", index=False)
@@ -98,7 +104,7 @@ def apply_cmd(name: str, file: str, speedup: float, out_dir: str | None, keep: b
         rows.extend(new)
 
     driver = LinkTimelineDriver(swarm, plan, speedup=speedup, on_rows=record, message=err.print)
-    err.print(f"swarm {name!r}: following {file} ({plan.duration:g} s of orbit at x{speedup:g}: "
+    err.print(f"swarm {name!r}: following {file or 'its orbits'} ({plan.duration:g} s of orbit at x{speedup:g}: "
               f"{plan.duration / speedup:.0f} s); Ctrl-C stops")
     try:
         summary = driver.run()

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Optional
 
 from netem.model import NONE, DirectedLinks, Impairment
-from netem.orbits import Plan
+from netem.orbits.planner import Plan
 from netem.orbits.records import LINK_COLUMNS
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 
@@ -196,8 +196,8 @@ class LinkTimelineDriver:
                 n_batches += 1
                 coalesced = len(batch) > 1
                 coalesced_steps += len(batch) - 1
-                next_due = t0 + steps[i][0] / self.speedup if i < len(steps) else t0 + wall_len
-                late_steps += finished > next_due
+                # done before the next step was due (one step period after this one), whether or not it changes links
+                late_steps += finished > t0 + batch[0][0] / self.speedup + self.plan.step / self.speedup
                 out = []
                 for t, rows in batch:
                     scheduled = t0 + t / self.speedup

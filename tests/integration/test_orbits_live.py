@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from netem.orbits import parse_orbits, plan as make_plan
+from netem.orbits.planner import plan as make_plan
+from netem.orbits.spec import parse_orbits
 from swarm.runtime.orbits import LinkTimelineDriver
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict

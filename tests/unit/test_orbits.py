@@ -8,7 +8,9 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from netem.orbits import parse_ion, parse_orbits, plan, to_hdtn, to_ion
+from netem.orbits.export import parse_ion, to_hdtn, to_ion
+from netem.orbits.planner import plan
+from netem.orbits.spec import parse_orbits
 from netem.orbits.spec import tle_epoch
 from swarm.errors import SpecError
 
@@ -360,3 +362,19 @@ def test_cli_orbits_plan_writes_the_pieces_and_bad_input_exits_2(tmp_path, capsy
     assert exit_.value.code == 2
     assert "node 'iss': TLE line 1: bad checksum 0" in capsys.readouterr().err
     assert not (tmp_path / "q").exists()
+
+
+def test_swarm_spec_takes_an_orbits_section_whose_nodes_it_has():
+    from swarm.spec.model import spec_from_dict
+    orbits = {"satellites": [{"walker": {"total": 4, "planes": 2, "altitude": 550, "inclination": 53}}],
+              "ground_stations": [{"name": "gs01", "lat": 10, "lon": 20}]}
+    spec = spec_from_dict({"name": "orb-spec", "groups": [{"prefix": "sat", "count": 4}, {"prefix": "gs", "count": 1}],
+                           "orbits": orbits})
+    assert parse_orbits(spec.orbits).node_names() == ["sat01", "sat02", "sat03", "sat04", "gs01"]
+    with pytest.raises(SpecError) as err:
+        spec_from_dict({"name": "orb-spec", "nodes": 4, "orbits": orbits})
+    assert "orbits: node 'gs01' is not a node of the swarm" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        spec_from_dict({"name": "orb-spec", "nodes": 4, "orbits": {"ground_stations": [{"name": "sat01", "lat": 91,
+                                                                                        "lon": 0}]}})
+    assert "latitude 91 outside -90..90" in str(err.value)
