@@ -4,7 +4,7 @@ from __future__ import annotations
 from analysis.orbits import write_orbits_report
 from experiments.orbits.model import experiment_from_dict
 from experiments.orbits.run import run_orbits_experiment
-from experiments.registry import ExperimentType
+from experiments.kind import ExperimentType
 
 
 def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d, t, w: None, abort_on_error=False):

@@ -26,6 +26,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from swarm.errors import SpecError
+
 from .planner import Plan
 
 DEFAULT_RATE_BPS = 1_000_000_000  # a link the plan leaves unmanaged (rate 0) is announced at 1 Gbit/s
@@ -36,7 +38,6 @@ def node_numbers(plan: Plan, numbers: Optional[dict[str, int]] = None) -> dict[s
     if numbers:
         missing = [n for n in plan.nodes if n not in numbers]
         if missing:
-            from swarm.errors import SpecError
             raise SpecError(f"contact plan: no node number for {missing[0]!r}")
         out = {n: int(numbers[n]) for n in plan.nodes}
     return out

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .propagate import ground_positions, satellite_positions, satrecs, time_grid
-from .spec import EARTH_RADIUS_KM, OrbitsSpec, RateModel
+from .spec import EARTH_RADIUS_KM, OrbitsSpec, RateModel, load_orbits_file
 
 COLUMNS = ["t_start", "t_end", "a", "b", "kind", "up", "delay_ms", "rate", "distance_km"]
 _CHUNK_ELEMENTS = 2_000_000  # samples x node pairs per chunk: ~16 MB per float64 matrix
@@ -318,5 +318,4 @@ def _encode(segs: list[dict], n_t: int, spec: OrbitsSpec, nodes: list[str], pair
 
 
 def plan_file(path) -> Plan:
-    from .spec import load_orbits_file
     return plan(load_orbits_file(path))

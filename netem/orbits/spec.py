@@ -29,11 +29,13 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any, Literal, Optional
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from swarm import units
+import swarm.units as units
 from swarm.errors import SpecError
 
 EARTH_RADIUS_KM = 6378.137  # WGS84 equatorial radius
@@ -536,10 +538,6 @@ def parse_orbits(data: Any, source: str = "orbits") -> OrbitsSpec:
 
 def load_orbits_file(path) -> OrbitsSpec:
     """A YAML file with an `orbits:` mapping at the top (a swarm spec or experiment), or the mapping itself."""
-    from pathlib import Path
-
-    import yaml
-
     p = Path(path)
     try:
         data = yaml.safe_load(p.read_text())
