@@ -1,8 +1,10 @@
 """The link-timeline driver: a running swarm's links follow an orbit plan (netem.orbits) live.
 
 At each step of the plan only the links whose state changed are updated, through the swarm's link engine
-(swarm.runtime.links.LinkController: kernel NetEm, or nftables + HTB where sch_netem is missing, or any
-engine of the registry), in parallel across the nodes concerned. A link's new conditions are the swarm's
+(the engine registry's per-node plans, applied with swarm.runtime.links.LinkController's helpers: kernel
+NetEm, or nftables + HTB where sch_netem is missing), in parallel across the nodes concerned. A node whose
+tc tree keeps its shape (a rate or delay moved) gets `tc class/qdisc change` lines (netem.incremental)
+instead of a rebuild, so a delay update does not flush the packets queued in the link. A link's new conditions are the swarm's
 configured conditions for it (`links:` of the spec) with the plan's laid over: down (up: false), or up with
 the planned one-way delay and rate. A parameter the engine cannot apply here (delay without sch_netem) is
 left out and said so once (`delay_applied` false in links.csv), never silently.
@@ -27,9 +29,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Optional
 
+from netem.incremental import tc_changes
 from netem.model import NONE, DirectedLinks, Impairment
 from netem.orbits.planner import Plan
 from netem.orbits.records import LINK_COLUMNS
+from netem.state import node_links, parts_to_apply, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 
 if TYPE_CHECKING:
@@ -77,6 +81,9 @@ class LinkTimelineDriver:
         self._last_save = 0.0
         self._pool: Optional[ThreadPoolExecutor] = None
         self.initial_s: Optional[float] = None
+        self.tc_applied: dict[str, list[list[str]]] = {}  # per node: the tc plan in place (for in-place changes)
+        self.counts = {"tc_in_place": 0, "tc_rebuilt": 0, "nft": 0}
+        self._count_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------- conditions
     def conditions(self, a: str, b: str, up: bool, delay_ms: float, rate: int) -> tuple[Impairment, Impairment]:
@@ -106,8 +113,7 @@ class LinkTimelineDriver:
         def one(name: str) -> tuple[str, float, str]:
             rec = self.recs.setdefault(name, {})
             try:
-                self.ctl._apply_node(self.by_name[name], rec, self.eff[name], self.by_mac,
-                                     force or rec.get("stale", False))
+                self._apply_one(self.by_name[name], rec, force or rec.get("stale", False))
                 rec.pop("stale", None)
                 return name, time.time(), ""
             except (CommandError, RuntimeFailure) as exc:
@@ -115,6 +121,32 @@ class LinkTimelineDriver:
                 return name, time.time(), str(exc)
 
         return {n: (ts, err) for n, ts, err in pool.map(one, nodes)}
+
+    def _apply_one(self, node, rec: dict, force: bool) -> None:
+        """One node's plan, as LinkController._apply_node does it, except that a tc tree keeping its shape is
+        changed in place (netem.incremental: no queue flushed, one command) rather than rebuilt."""
+        egress, ingress, labels = node_links(self.eff[node.name], node.name, self.by_mac)
+        iface = rec.get("iface") or self.ctl.isl_iface(node)
+        rec["iface"] = iface
+        cmds = self.engine.plan_node(iface, egress, ingress, labels)
+        do_tc, do_nft = parts_to_apply(rec, cmds, self.engine.name, force, False)
+        if do_tc:
+            prev = None if force else self.tc_applied.get(node.name)
+            changes = tc_changes(prev, cmds.tc) if prev is not None else None
+            if changes is None:
+                self.ctl._apply_tc(node.name, iface, cmds.tc)
+            elif changes:
+                self.ctl._run(node.name, ["tc", "-batch", "-"], input="\n".join(" ".join(a[1:]) for a in changes) + "\n")
+            with self._count_lock:
+                self.counts["tc_rebuilt" if changes is None else "tc_in_place"] += 1
+        rec["tc"] = signature(cmds.tc)
+        self.tc_applied[node.name] = cmds.tc
+        if do_nft:
+            self.ctl._apply_nft(node.name, cmds.nft)
+            with self._count_lock:
+                self.counts["nft"] += 1
+        rec["nft"] = signature(cmds.nft)
+        self.ctl._apply_segmentation(node.name, iface, rec, cmds.segment, force)
 
     def _save(self) -> None:
         """links.json: the configured conditions with the plan's current ones, and the per-node records."""
@@ -232,7 +264,8 @@ class LinkTimelineDriver:
                         "batches": n_batches, "coalesced_steps": coalesced_steps,
                         "steps_finished_before_next": (round(1 - late_steps / n_batches, 4) if n_batches else None),
                         "step_lag_ms_p50": q(0.5), "step_lag_ms_p99": q(0.99), "step_lag_ms_max": lags[-1] if lags else None,
-                        "updates": sum(s["updates"] for s in step_rows), "stopped": self.stop_event.is_set()}
+                        "updates": sum(s["updates"] for s in step_rows), "stopped": self.stop_event.is_set(),
+                        **{f"{k}_commands": v for k, v in self.counts.items()}}
         return self.summary
 
     def stop(self) -> None:

@@ -378,3 +378,23 @@ def test_swarm_spec_takes_an_orbits_section_whose_nodes_it_has():
         spec_from_dict({"name": "orb-spec", "nodes": 4, "orbits": {"ground_stations": [{"name": "sat01", "lat": 91,
                                                                                         "lon": 0}]}})
     assert "latitude 91 outside -90..90" in str(err.value)
+
+
+def test_tc_tree_of_the_same_shape_changes_in_place():
+    from netem.engines import plan_netem, plan_rate
+    from netem.incremental import tc_changes
+    from netem.model import Impairment
+    a, b = "02:42:0a:e6:00:03", "02:42:0a:e6:00:04"
+    old = plan_netem("eth0", {a: Impairment(delay=5.0, rate=10_000_000), b: Impairment(delay=7.0)})
+    new = plan_netem("eth0", {a: Impairment(delay=5.5, rate=20_000_000), b: Impairment(delay=7.0)})
+    assert tc_changes(old, new) == [
+        ["tc", "class", "change", "dev", "eth0", "parent", "5eed:", "classid", "5eed:1", "htb", "rate", "20mbit",
+         "ceil", "20mbit", "quantum", "200000"],
+        ["tc", "qdisc", "change", "dev", "eth0", "parent", "5eed:1", "handle", "1:", "netem", "limit", "1000",
+         "delay", "5500us"]]
+    assert tc_changes(old, old) == []
+    # another destination, or a leaf gone: the shape changed, rebuild
+    assert tc_changes(old, plan_netem("eth0", {a: Impairment(delay=5.0)})) is None
+    assert tc_changes(old, plan_netem("eth0", {a: Impairment(rate=10_000_000), b: Impairment(delay=7.0)})) is None
+    r1, r2 = plan_rate("eth0", {a: Impairment(rate=10_000_000)}), plan_rate("eth0", {a: Impairment(rate=15_000_000)})
+    assert [c[:3] for c in tc_changes(r1, r2)] == [["tc", "class", "change"]]
