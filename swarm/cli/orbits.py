@@ -20,6 +20,7 @@ from rich.table import Table
 from swarm.cli.console import err, out
 from swarm.errors import SpecError
 from swarm.runtime.swarm import Swarm
+from swarm.spec.model import read_yaml, spec_from_dict
 
 # The planner, its report and the driver pull in numpy, pandas and matplotlib (~1.5 s): imported in the
 # commands that use them, so the other `swarm` commands start fast.
@@ -49,7 +50,7 @@ def plan_cmd(file: str, out_dir: str | None, as_json: bool) -> None:
     spec = load_orbits_file(file)
     plan = make_plan(spec)
     folder = Path(out_dir) if out_dir else Path("results") / f"orbits-{Path(file).stem}"
-    files = write_plan_report(plan, folder)
+    files = write_plan_report(plan, folder, _swarm_numbers(file))
     summary = plan.summary()
     for w in plan.warnings:
         err.print(f"warning: {w}")
@@ -61,6 +62,15 @@ def plan_cmd(file: str, out_dir: str | None, as_json: bool) -> None:
         table.add_row(key, "" if value is None else f"{value:g}" if isinstance(value, float) else str(value))
     out.print(table)
     out.print(f"written to {folder}: " + ", ".join(sorted(files)))
+
+
+def _swarm_numbers(file: str) -> dict[str, int] | None:
+    """ION/HDTN node numbers in the swarm's node order (node i = ipn:i) when FILE is a swarm spec with
+    `orbits:`; None (plan order) otherwise."""
+    data = read_yaml(file, "orbits file")
+    if not (isinstance(data, dict) and "name" in data and any(k in data for k in ("nodes", "node_list", "groups"))):
+        return None
+    return {n.name: i for i, n in enumerate(spec_from_dict(data, file).resolved_nodes(), start=1)}
 
 
 @orbits.command("apply")
