@@ -99,7 +99,9 @@ def bench(n: int, duration: str, speedup: float, out: Path, workers: int) -> dic
             "before_next": summary["steps_finished_before_next"], "coalesced": summary["coalesced_steps"],
             "update_lag_p50_ms": round(lag.get("update_lag_ms_p50", float("nan")), 1),
             "update_lag_p99_ms": round(lag.get("update_lag_ms_p99", float("nan")), 1),
-            "failed": lag.get("failed", 0), "engine": summary["engine"], "load_before": round(load0, 2)}
+            "failed": lag.get("failed", 0), "engine": summary["engine"], "load_before": round(load0, 2),
+            "tc_in_place": summary.get("tc_in_place_commands"), "tc_rebuilt": summary.get("tc_rebuilt_commands"),
+            "nft": summary.get("nft_commands")}
 
 
 def main() -> None:
@@ -116,7 +118,7 @@ def main() -> None:
     cols = ["nodes", "up_s", "pairs_ever_up", "initial_s", "steps", "steps_with_changes", "changes_per_step_mean",
             "changes_per_step_max", "changed_share_of_live_links_max", "step_lag_p50_ms", "step_lag_p99_ms",
             "step_lag_max_ms", "before_next", "coalesced", "update_lag_p50_ms", "update_lag_p99_ms", "failed",
-            "engine", "load_before"]
+            "tc_in_place", "tc_rebuilt", "nft", "engine", "load_before"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for n in args.sizes:

@@ -21,7 +21,6 @@ the chunks' segments are stitched: memory is one chunk plus the segments, whatev
 """
 from __future__ import annotations
 
-import math
 import time as _time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
