@@ -48,7 +48,7 @@ def run_orbits_experiment(exp: OrbitsExperiment, results_root: Path | None = Non
                           store: ResultsStore | None = None, backend: str | None = None,
                           message: Callable[[str], None] = lambda m: None,
                           progress: Callable[[float, float, str], None] = lambda d, t, w: None) -> Path:
-    progress(0, 1, "planning")  # the CLI's progress bar formats its total: give it one before any message
+    progress(0, 1, "planning")
     plan = make_plan(exp.orbits_spec())
     for w in plan.warnings:
         message(f"warning: {w}")
