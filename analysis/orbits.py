@@ -205,15 +205,16 @@ def write_plan_report(plan, out_dir: Path, numbers: Optional[dict[str, int]] = N
 
 
 # ------------------------------------------------------------------------------ run report (swarm run)
-def probe_table(probes: pd.DataFrame) -> pd.DataFrame:
+def probe_table(probes: pd.DataFrame, delay_applied: bool = True) -> pd.DataFrame:
     """Per probed pair: samples, how often the link did what the plan said (answered when up, silent when
-    down; samples near a planned change left out), and RTT / 2 - planned delay where answered."""
+    down; samples near a planned change left out), and RTT / 2 - planned delay where answered (left empty
+    when the engine could not apply delay: the difference would only restate the planned delay)."""
     rows = []
     for (a, b), g in probes.groupby(["a", "b"]):
         clear = g[~g["near_change"].astype(bool)]
         agree = (clear["answered"].astype(bool) == clear["planned_up"].astype(bool))
         ans = g[g["answered"].astype(bool) & g["planned_up"].astype(bool)]
-        err = ans["rtt_ms"] / 2 - ans["planned_delay_ms"]
+        err = (ans["rtt_ms"] / 2 - ans["planned_delay_ms"]) if delay_applied else pd.Series(dtype=float)
         rows.append({"a": a, "b": b, "samples": len(g), "judged": len(clear),
                      "agree_with_plan": float(agree.mean()) if len(clear) else float("nan"),
                      "answered_while_down": int((clear["answered"].astype(bool) & ~clear["planned_up"].astype(bool)).sum()),
@@ -276,7 +277,7 @@ def write_orbits_report(run_dir: Path) -> dict[str, Path]:
     if (run_dir / "probes.csv").exists():
         probes = pd.read_csv(run_dir / "probes.csv")
         files["probes.png"] = plot_probes(probes, out / "probes.png")
-        table = probe_table(probes)
+        table = probe_table(probes, bool(drv.get("delay_applied", True)))
         table.to_csv(out / "probes_summary.csv", index=False)
         sections.append(("Probes: does the link follow the plan?", [("table", table),
                                                                     ("figure", (files["probes.png"], "probes"))]))
