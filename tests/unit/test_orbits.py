@@ -398,3 +398,18 @@ def test_tc_tree_of_the_same_shape_changes_in_place():
     assert tc_changes(old, plan_netem("eth0", {a: Impairment(rate=10_000_000), b: Impairment(delay=7.0)})) is None
     r1, r2 = plan_rate("eth0", {a: Impairment(rate=10_000_000)}), plan_rate("eth0", {a: Impairment(rate=15_000_000)})
     assert [c[:3] for c in tc_changes(r1, r2)] == [["tc", "class", "change"]]
+
+
+def test_orbits_report_from_a_recorded_run(tmp_path):
+    """A run folder recorded on this host (orb-walker at x20, nft engine: no delay applied), trimmed."""
+    import shutil
+    from analysis.orbits import write_orbits_report
+    from conftest import REPO
+    run = tmp_path / "run"
+    shutil.copytree(REPO / "tests/data/orbits/run", run)
+    files = write_orbits_report(run)
+    md = files["report_md"].read_text()
+    assert "Live link updates" in md and "Probes: does the link follow the plan?" in md
+    assert "could not apply delay" in md  # the nft engine's limit is said, not hidden
+    for name in ("availability.png", "delay.png", "passes.png", "lag.png", "probes.png", "contact-plan.ion"):
+        assert files[name].stat().st_size > 0
