@@ -1,8 +1,8 @@
 """The link-timeline driver: a running swarm's links follow an orbit plan (netem.orbits) live.
 
 At each step of the plan only the links whose state changed are updated, through the swarm's link engine
-(the engine registry's per-node plans, applied with swarm.runtime.links.LinkController's helpers: kernel
-NetEm, or nftables + HTB where sch_netem is missing), in parallel across the nodes concerned. A node whose
+(swarm.runtime.links.LinkController's per-node apply of the engine's plan: kernel NetEm, nftables + HTB
+where sch_netem is missing, or any other engine of the registry), in parallel across the nodes concerned. A node whose
 tc tree keeps its shape (a rate or delay moved) gets `tc class/qdisc change` lines (netem.incremental)
 instead of a rebuild, so a delay update does not flush the packets queued in the link. A link's new conditions are the swarm's
 configured conditions for it (`links:` of the spec) with the plan's laid over: down (up: false), or up with
@@ -33,7 +33,7 @@ from netem.incremental import tc_changes
 from netem.model import NONE, DirectedLinks, Impairment
 from netem.orbits.planner import Plan
 from netem.orbits.records import LINK_COLUMNS
-from netem.state import node_links, parts_to_apply, signature
+from netem.state import node_links, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 
 if TYPE_CHECKING:
@@ -123,30 +123,27 @@ class LinkTimelineDriver:
         return {n: (ts, err) for n, ts, err in pool.map(one, nodes)}
 
     def _apply_one(self, node, rec: dict, force: bool) -> None:
-        """One node's plan, as LinkController._apply_node does it, except that a tc tree keeping its shape is
-        changed in place (netem.incremental: no queue flushed, one command) rather than rebuilt."""
+        """One node: a tc tree that keeps its shape is changed in place first (netem.incremental: no queue
+        flushed, one command); then the controller's own per-node apply does everything else the engine
+        plans (nft, segmentation, an engine's own parts), finding the tc part already current."""
         egress, ingress, labels = node_links(self.eff[node.name], node.name, self.by_mac)
         iface = rec.get("iface") or self.ctl.isl_iface(node)
         rec["iface"] = iface
-        cmds = self.engine.plan_node(iface, egress, ingress, labels)
-        do_tc, do_nft = parts_to_apply(rec, cmds, self.engine.name, force, False)
-        if do_tc:
-            prev = None if force else self.tc_applied.get(node.name)
-            changes = tc_changes(prev, cmds.tc) if prev is not None else None
-            if changes is None:
-                self.ctl._apply_tc(node.name, iface, cmds.tc)
-            elif changes:
+        tc = self.engine.plan_node(iface, egress, ingress, labels).tc
+        prev = self.tc_applied.get(node.name)
+        if not force and prev is not None and rec.get("tc") == signature(prev) and rec.get("tc") != signature(tc):
+            changes = tc_changes(prev, tc)
+            if changes:
                 self.ctl._run(node.name, ["tc", "-batch", "-"], input="\n".join(" ".join(a[1:]) for a in changes) + "\n")
-            with self._count_lock:
-                self.counts["tc_rebuilt" if changes is None else "tc_in_place"] += 1
-        rec["tc"] = signature(cmds.tc)
-        self.tc_applied[node.name] = cmds.tc
-        if do_nft:
-            self.ctl._apply_nft(node.name, cmds.nft)
-            with self._count_lock:
-                self.counts["nft"] += 1
-        rec["nft"] = signature(cmds.nft)
-        self.ctl._apply_segmentation(node.name, iface, rec, cmds.segment, force)
+                rec["tc"] = signature(tc)
+                with self._count_lock:
+                    self.counts["tc_in_place"] += 1
+        tc_before, nft_before = rec.get("tc"), rec.get("nft")
+        self.ctl._apply_node(node, rec, self.eff[node.name], self.by_mac, force)
+        self.tc_applied[node.name] = tc
+        with self._count_lock:
+            self.counts["tc_rebuilt"] += rec.get("tc") != tc_before or (force and bool(tc))
+            self.counts["nft"] += rec.get("nft") != nft_before or force
 
     def _save(self) -> None:
         """links.json: the configured conditions with the plan's current ones, and the per-node records."""
