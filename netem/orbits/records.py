@@ -22,8 +22,12 @@ _NO_ANSWER = re.compile(r"^\[(\d+\.\d+)\] no answer yet for icmp_seq=(\d+)")
 
 
 def ping_argv(dst_ip: str, interval_s: float, seconds: float, src_ip: str | None = None) -> list[str]:
-    """iputils ping: wall-clock stamps (-D), a line for every unanswered probe (-O), numeric, a deadline."""
-    argv = ["ping", "-D", "-O", "-n", "-i", f"{interval_s:g}", "-W", "1", "-w", str(max(1, int(np.ceil(seconds))))]
+    """iputils ping: wall-clock stamps (-D), a line for every unanswered probe (-O), numeric, a deadline, and
+    user-to-user latency (-U): without it ping takes the kernel's receive stamp of the reply, which an engine
+    holding packets after the device (the userspace engine, in PREROUTING) does not delay, so the reply's
+    half of the delay would not be counted."""
+    argv = ["ping", "-D", "-O", "-n", "-U", "-i", f"{interval_s:g}", "-W", "1", "-w",
+            str(max(1, int(np.ceil(seconds))))]
     if src_ip:
         argv += ["-I", src_ip]
     return argv + [dst_ip]

@@ -313,7 +313,7 @@ def test_probe_samples_against_the_plan():
 def test_ping_argv():
     from netem.orbits.records import ping_argv
     assert ping_argv("10.230.0.3", 0.2, 60.5, "10.230.0.2") == [
-        "ping", "-D", "-O", "-n", "-i", "0.2", "-W", "1", "-w", "61", "-I", "10.230.0.2", "10.230.0.3"]
+        "ping", "-D", "-O", "-n", "-U", "-i", "0.2", "-W", "1", "-w", "61", "-I", "10.230.0.2", "10.230.0.3"]
 
 
 # ---------------------------------------------------------------------------- experiment and CLI
