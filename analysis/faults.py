@@ -129,10 +129,14 @@ def mesh_table(run_dir: Path) -> pd.DataFrame:
 
 
 def fault_table(run_dir: Path) -> pd.DataFrame:
-    """faults.csv as shown in the report: when each fault was planned and when it took effect."""
+    """faults.csv as shown in the report: when each fault was planned and when it took effect (and, with the
+    userspace link engine, when the first packet met it: first_packet_s after the command)."""
     faults = pd.read_csv(Path(run_dir) / "faults.csv")
     faults["late_ms"] = (faults["offset_s"] - faults["at_s"]) * 1000
-    return faults[["test_id", "at_s", "offset_s", "late_ms", "took_s", "kind", "args", "ok", "error"]]
+    cols = ["test_id", "at_s", "offset_s", "late_ms", "took_s", "kind", "args", "ok", "error"]
+    if "first_packet_s" in faults and faults["first_packet_s"].notna().any():  # the userspace engine's measurement
+        cols.insert(5, "first_packet_s")
+    return faults[cols]
 
 
 def _plot(path: Path, title: str, intervals: pd.DataFrame, bins: pd.DataFrame, faults: pd.DataFrame,
