@@ -250,10 +250,16 @@ class LinkController:
         running = self.swarm.backend.node_states(self.swarm.name)
         notes = []
         for node, rec in sorted(state.nodes.items()):
-            if rec.get("linkd_links") and running.get(node) == "running" and not self.linkd.ping(node):
+            if not rec.get("linkd_links") or running.get(node) != "running":
+                continue
+            answer = self.linkd.ping(node)
+            if not answer:
                 notes.append(f"{node}: its userspace link engine is not answering: the links into {node} drop every "
                              "packet (fail closed) until it restarts (see its log, .swarm/<name>/logs/"
                              f"{node}.linkd.log)")
+            elif answer.get("restarted") == "1":
+                notes.append(f"{node}: its userspace link engine died and was restarted with its configuration; "
+                             "the packets it held then were dropped (see its log)")
         return notes
 
     def last_change(self) -> dict[str, dict]:

@@ -9,6 +9,7 @@ sum of two uniform 10 ms jitters (~33 ms) plus scheduling on a shared 2-core hos
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -96,6 +97,8 @@ def test_lunar_delay_live_change_cut_fail_closed_clear(demo):
     time.sleep(1.5)
     got = rtts(name, "sat01", ip2)
     assert got and all(195 <= r <= 260 for r in got), got
+    notes = json.loads(cli("impair", name, "--show", "--json").stdout)["notes"]
+    assert any(n.startswith("sat02: its userspace link engine died and was restarted") for n in notes), notes
 
     # the unimpaired link sat01-sat03 never went through an engine
     got = rtts(name, "sat01", demo.node("sat03").isl_ip)

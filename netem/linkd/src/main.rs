@@ -111,6 +111,8 @@ struct Engine {
     raw: i32,
     full_copy: bool,
     gso: bool,
+    /// started from a saved configuration: a previous engine of this node died (its held packets were dropped)
+    restarted: bool,
     /// lateness of releases (actual - due): counts per bucket of LATE_BOUNDS_US
     late: [u64; LATE_BOUNDS_US.len() + 1],
 }
@@ -378,7 +380,7 @@ fn handle_control(eng: &mut Engine, q: &mut nfq::Queue, mut conn: UnixStream, st
     }
     let (cmd, body) = req.split_once('\n').unwrap_or((req.as_str(), ""));
     let reply = match cmd.trim() {
-        "ping" => format!("ok pid={} gen={}\n", std::process::id(), eng.gen),
+        "ping" => format!("ok pid={} gen={} restarted={}\n", std::process::id(), eng.gen, eng.restarted as u8),
         "stats" => eng.stats(q),
         "set" => match parse_config(body).and_then(|c| check_bound(&c, eng.max_bytes).map(|_| c)) {
             Ok(cfgs) => {
@@ -402,7 +404,9 @@ fn handle_control(eng: &mut Engine, q: &mut nfq::Queue, mut conn: UnixStream, st
 
 fn run(o: Opts) -> i32 {
     let mut text = String::new();
-    if let Some(saved) = o.state.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
+    let saved = o.state.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
+    let restarted = saved.is_some();
+    if let Some(saved) = saved {
         text = saved; // restarted: the last configuration handed over the control socket
     } else if let Some(path) = &o.config {
         text = std::fs::read_to_string(path).unwrap_or_else(|e| bad(&format!("--config {path}: {e}")));
@@ -425,7 +429,7 @@ fn run(o: Opts) -> i32 {
     let mut eng = Engine { links: HashMap::new(), gen: 0, set_at: 0, first_packet_at: 0, heap: BinaryHeap::new(),
                            seq: 0, rng: Rng::new(if o.seed == 0 { real_ns() } else { o.seed }), max_bytes: o.max_bytes,
                            max_packets: o.max_packets, held_total: 0, held_peak: 0, unmatched: 0, dropped_full: 0,
-                           injected: 0, inject_errors: 0, raw, full_copy: false, gso: false,
+                           injected: 0, inject_errors: 0, raw, full_copy: false, gso: false, restarted,
                            late: [0; LATE_BOUNDS_US.len() + 1] };
     eng.apply(cfgs);
     let mut q = nfq::Queue::open(o.queue, COPY_META, o.max_packets, 64 << 20).unwrap_or_else(|e| {
@@ -453,7 +457,8 @@ fn run(o: Opts) -> i32 {
     if let Some(p) = &o.pidfile {
         std::fs::write(p, format!("{}\n", std::process::id())).ok();
     }
-    eprintln!("swarm-linkd: queue {} bound, {} link(s), pid {}", o.queue, eng.links.len(), std::process::id());
+    eprintln!("swarm-linkd: queue {} bound, {} link(s), pid {}{}", o.queue, eng.links.len(), std::process::id(),
+              if eng.restarted { " (restarted with the saved configuration: the previous engine died)" } else { "" });
 
     let mut fds = vec![libc::pollfd { fd: q.fd(), events: libc::POLLIN, revents: 0 }];
     if let Some(l) = &listener {
