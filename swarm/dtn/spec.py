@@ -117,6 +117,7 @@ class DtnSpec(_Strict):
     discovery_interval: float = 1.0  # s: IPND beacon period (peers: auto)
     peer_timeout: float = 10.0  # s: a discovered peer silent this long is dropped (peers: auto)
     web_port: int = Field(WEB_PORT, ge=1, le=65535)
+    quickack: bool = True  # `quickack 1` on the node's ISL route: no 40 ms delayed ACK per TCP-CLA transfer
     debug: bool = False  # dtnd -d: debug log (large)
 
     @field_validator("agent")
