@@ -37,9 +37,10 @@ class ExperimentType:
 
 from experiments.app.entry import TYPE as APP  # noqa: E402  (the types import ExperimentType from here)
 from experiments.ddsperf.entry import TYPE as DDSPERF  # noqa: E402
+from experiments.dtn.entry import TYPE as DTN  # noqa: E402
 from experiments.traffic.entry import TYPE as TRAFFIC  # noqa: E402
 
-TYPES: dict[str, ExperimentType] = {t.name: t for t in (TRAFFIC, DDSPERF, APP)}
+TYPES: dict[str, ExperimentType] = {t.name: t for t in (TRAFFIC, DDSPERF, APP, DTN)}
 DEFAULT = TRAFFIC.name
 
 

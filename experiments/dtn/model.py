@@ -34,8 +34,12 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from swarm.dtn.contacts import ContactPlan, link_schedule, parse_contact_plan, periodic_plan, resolve_nodes
+from experiments.timeline import FaultEvent, check_timeline
+from swarm.dtn.contacts import ContactPlan, LinkEvent, link_schedule, parse_contact_plan, periodic_plan, resolve_nodes
 from swarm.dtn.spec import CLAS, ROUTINGS, DtnSpec, parse_seconds, parse_size
+from swarm.errors import SpecError
+from swarm.spec.model import _check_name, read_yaml, spec_from_dict, validate_document
+from swarm.spec.model import SwarmSpec
 
 PATTERNS = ("chain", "all-to-ground", "all-to-all")
 GROUND = "ground"
@@ -75,8 +79,9 @@ class ContactsSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    plan: Optional[str] = None
+    plan: Optional[str] = None  # a file; from_dict reads it into `text` (the run folder keeps the plan itself)
     text: Optional[str] = None
+    source: Optional[str] = None  # the file `text` was read from
     periodic: Optional[dict[str, Any]] = None  # {period: 20s, up: 10s, rate: 125000000}
     others: Literal["down", "keep"] = "down"
 
@@ -133,11 +138,15 @@ class DtnExperiment(BaseModel):
     store_interval: float = 0.5
     dtn: dict[str, Any] = Field(default_factory=dict)
     contacts: Optional[ContactsSpec] = None
-    faults: list[dict[str, Any]] = Field(default_factory=list)
+    faults: list[FaultEvent] = Field(default_factory=list)
     ip_probe: Optional[bool] = None
     ip_probe_rate: float = Field(10.0, gt=0, le=10_000)
     swarm: dict[str, Any] = Field(default_factory=dict)
-    source_dir: str = "."  # where relative paths (contacts.plan) are looked up; set by from_dict
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name("experiment", v)
 
     @field_validator("pattern")
     @classmethod
@@ -225,6 +234,10 @@ class DtnExperiment(BaseModel):
             plan = self.contact_plan(nodes)
             if plan is not None:
                 link_schedule(plan, nodes, self.contacts.others)
+            try:
+                check_timeline(list(self.faults), nodes, self.duration + self.drain, note=f" at size {size}")
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
     # ---------------------------------------------------------------------------------- contacts
@@ -234,12 +247,9 @@ class DtnExperiment(BaseModel):
         if c is None or c.periodic is not None:
             return None
         if c.text is not None:
-            return "contacts.text", c.text
-        path = Path(c.plan)
-        if not path.is_absolute():
-            path = Path(self.source_dir) / path
+            return c.source or "contacts.text", c.text
         try:
-            return str(path), path.read_text()
+            return str(c.plan), Path(c.plan).read_text()
         except OSError as exc:
             raise ValueError(f"contacts.plan {c.plan!r}: cannot read ({exc.strerror})") from None
 
@@ -307,10 +317,60 @@ class DtnExperiment(BaseModel):
         defaults = dict(self.swarm.get("defaults", {}))
         defaults["dtn"] = piece
         data = {k: v for k, v in self.swarm.items() if k != "defaults"}
-        data.update(node_list=node_list, defaults=defaults)
+        data.update(name=self.name, node_list=node_list, defaults=defaults)
+        if self.backend:
+            data["backend"] = self.backend
+        links = dict(self.swarm.get("links", {}))
         if test.links is not None:
-            data["links"] = {**dict(self.swarm.get("links", {})), **test.links}
+            links.update(test.links)
+        plan = self.contact_plan(nodes)
+        if plan is not None and plan.ranges:  # one-way light time per pair (the first range of each pair)
+            seen: dict[tuple[str, str], float] = {}
+            for r in plan.ranges:
+                seen.setdefault(tuple(sorted((r.a, r.b))), r.owlt)
+            links["overrides"] = list(links.get("overrides", [])) + [
+                {"between": list(pair), "delay": f"{owlt:g}s"} for pair, owlt in seen.items() if owlt > 0]
+        if links:
+            data["links"] = links
         return data
+
+    def swarm_spec(self, test: DtnTest) -> SwarmSpec:
+        return spec_from_dict(self.swarm_data(test), f"{self.name}: swarm")
+
+    def contact_events(self, nodes: list[str]) -> list[LinkEvent]:
+        plan = self.contact_plan(nodes)
+        return [] if plan is None else link_schedule(plan, nodes, self.contacts.others)
+
+    def flow_counts(self, test: DtnTest) -> Optional[int]:
+        """Bundles each flow sends at a fixed rate (None for max)."""
+        return None if test.rate == MAX_RATE else max(1, math.ceil(test.rate * self.duration - 1e-9))
+
+
+def experiment_from_dict(data: Any, source: str = "") -> DtnExperiment:
+    """Validate a `type: dtn` document; a contact plan file is read now (relative to the experiment file) and
+    kept inline, so the run folder's experiment.yaml holds the plan that ran."""
+    if isinstance(data, dict) and isinstance(data.get("contacts"), dict) and data["contacts"].get("plan"):
+        contacts = dict(data["contacts"])
+        base = Path(source).parent if source else Path(".")
+        path = Path(contacts.pop("plan"))
+        path = path if path.is_absolute() else base / path
+        try:
+            contacts["text"] = path.read_text()
+        except OSError as exc:
+            raise SpecError(f"{source or 'experiment'}: contacts.plan {str(path)!r}: cannot read ({exc.strerror})") from None
+        contacts["source"] = str(path)
+        data = {**data, "contacts": contacts}
+    exp = validate_document(DtnExperiment, data, source, "experiment")
+    for test in exp.tests()[:1]:  # the swarm of a test validates (names, subnets, links); one is enough
+        try:
+            exp.swarm_spec(test)
+        except SpecError as exc:
+            raise SpecError(f"{source}: {exc}" if source else str(exc)) from None
+    return exp
+
+
+def load_experiment(path: str | Path) -> DtnExperiment:
+    return experiment_from_dict(read_yaml(path, "experiment"), str(path))
 
 
 def _pattern_links(pattern: str, nodes: list[str]) -> list[tuple[str, str]]:
