@@ -133,8 +133,8 @@ def _contact_spans(exp: dict, nodes: list[str]) -> list[tuple[str, float, float]
     c = exp.get("contacts") or {}
     if not c.get("text"):
         return []
-    try:
-        events = link_schedule(parse_contact_plan(c["text"]), nodes, c.get("others", "down"))
+    try:  # pairs the plan names (a pair never in contact is down throughout: not shaded)
+        events = link_schedule(parse_contact_plan(c["text"]), nodes, "keep")
     except ValueError:
         return []
     spans, down = [], {}
@@ -145,7 +145,7 @@ def _contact_spans(exp: dict, nodes: list[str]) -> list[tuple[str, float, float]
         elif key in down:
             spans.append((key, down.pop(key), e.at))
     horizon = float(exp.get("duration", 10)) + float(exp.get("drain", 30))
-    spans += [(k, t, horizon) for k, t in down.items()]
+    spans += [(k, t, horizon) for k, t in down.items() if t > 0]  # down at 0 for good: never in contact
     return spans
 
 
@@ -180,10 +180,16 @@ def timeline_figure(run_dir: Path, test: pd.Series, bundles: pd.DataFrame, store
     if s["node"].nunique() <= 8:
         ax3.legend(fontsize=7, loc="upper left")
     nodes = sorted(set(s["node"])) if len(s) else []
+    end = max([float(s["t_s"].max()) if len(s) else 0.0,
+               float((pd.to_numeric(got["delivered_ts"]) - release).max()) if len(got) else 0.0, float(exp.get("duration", 0))])
+    for ax in (ax1, ax2, ax3):
+        ax.set_xlim(-2.5, end + 2)
     for label, lo, hi in _contact_spans(exp, nodes):
+        if lo >= end:
+            continue
         for ax in (ax1, ax2, ax3):
             ax.axvspan(lo, hi, color="grey", alpha=0.12)
-        ax3.text(lo, ax3.get_ylim()[1] * 0.9, f"{label} down", fontsize=6)
+        ax3.text(lo, ax3.get_ylim()[1] * 0.92, f" {label} down", fontsize=7)
     f = faults[faults["test_id"] == tid] if len(faults) else faults
     for r in f.itertuples():
         if isinstance(r.applied_ts, float) and not math.isnan(r.applied_ts):

@@ -9,7 +9,8 @@ delivered to dtn://<node>/in, GET /status/store for the store), on one keep-aliv
     plan = {"node": "sat01", "port": 3000, "service": "in",
             "flows": [{"dst": "ground", "size": 100000, "rate": 10.0}],   # rate: bundles/s, or 0 = as fast as possible
             "release": <epoch s>, "duration": <s>, "drain": <s>,            # send in [release, release+duration)
-            "lifetime": <s>, "receive": true, "store_interval": 0.5}
+            "lifetime": <s>, "receive": true, "store_interval": 0.5, "expect": <bundles>, "quiet": <s>,
+            "ip_probe": {"bind": <ISL address>, "port": 5999, "rate": 10, "dsts": [{"dst": "ground", "ip": ..}]}}
     dtn_traffic.py recv-once [--port 3000] [--service in]   # one bundle, decoded, as JSON (for `swarm dtn recv`)
 
 Output: JSON lines on stdout, one per event, each stamped with the shared host clock (time.time()):
@@ -17,6 +18,9 @@ Output: JSON lines on stdout, one per event, each stamped with the shared host c
     {"ev": "recv", "bid": .., "src": .., "seq": n, "t_sent": .., "t": taken, "created_ms": .., "hops": ..,
      "age_ms": .., "size": .., "bundle_bytes": ..}
     {"ev": "store", "t": .., "bundles": stored (not deleted), "constraints": {name: count}}
+    {"ev": "ip_sent", "dst": .., "seq": n, "t": ..} / {"ev": "ip_recv", "src": .., "seq": n, "t_sent": .., "t": ..}
+        a UDP probe beside the bundles (same pairs, same path as IP routes it): what plain IP loses
+    {"ev": "recv_done", "t": .., "received": n}   the receiver stopped (all expected bundles, quiet, or time up)
     {"ev": "done", "sent": n, "received": n, "errors": n}
 Each payload starts with a header (magic, sequence, send time, source node name) so the receiver can match
 bundles to what was sent without trusting anything else; the rest is padding to `size`.
@@ -25,12 +29,15 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import struct
 import sys
 import threading
 import time
 
 MAGIC = b"SWDT"
+IP_MAGIC = b"SWIP"
+IP_HEADER = struct.Struct("!4sIdB")  # magic, sequence, send time, length of the source name
 HEADER = struct.Struct("!4sIdB")  # magic, sequence, send time (epoch s), length of the source name
 NOTHING = b"Nothing to receive"
 DTN_EPOCH = 946_684_800  # 2000-01-01T00:00:00Z in Unix seconds (RFC 9171 DTN time)
@@ -208,8 +215,12 @@ def receiver(plan: dict, stop: threading.Event, counts: dict) -> None:
     service = plan.get("service", "in")
     until = plan["release"] + plan["duration"] + plan.get("drain", 5.0)
     expect = plan.get("expect")  # stop early once this many bundles arrived
+    quiet = plan.get("quiet")  # ... or once nothing arrived for this long after the sending ended
+    send_end = plan["release"] + plan["duration"]
     last = time.time()
     while time.time() < until and not stop.is_set():
+        if quiet is not None and time.time() > send_end + quiet and time.time() - max(last, send_end) > quiet:
+            break
         try:
             status, body = agent.request("GET", f"/endpoint?{service}")
         except OSError as exc:
@@ -233,6 +244,54 @@ def receiver(plan: dict, stop: threading.Event, counts: dict) -> None:
         counts["received"] += 1
         if expect is not None and counts["received"] >= expect:
             break
+    emit({"ev": "recv_done", "t": time.time(), "received": counts["received"]})
+
+
+def ip_sender(plan: dict, stop: threading.Event) -> None:
+
+
+    probe = plan["ip_probe"]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    name = plan["node"].encode()[:255]
+    period = 1.0 / float(probe.get("rate", 10))
+    release, end = plan["release"], plan["release"] + plan["duration"]
+    seq = 0
+    _sleep_until(release, stop)
+    while not stop.is_set():
+        t = release + seq * period
+        if t >= end:
+            break
+        _sleep_until(t, stop)
+        now = time.time()
+        for d in probe["dsts"]:
+            try:
+                sock.sendto(IP_HEADER.pack(IP_MAGIC, seq, now, len(name)) + name, (d["ip"], int(probe.get("port", 5999))))
+                emit({"ev": "ip_sent", "dst": d["dst"], "seq": seq, "t": now})
+            except OSError as exc:
+                emit({"ev": "ip_sent", "dst": d["dst"], "seq": seq, "t": now, "error": str(exc)})
+        seq += 1
+
+
+def ip_receiver(plan: dict, stop: threading.Event, ready: threading.Event) -> None:
+
+
+    probe = plan["ip_probe"]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((probe.get("bind", "0.0.0.0"), int(probe.get("port", 5999))))
+    sock.settimeout(0.2)
+    ready.set()
+    until = plan["release"] + plan["duration"] + min(plan.get("drain", 5.0), 5.0)
+    while time.time() < until and not stop.is_set():
+        try:
+            data, _addr = sock.recvfrom(2048)
+        except socket.timeout:
+            continue
+        now = time.time()
+        if len(data) < IP_HEADER.size or data[:4] != IP_MAGIC:
+            continue
+        _m, seq, sent, n = IP_HEADER.unpack_from(data)
+        emit({"ev": "ip_recv", "src": data[IP_HEADER.size:IP_HEADER.size + n].decode("utf-8", "replace"), "seq": seq,
+              "t_sent": sent, "t": now})
 
 
 def store_sampler(plan: dict, stop: threading.Event) -> None:
@@ -283,6 +342,11 @@ def run(plan: dict) -> int:
         threads.append(threading.Thread(target=receiver, args=(plan, stop, counts), daemon=True))
     if plan.get("store_interval"):
         threads.append(threading.Thread(target=store_sampler, args=(plan, stop), daemon=True))
+    ip_ready = threading.Event()
+    if plan.get("ip_probe"):
+        threads.append(threading.Thread(target=ip_receiver, args=(plan, stop, ip_ready), daemon=True))
+        if plan["ip_probe"].get("dsts"):
+            threads.append(threading.Thread(target=ip_sender, args=(plan, stop), daemon=True))
     emit({"ev": "start", "t": time.time(), "node": plan["node"]})
     for t in threads:
         t.start()

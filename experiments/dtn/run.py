@@ -68,10 +68,19 @@ def traffic_plans(exp: DtnExperiment, test: DtnTest, isl_ips: dict[str, str], re
             else:
                 plan["quiet"] = min(QUIET_MAX_S, exp.drain)
     if exp.probe_ip():
+        probes = probe_pairs(exp.pattern, nodes)
         for n, plan in plans.items():
-            dsts = [{"dst": d, "ip": isl_ips[d]} for s, d in pairs if s == n]
+            dsts = [{"dst": d, "ip": isl_ips[d]} for s, d in probes if s == n]
             plan["ip_probe"] = {"bind": isl_ips[n], "port": IP_PORT, "rate": exp.ip_probe_rate, "dsts": dsts}
     return plans
+
+
+def probe_pairs(pattern: str, nodes: list[str]) -> list[tuple[str, str]]:
+    """Where the UDP probe goes: over each hop of the chain (the links the bundles take: plain IP has no
+    multi-hop path without a mesh), else beside each bundle flow."""
+    if pattern == "chain":
+        return list(zip(nodes, nodes[1:]))
+    return flows(pattern, nodes)
 
 
 def ip_rows(sent: dict[str, list[dict]], received: dict[str, list[dict]], release: float, run_id: str,
@@ -98,6 +107,7 @@ class _Reader(threading.Thread):
         super().__init__(daemon=True)
         self.proc, self.path = proc, path
         self.lines: list[str] = []
+        self.finished_receiving = False  # the program's receiver stopped (every expected bundle, or quiet)
 
     def run(self) -> None:
         with self.path.open("w") as f:
@@ -105,6 +115,8 @@ class _Reader(threading.Thread):
                 f.write(line)
                 f.flush()
                 self.lines.append(line)
+                if line.startswith('{"ev":"recv_done"'):
+                    self.finished_receiving = True
 
 
 def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Optional[str],
@@ -154,9 +166,16 @@ def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Op
         timeline = FaultTimeline(swarm.links, list(exp.faults) + later, test.test_id, store.run_id, message)
         timeline.start(release)
         horizon = exp.duration + exp.drain
+        receivers = [n for n, p in plans.items() if p["receive"] and n in procs]
         with HostSampler() as sampler:
             while any(p.poll() is None for p in procs.values()):
                 elapsed = time.time() - release
+                if elapsed > exp.duration + 1 and receivers and all(readers[n].finished_receiving for n in receivers):
+                    time.sleep(min(2.0, exp.store_interval * 2))  # a last store sample or two, then stop the rest
+                    for p in procs.values():
+                        if p.poll() is None:
+                            p.terminate()
+                    continue
                 if elapsed > horizon + 60:
                     raise RuntimeFailure(f"test {test.test_id}: traffic programs still running {horizon + 60:.0f} s "
                                          "after the release")
@@ -168,7 +187,7 @@ def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Op
         timeline = None
         for node, proc in procs.items():
             err = proc.stderr.read() if proc.stderr else ""
-            if proc.returncode != 0:
+            if proc.returncode not in (0, -15):  # -15: stopped by us once every bundle had arrived
                 message(f"{test.test_id}: traffic program on {node} exited {proc.returncode}: {err.strip()[-300:]}")
         logs = {}
         for n in agents.nodes:
