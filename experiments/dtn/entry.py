@@ -5,7 +5,7 @@ from __future__ import annotations
 from analysis.dtn import write_dtn_report
 from experiments.dtn.model import experiment_from_dict
 from experiments.dtn.run import first_swarm, run_dtn_experiment
-from experiments.registry import ExperimentType
+from experiments.kind import ExperimentType
 
 
 def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d, t, w: None, abort_on_error=False):

@@ -26,7 +26,7 @@ class ComposeBackend(Backend):
     """Docker Compose on one host."""
 
     name = "compose"
-    #: Images and ulimits of cFS nodes, set by Swarm.up before `up` (swarm.cfs); empty without cFS nodes.
+    #: Images and ulimits of cFS nodes, set by Swarm.up before `up` (swarm.cfs.node); empty without cFS nodes.
     cfs: CfsRuntime = CfsRuntime()
 
     def check_available(self) -> None:
