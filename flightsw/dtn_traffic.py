@@ -15,7 +15,7 @@ delivered to dtn://<node>/in, GET /status/store for the store), on one keep-aliv
 
 Output: JSON lines on stdout, one per event, each stamped with the shared host clock (time.time()):
     {"ev": "sent", "dst": .., "seq": n, "t": send start, "t_ack": agent answered, "size": payload bytes, "ok": ..}
-    {"ev": "recv", "bid": .., "src": .., "seq": n, "t_sent": .., "t": taken, "created_ms": .., "hops": ..,
+    {"ev": "recv", "dup": false, "bid": .., "src": .., "seq": n, "t_sent": .., "t": taken, "created_ms": .., "hops": ..,
      "age_ms": .., "size": .., "bundle_bytes": ..}
     {"ev": "store", "t": .., "bundles": stored (not deleted), "constraints": {name: count}}
     {"ev": "ip_sent", "dst": .., "seq": n, "t": ..} / {"ev": "ip_recv", "src": .., "seq": n, "t_sent": .., "t": ..}
@@ -214,9 +214,10 @@ def receiver(plan: dict, stop: threading.Event, counts: dict) -> None:
     agent = Agent(plan["port"])
     service = plan.get("service", "in")
     until = plan["release"] + plan["duration"] + plan.get("drain", 5.0)
-    expect = plan.get("expect")  # stop early once this many bundles arrived
+    expect = plan.get("expect")  # stop early once this many distinct bundles arrived (duplicates not counted)
     quiet = plan.get("quiet")  # ... or once nothing arrived for this long after the sending ended
     send_end = plan["release"] + plan["duration"]
+    seen: set = set()
     last = time.time()
     while time.time() < until and not stop.is_set():
         if quiet is not None and time.time() > send_end + quiet and time.time() - max(last, send_end) > quiet:
@@ -238,9 +239,15 @@ def receiver(plan: dict, stop: threading.Event, counts: dict) -> None:
             emit({"ev": "error", "t": now, "error": f"undecodable bundle ({len(body)} bytes): {exc}"})
             continue
         head = read_payload(b["payload"]) or {}
-        emit({"ev": "recv", "bid": b["bid"], "src": b["src"], "seq": head.get("seq"), "t_sent": head.get("t_sent"),
+        key = (b["src"], head.get("seq"), b["created_ms"])
+        duplicate = key in seen  # epidemic and flooding can hand the same bundle over more than once
+        seen.add(key)
+        emit({"ev": "recv", "dup": duplicate, "bid": b["bid"], "src": b["src"], "seq": head.get("seq"), "t_sent": head.get("t_sent"),
               "t": now, "created_ms": b["created_ms"], "hops": b["hops"], "age_ms": b["age_ms"],
               "size": len(b["payload"]), "bundle_bytes": len(body)})
+        if duplicate:
+            counts["duplicates"] = counts.get("duplicates", 0) + 1
+            continue
         counts["received"] += 1
         if expect is not None and counts["received"] >= expect:
             break
