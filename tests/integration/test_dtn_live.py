@@ -15,6 +15,8 @@ import pytest
 from experiments.dtn.model import experiment_from_dict
 from experiments.dtn.run import run_dtn_experiment
 from experiments.store import ResultsStore, host_facts
+from netem.engines import choose_engine
+from swarm.runtime.probe import capabilities
 from swarm.dtn.runtime import _cache_root
 from tests.conftest import CI, REPO
 
@@ -90,6 +92,31 @@ def test_contact_gap_delays_but_loses_nothing(need_dtn7, tmp_path):
     assert lost > 0  # plain IP over the same hop lost what was sent in the gap
     stored = [int(r["bundles"]) for r in _rows(run / "store.csv") if r["node"] == "sat02"]
     assert max(stored) >= 5  # sat02 held the gap's bundles
+
+
+def test_lunar_link_latency_is_at_least_the_light_time(need_dtn7, tmp_path):
+    engine = choose_engine(capabilities())
+    if "delay" not in engine.supported():
+        pytest.skip(f"no impairment engine here can delay (chosen: {engine.name}; needs sch_netem or a userspace engine)")
+    run = _run({"type": "dtn", "name": "dtn-it-lunar", "backend": "netns", "pattern": "all-to-ground", "sizes": [1],
+                "bundle_sizes": ["10kB"], "rates": [2], "duration": "4s", "drain": "30s", "profiles": ["lunar-relay"],
+                "swarm": {"networks": {"isl": {"subnet": "10.216.5.0/24"}, "ground": {"subnet": "10.217.5.0/24"}}}},
+               tmp_path)
+    bundles = _rows(run / "bundles.csv")
+    assert len(bundles) == 8 and all(b["delivered"] == "True" for b in bundles)
+    assert min(float(b["latency_s"]) for b in bundles) >= 1.3
+
+
+def test_compose_chain_delivers_every_bundle(need_docker, need_dtn7, tmp_path):
+    run = _run({"type": "dtn", "name": "dtn-it-compose", "backend": "compose", "pattern": "chain", "sizes": [2],
+                "bundle_sizes": ["10kB"], "rates": [5], "duration": "2s", "drain": "20s",
+                "swarm": {"networks": {"isl": {"subnet": "10.218.5.0/24"}, "ground": {"subnet": "10.219.5.0/24"}}}},
+               tmp_path)
+    bundles = _rows(run / "bundles.csv")
+    assert len(bundles) == 10 and all(b["delivered"] == "True" and b["hops"] == "2" for b in bundles)
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=io.swarm-emu.swarm=dtn-it-compose"],
+                          capture_output=True, text=True).stdout.split()
+    assert not left
 
 
 def test_swarm_dtn_by_hand_and_down_leaves_nothing(need_dtn7, tmp_path):
