@@ -178,13 +178,13 @@ class DtnAgents:
         return piece
 
     # ---------------------------------------------------------------------------------- lifecycle
-    def start(self, timeout: float = 60.0) -> float:
-        """Start every agent and wait until all are ready; seconds taken. RuntimeFailure naming the first
-        agent that is not ready, with the tail of its log."""
+    def start(self, timeout: float = 60.0, nodes: Optional[list[str]] = None) -> float:
+        """Start every agent (or those of `nodes`, e.g. after a node restart) and wait until they are ready;
+        seconds taken. RuntimeFailure naming the first agent that is not ready, with the tail of its log."""
         if not self.enabled:
             return 0.0
         started = time.monotonic()
-        plans = self.plans()
+        plans = [p for p in self.plans() if nodes is None or p.node in nodes]
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(self._start_one, plans))
         self.wait_ready(plans, timeout)
