@@ -2,7 +2,8 @@
 """Benchmark the DTN agents (issue 13): dtn7-rs's overhead over plain TCP, its bundle rate against seed 001's
 HDTN-on-Raspberry-Pi-4 figures, and a 32-spacecraft telemetry swarm through epidemic routing.
 
-1. overhead: one hop sat01 -> ground, 100 kB bundles sent as fast as the sending agent accepts (5 s), per CLA,
+1. overhead: one hop sat01 -> ground, 100 kB bundles sent as fast as the sending agent accepts (5 s, or 10 x the
+   one-way delay), per CLA,
    against iperf3 TCP over the same namespaces and link (5 s), on an unlimited veth link and on a rate-limited
    one (`--link-rates`, HTB here), where the link and not the host is the bottleneck. Goodput = payload delivered / (first bundle
    created .. last delivered). With `--delays` (one-way, e.g. 0,0.3,2) each delay is a link profile; a delay
@@ -82,8 +83,9 @@ def overhead(args, out: Path) -> pd.DataFrame:
     for delay, rate in combos:
         profile = {k: v for k, v in (("delay", f"{delay:g}s" if delay else None),
                                      ("rate", rate if rate not in ("0", "") else None)) if v}
+        seconds = max(5.0, 10 * delay)  # at least 5 round trips of the link
         try:
-            tcp = iperf3_tcp(5, profile or None, args.backend)
+            tcp = iperf3_tcp(seconds, profile or None, args.backend)
         except SpecError as exc:
             print(f"delay {delay:g} s, rate {rate}: unavailable on this host: {exc}", flush=True)
             rows.append({"one_way_delay_s": delay, "link_rate": rate, "cla": "-",
@@ -91,11 +93,12 @@ def overhead(args, out: Path) -> pd.DataFrame:
             continue
         doc = {"type": "dtn", "name": "dtn-b-overhead", "backend": args.backend, "pattern": "all-to-ground",
                "sizes": [1], "bundle_sizes": ["100kB"], "rates": ["max"], "clas": args.clas.split(","),
-               "routings": ["epidemic"], "profiles": [profile or "none"], "duration": "5s",
+               "routings": ["epidemic"], "profiles": [profile or "none"], "duration": f"{seconds:g}s",
                "drain": f"{max(20, 4 * delay + 10):g}s", "swarm": {"networks": nets(0)}}
         tests = run_dtn(doc, out)
         for t in tests.itertuples():
-            rows.append({"one_way_delay_s": delay, "link_rate": rate, "cla": t.cla, "bundles": t.bundles_delivered,
+            rows.append({"one_way_delay_s": delay, "link_rate": rate, "seconds": seconds, "cla": t.cla,
+                         "bundles": t.bundles_delivered,
                          "sent": t.bundles_sent, "dtn_goodput_mbps": t.goodput_bps / 1e6,
                          "tcp_goodput_mbps": tcp / 1e6, "dtn_over_tcp": t.goodput_bps / tcp,
                          "bundle_rate": t.bundle_rate, "latency_p50_s": t.latency_p50_s,

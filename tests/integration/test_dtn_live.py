@@ -99,11 +99,12 @@ def test_lunar_link_latency_is_at_least_the_light_time(need_dtn7, tmp_path):
     if "delay" not in engine.supported():
         pytest.skip(f"no impairment engine here can delay (chosen: {engine.name}; needs sch_netem or a userspace engine)")
     run = _run({"type": "dtn", "name": "dtn-it-lunar", "backend": "netns", "pattern": "all-to-ground", "sizes": [1],
-                "bundle_sizes": ["10kB"], "rates": [2], "duration": "4s", "drain": "30s", "profiles": ["lunar-relay"],
+                "bundle_sizes": ["10kB"], "rates": [0.5], "duration": "6s", "drain": "60s", "profiles": ["lunar-relay"],
                 "swarm": {"networks": {"isl": {"subnet": "10.216.5.0/24"}, "ground": {"subnet": "10.217.5.0/24"}}}},
                tmp_path)
     bundles = _rows(run / "bundles.csv")
-    assert len(bundles) == 8 and all(b["delivered"] == "True" for b in bundles)
+    assert len(bundles) == 3 and all(b["delivered"] == "True" for b in bundles), bundles
+    # TCPCLv4 over a 2.6 s round trip: the session setup, then one bundle per acknowledged transfer
     assert min(float(b["latency_s"]) for b in bundles) >= 1.3
 
 
