@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from experiments.dtn.model import GROUND, MAX_RATE, DtnExperiment, DtnTest, flows, swarm_nodes
+from experiments.dtn.model import MAX_RATE, DtnExperiment, DtnTest, flows, swarm_nodes
 from experiments.dtn.parse import (BUNDLE_COLUMNS, STORE_COLUMNS, bundle_rows, figures, parse_dtnd_log, read_events,
                                    store_rows)
 from experiments.store import HostSampler, ResultsStore, host_facts
-from experiments.timeline import FAULT_COLUMNS, FaultEvent, FaultTimeline
+from experiments.timeline import FaultEvent, FaultTimeline
 from swarm.errors import RuntimeFailure
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 
@@ -251,5 +251,3 @@ def run_dtn_experiment(exp: DtnExperiment, store: ResultsStore, *, backend: Opti
 def first_swarm(exp: DtnExperiment):
     return exp.swarm_spec(exp.tests()[0])
 
-
-__all__ = ["run_dtn_experiment", "traffic_plans", "ip_rows", "first_swarm", "GROUND", "FAULT_COLUMNS"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -202,7 +201,7 @@ class DtnAgents:
             self._exec(node, ["sh", "-c", 'cat > "$0"', f"{plan.workdir}/{name}"], input=text)
         if self.piece(node).quickack:
             self._quickack(node)
-        self.swarm.backend.start_daemon(self.swarm.name, node, ["sh", "-c", WRAPPER, plan.workdir, *plan.argv], "dtnd")
+        self.swarm.backend.start_daemon(self.swarm.name, node, wrapper_argv(plan.workdir, plan.argv), "dtnd")
 
     def _quickack(self, node: str) -> None:
         """`quickack 1` on the node's ISL subnet route (see the module text)."""
@@ -353,7 +352,3 @@ class DtnAgents:
 def wrapper_argv(workdir: str, argv: list[str]) -> list[str]:
     """The command that starts an agent (pure): the wrapper shell, the work folder, dtnd's argv."""
     return ["sh", "-c", WRAPPER, workdir, *argv]
-
-
-def describe(argv: list[str]) -> str:
-    return shlex.join(argv)

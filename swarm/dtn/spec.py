@@ -17,7 +17,7 @@ any other. Pure: validation only, nothing is started here.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 

@@ -92,3 +92,11 @@ def test_readiness():
     assert readiness(plan, "dtn://sat01/", "{}") == "peers missing: sat02"
     assert "node ID is" in readiness(plan, "dtn://xyz/", "{}")
     assert "not JSON" in readiness(plan, "dtn://sat01/", "<html>")
+
+
+def test_agent_wrapper_records_pid_and_log_without_interpolation():
+    from swarm.dtn.runtime import WRAPPER, wrapper_argv
+
+    argv = wrapper_argv("/w/sat01", ["dtnd", "-n", "sat01"])
+    assert argv == ["sh", "-c", WRAPPER, "/w/sat01", "dtnd", "-n", "sat01"]
+    assert '"$0/dtnd.pid"' in WRAPPER and '>> "$0/dtnd.log"' in WRAPPER and "sat01" not in WRAPPER
