@@ -313,6 +313,9 @@ class DtnExperiment(BaseModel):
                 entry["role"] = "ground"
             if n in peers and piece.get("peers", "static") == "static":
                 entry["dtn"] = {**piece, "static_peers": peers[n]}
+            if self.pattern == "chain" and test.routing == "static" and n != GROUND:
+                nxt = nodes[nodes.index(n) + 1]  # static routing down the chain: everything else via the next hop
+                entry["dtn"] = {**entry.get("dtn", piece), "routes": [{"to": "*", "via": nxt}]}
             node_list.append(entry)
         defaults = dict(self.swarm.get("defaults", {}))
         defaults["dtn"] = piece

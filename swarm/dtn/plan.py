@@ -47,15 +47,16 @@ def peer_url(cla: str, peer: Peer, port: int) -> str:
 
 def static_routes(node: str, piece: DtnSpec, peers: list[Peer]) -> str:
     """The routes file of `routing: static`: first one route per direct peer (bundles to a peer go straight to
-    it), then the spec's routes in order. Source is always `*`; dtn7-rs takes the first match."""
+    it), then the spec's routes in order; dtn7-rs takes the first match. Patterns are glob-match globs, where
+    `*` stops at '/': any source (an EID such as dtn://sat01/ holds slashes) is `**`."""
     lines = [f"# static routes of {node} (swarm-emu)"]
     index = 1
     for peer in peers:
-        lines.append(f"{index} * {endpoint(peer.name)}* {endpoint(peer.name)}")
+        lines.append(f"{index} ** {endpoint(peer.name)}* {endpoint(peer.name)}")
         index += 1
     for route in piece.routes:
-        dst = "*" if route.to == "*" else f"{endpoint(route.to)}*"
-        lines.append(f"{index} * {dst} {endpoint(route.via)}")
+        dst = "**" if route.to == "*" else f"{endpoint(route.to)}*"
+        lines.append(f"{index} ** {dst} {endpoint(route.via)}")
         index += 1
     return "\n".join(lines) + "\n"
 

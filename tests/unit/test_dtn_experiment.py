@@ -89,3 +89,10 @@ def test_ip_rows_bin_per_second():
     recv = {"b": [{"ev": "ip_recv", "src": "a", "seq": i, "t_sent": 0, "t": 0} for i in (0, 1, 2, 3, 7)]}
     rows = ip_rows(sent, recv, 100.0, "r", "t")
     assert [(r["second"], r["sent"], r["received"], r["lost"]) for r in rows] == [(0, 4, 4, 0), (1, 4, 1, 3)]
+
+
+def test_static_routing_down_a_chain():
+    e = exp(sizes=[2], routings=["static"])
+    nodes = e.swarm_spec(e.tests()[0]).resolved_nodes()
+    assert [(r.to, r.via) for r in nodes[0].dtn.routes] == [("*", "sat02")]
+    assert [(r.to, r.via) for r in nodes[1].dtn.routes] == [("*", "ground")] and nodes[2].dtn.routes == []

@@ -74,8 +74,8 @@ def test_static_routing_writes_a_routes_file():
     plan = plan_agent("sat01", piece, [Peer("sat02", "10.210.0.3")], "/w/sat01/", "10.210.0.0/16")
     assert "static.routes=/w/sat01/routes.txt" in plan.argv
     assert plan.files["routes.txt"].splitlines()[1:] == [
-        "1 * dtn://sat02/* dtn://sat02/", "2 * dtn://ground/* dtn://sat02/"]
-    assert static_routes("x", DtnSpec(routing="static", routes=[{"to": "*", "via": "y"}]), []).splitlines()[1] == "1 * * dtn://y/"
+        "1 ** dtn://sat02/* dtn://sat02/", "2 ** dtn://ground/* dtn://sat02/"]
+    assert static_routes("x", DtnSpec(routing="static", routes=[{"to": "*", "via": "y"}]), []).splitlines()[1] == "1 ** ** dtn://y/"
 
 
 def test_plan_agents_peers_default_to_every_other_dtn_node():
