@@ -18,7 +18,7 @@ from experiments.store import ResultsStore, host_facts
 from netem.engines import choose_engine
 from swarm.runtime.probe import capabilities
 from swarm.dtn.runtime import _cache_root
-from tests.conftest import CI, REPO
+from conftest import CI, REPO
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 SWARM = [sys.executable, "-m", "swarm"]
