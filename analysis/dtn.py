@@ -18,12 +18,14 @@ from matplotlib.figure import Figure
 from analysis.pages import write_report_pages
 from netem.model import load_profiles
 from swarm.dtn.contacts import link_schedule, parse_contact_plan
+from swarm.dtn.spec import parse_size
 from swarm.errors import SpecError
 from swarm.units import parse_time_ms
 
 REFERENCE = Path(__file__).resolve().parent / "reference" / "dtn"
 SEED001 = REFERENCE / "seed001_hdtn_rpi4_table1.csv"
 SEED002 = REFERENCE / "seed002_hdtn_ltp_delay.csv"
+BUNDLE_OVERHEAD = 82  # BPv7 header bytes dtn7-rs's /send adds to a payload (experiments.dtn.run)
 
 
 def _read(run_dir: Path, name: str) -> pd.DataFrame:
@@ -40,8 +42,8 @@ def one_way_delay_s(profile: str) -> float:
     if profile and profile != "none" and "=" not in str(profile):
         try:
             prof = load_profiles().get(str(profile))
-            if prof is not None and getattr(prof, "delay", None) is not None:
-                return parse_time_ms(prof.delay) / 1000.0
+            if prof is not None and prof.impairment.delay is not None:
+                return prof.impairment.delay / 1000.0  # milliseconds in the model
         except (SpecError, ValueError):
             pass
     return 0.0
@@ -235,6 +237,11 @@ def write_dtn_report(run_dir: Path) -> dict[str, Path]:
         if r.delivery_ratio < 1:
             warnings.append(f"{r.test_id}: {r.bundles_sent - r.bundles_delivered} of {r.bundles_sent} bundles not "
                             f"delivered within the drain time ({r.drain_s:g} s)")
+        limit = ((exp.get("dtn") or {}).get("storage") or {}).get("limit")
+        held = r.store_peak_bundles * (r.bundle_size + BUNDLE_OVERHEAD)
+        if limit and held > parse_size(limit, "storage.limit"):
+            warnings.append(f"{r.test_id}: a node's store held ~{held:,.0f} bytes ({r.store_peak_bundles} bundles), above "
+                            f"dtn.storage.limit {limit} (dtn7-rs enforces no quota: the limit is the framework's check)")
         if isinstance(r.cpu_busy_max_pct, float) and r.cpu_busy_max_pct >= 95:
             warnings.append(f"{r.test_id}: host CPU saturated (max {r.cpu_busy_max_pct:.0f} %): rates measure this host")
     intro = (f"Experiment `{exp.get('name')}`: pattern {exp.get('pattern')}, agent dtn7-rs (crate dtn7) on every "

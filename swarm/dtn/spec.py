@@ -79,7 +79,8 @@ class _Strict(BaseModel):
 
 class DtnStorage(_Strict):
     """Where an agent keeps bundles. `limit` is the framework's: dtn7-rs itself enforces no quota, so a bundle
-    larger than the limit is refused before anything starts, and the store occupancy is checked against it."""
+    larger than the limit is refused before anything starts, and a DTN report warns where a node's store held
+    more than the limit."""
 
     backend: str = "mem"
     limit: Optional[int] = None  # bytes
