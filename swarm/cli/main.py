@@ -106,10 +106,13 @@ def init(name: str, nodes: int, backend: str | None, force: bool) -> None:
 @click.option("--keep-on-failure", is_flag=True, help="Leave a failed swarm in place for inspection.")
 @click.option("--timeout", type=float, help="Seconds to wait for readiness (default 60 + 0.5 per node).")
 @click.option("--check", is_flag=True, help="Only validate the spec.")
-def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: float | None, check: bool) -> None:
+@click.option("--engine", help="Pin the impairment engine: netem, userspace or nft (default: the spec's "
+                               "`links.engine`, else kernel NetEm where it exists, else userspace, else nft).")
+def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: float | None, check: bool,
+       engine: str | None) -> None:
     """Bring up the swarm in SPEC_FILE and wait until every node is ready."""
     if check:
-        swarm = Swarm.from_yaml(spec_file, backend=backend)
+        swarm = Swarm.from_yaml(spec_file, backend=backend, engine=engine)
         check_cfs(swarm.spec, swarm.nodes, swarm.backend.name)
         engine = swarm.links.engine
         if swarm.spec.links:
@@ -120,7 +123,7 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
         return
     with ProgressBar("up") as bar:
         swarm = Swarm.from_yaml(spec_file, backend=backend, progress=bar, keep_on_failure=keep_on_failure,
-                                message=lambda m: err.print(m))
+                                message=lambda m: err.print(m), engine=engine)
         seconds = swarm.up(ready_timeout=timeout)
     out.print(f"swarm {swarm.name!r}: {len(swarm.nodes)} nodes up with backend {swarm.backend.name} in {seconds:.1f} s")
     if swarm.mesh_result is not None:

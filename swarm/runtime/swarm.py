@@ -33,6 +33,7 @@ from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
 from swarm.runtime.runner import Result, Runner
 from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
+from netem.model import links_with_engine
 
 
 def default_workdir() -> Path:
@@ -69,6 +70,11 @@ def fping_alive(runner_result: Result) -> set[str]:
     return {line.strip() for line in runner_result.stdout.splitlines() if line.strip()}
 
 
+
+def with_engine(spec: SwarmSpec, engine: str) -> SwarmSpec:
+    """`spec` with its impairment engine pinned (`swarm up --engine`); kept in the swarm's state with the spec."""
+    return spec.model_copy(update={"links": links_with_engine(spec.links, engine)})
+
 class Swarm:
     """A swarm described by a spec, on one backend."""
 
@@ -83,7 +89,10 @@ class Swarm:
         progress: Progress = no_progress,
         keep_on_failure: bool = False,
         message: Callable[[str], None] = lambda _msg: None,
+        engine: str | None = None,
     ):
+        if engine is not None:  # `--engine`: pins the impairment engine over the spec's `links.engine`
+            spec = with_engine(spec, engine)
         self.spec = spec
         self.runner = runner or Runner()
         self.caps = caps or capabilities()
