@@ -20,7 +20,8 @@ from rich.table import Table
 from swarm import __version__
 from swarm.cfs.node import check_cfs
 from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, forget_state, wipe as wipe_all
-from swarm.cli import cfs as cfs_commands, links as link_commands, mesh as mesh_commands, orbits as orbit_commands
+from swarm.cli import cfs as cfs_commands, dtn as dtn_commands, links as link_commands, mesh as mesh_commands, \
+    orbits as orbit_commands
 from swarm.cli.console import err, out
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
@@ -304,7 +305,7 @@ def report(run_dir: str) -> None:
     _write_report(Path(run_dir))
 
 
-for _commands in (link_commands, cfs_commands, mesh_commands, orbit_commands):  # impair, fault; cfs; mesh; orbits
+for _commands in (link_commands, cfs_commands, mesh_commands, orbit_commands, dtn_commands):  # impair, fault; cfs; mesh; orbits; dtn
     _commands.register(cli)
 
 

@@ -23,6 +23,7 @@ from swarm.spec.apps import check_runnable, with_backend_defaults
 from swarm.runtime.backends import REGISTRY, Backend, Progress, get_backend, no_progress, swarm_dir
 from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs
 from swarm.cfs.image import ensure_cfs_image, host_ulimits
+from swarm.dtn.runtime import DtnAgents, ensure_dtn_image
 from swarm.errors import RuntimeFailure, SpecError
 from swarm.mesh.runtime import Mesh
 from swarm.runtime.host import ensure_neighbour_capacity
@@ -104,6 +105,7 @@ class Swarm:
         self.message = message
         self.image = ""
         self.mesh_result: dict | None = None  # convergence after `up` when the swarm has a mesh
+        self.dtn_seconds: float | None = None  # how long the DTN agents took to be ready after the nodes
 
     # ----------------------------------------------------------------------------------------- loading
     @classmethod
@@ -139,6 +141,11 @@ class Swarm:
         return Mesh(self)
 
     @property
+    def dtn(self) -> DtnAgents:
+        """The swarm's DTN agents (swarm.dtn): start, stop, status, logs; `enabled` is False without `dtn:`."""
+        return DtnAgents(self)
+
+    @property
     def links(self):
         """The swarm's link conditions and faults (swarm.runtime.links.LinkController): impair, cut, heal, partition,
         node_action, rows (what is set now)."""
@@ -156,10 +163,14 @@ class Swarm:
         if links:
             links.spec_links()  # a parameter this host's impairment engine cannot apply: SpecError, nothing created
         mesh = self.mesh if self.spec.mesh.enabled else None  # an implementation this host lacks: SpecError here
+        dtn = self.dtn
+        dtn.check()  # netns: the dtn7-rs binaries exist or are built now (SpecError without a Rust toolchain)
         started = time.monotonic()
         ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
         if self.backend.name == "compose":
             self.image = self._ensure_images()
+            if dtn.enabled:
+                self.image = ensure_dtn_image(self.runner, self.workdir, self.image, self.message)
             self._prepare_cfs()
         write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
                                                "spec": self.spec.model_dump(mode="json", exclude_none=True),
@@ -174,6 +185,8 @@ class Swarm:
                 links.apply_spec()
             if mesh:
                 self.start_mesh(mesh)
+            if dtn.enabled:
+                self.dtn_seconds = dtn.start(ready_timeout or 30 + 0.5 * len(self.nodes))
         except BaseException:
             if not self.keep_on_failure:
                 self._rollback()

@@ -16,6 +16,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from swarm.dtn.spec import DtnSpec, check_dtn_nodes
 from swarm.spec.apps import AppSettings, app_environment, app_image, check_apps
 from swarm.errors import SpecError
 from netem.model import LinksSpec, resolve_links
@@ -117,6 +118,7 @@ class NodeTemplate(_Strict):
     command: Optional[list[str]] = None
     resources: Resources = Resources()
     cfs: Optional[CfsSpec] = None  # run a cFS build as the main process (compose backend)
+    dtn: Optional[DtnSpec] = None  # a Bundle Protocol agent (dtn7-rs) on the node (swarm.dtn)
 
     @model_validator(mode="after")
     def _cfs_alone(self) -> "NodeTemplate":
@@ -125,6 +127,11 @@ class NodeTemplate(_Strict):
                 if getattr(self, other) is not None:
                     raise ValueError(f"cfs and {other} {getattr(self, other)!r}: a cFS node runs the framework's "
                                      f"cFS image and core-cpu1; give one of them")
+            if self.dtn is not None:
+                raise ValueError("cfs and dtn: a DTN agent on a cFS node is not supported yet (the cFS image has no dtnd)")
+        if self.dtn is not None and self.image is not None:
+            raise ValueError(f"dtn and image {self.image!r}: the DTN agent runs on the framework's image "
+                             "(swarm-emu/dtn), not on a user's image")
         return self
 
     @field_validator("role")
@@ -218,6 +225,7 @@ class SwarmSpec(_Strict):
                     f"networks.{label}.subnet {net.subnet!r}: too small for {len(resolved)} nodes (room for {room})"
                 )
         _check_cfs_ids(resolved)
+        check_dtn_nodes({n.name: n.dtn for n in resolved})
         if self.links is not None:  # node names, profiles and consistency (the engine is checked at `up`)
             try:
                 resolve_links(self.links, [n.name for n in resolved])
