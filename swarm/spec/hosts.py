@@ -27,7 +27,7 @@ from typing import Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..errors import SpecError
+from swarm.errors import SpecError
 
 HOST_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 ENDPOINT_SCHEMES = ("unix", "ssh", "tcp")
@@ -145,6 +145,30 @@ class Placeable:
     group: str
     host: Optional[str] = None
     where: str = ""  # the spec field that pinned it, for messages (e.g. "groups[1] ('relay').host")
+
+
+def placeables(spec) -> list[Placeable]:
+    """The spec's nodes (in index order) as placement sees them: the group is the group's prefix (one
+    group for `nodes: N`, the role for `node_list`), the host the node's own `host:`, its group's or the
+    defaults', with the field that set it named for messages."""
+    resolved = spec.resolved_nodes()
+    where_default = "defaults.host"
+    out: list[Placeable] = []
+    if spec.groups:
+        i = 0
+        for gi, g in enumerate(spec.groups):
+            where = f"groups[{gi}] ({g.prefix!r}).host" if g.host is not None else where_default
+            for _ in range(g.count):
+                n = resolved[i]
+                out.append(Placeable(n.name, g.prefix, n.host, where))
+                i += 1
+    elif spec.node_list:
+        for ni, (raw, n) in enumerate(zip(spec.node_list, resolved)):
+            where = f"node_list[{ni}] ({n.name!r}).host" if raw.host is not None else where_default
+            out.append(Placeable(n.name, n.role, n.host, where))
+    else:
+        out = [Placeable(n.name, "sat", n.host, where_default) for n in resolved]
+    return out
 
 
 def place(nodes: Sequence[Placeable], hosts: Sequence[HostSpec], policy: str = "spread") -> dict[str, str]:
