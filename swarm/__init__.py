@@ -1,9 +1,17 @@
 """swarm-emu: containerized distributed-spacecraft swarm emulation.
 
-`Swarm` (in swarm.core) is the Python API; `swarm` (swarm.cli) is the command line.
+`Swarm` (swarm.runtime.swarm) is the Python API; `swarm` (swarm.cli.main) is the command line.
+`Swarm` is resolved on first use (PEP 562) so that importing a low layer (swarm.errors, swarm.units from
+netem/ or analysis/) does not pull in the whole runtime.
 """
 __version__ = "0.1.0"
 
-from .core import Swarm  # noqa: E402
-
 __all__ = ["Swarm", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "Swarm":
+        from swarm.runtime.swarm import Swarm
+
+        return Swarm
+    raise AttributeError(f"module 'swarm' has no attribute {name!r}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm.probe import capabilities
+from swarm.runtime.probe import capabilities
 
 CI = os.environ.get("CI", "").lower() == "true"
 REPO = Path(__file__).resolve().parents[1]

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from swarm.app_run import experiment_from_dict as app_experiment
-from swarm.app_run import run_app_experiment
-from swarm.core import NodeFailed
-from swarm.ddsperf import experiment_from_dict as ddsperf_experiment
-from swarm.ddsperf import run_ddsperf_sweep, summary_table
-from swarm.report import markdown_table
-from swarm.sweep import HostSampler, ResultsStore, host_facts
+from experiments.app.run import experiment_from_dict as app_experiment
+from experiments.app.run import run_app_experiment
+from swarm.runtime.swarm import NodeFailed
+from experiments.ddsperf.sweep import experiment_from_dict as ddsperf_experiment
+from experiments.ddsperf.sweep import run_ddsperf_sweep
+from analysis.ddsperf import summary_table
+from analysis.pages import markdown_table
+from experiments.store import HostSampler, ResultsStore, host_facts
 
 ROOT = Path(__file__).resolve().parents[2]
 NETS = {"isl": {"subnet": "10.150.0.0/24"}, "ground": {"subnet": "10.151.0.0/24"}}

@@ -20,11 +20,11 @@ import platform
 import subprocess
 import time
 
-from swarm.core import Swarm, default_workdir
-from swarm.impair import impairment
-from swarm.iperf3 import parse_client_json
-from swarm.probe import capabilities
-from swarm.spec import spec_from_dict
+from swarm.runtime.swarm import Swarm, default_workdir
+from netem.model import impairment
+from experiments.traffic.iperf3 import parse_client_json
+from swarm.runtime.probe import capabilities
+from swarm.spec.model import spec_from_dict
 
 PORTS = iter(range(5600, 6500))
 

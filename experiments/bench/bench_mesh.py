@@ -18,8 +18,8 @@ import platform
 import statistics
 import time
 
-from swarm.core import Swarm
-from swarm.spec import spec_from_dict
+from swarm.runtime.swarm import Swarm
+from swarm.spec.model import spec_from_dict
 
 
 def bench(backend: str, n: int, ogm_ms: int, repeats: int) -> dict:

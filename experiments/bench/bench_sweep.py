@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from swarm.analysis import rate_label, summarize
-from swarm.experiment import load_experiment
-from swarm.report import markdown_table
-from swarm.sweep import ResultsStore, host_facts, run_sweep
+from analysis.tables import summarize
+from swarm.units import rate_label
+from experiments.traffic.model import load_experiment
+from analysis.pages import markdown_table
+from experiments.store import ResultsStore, host_facts
+from experiments.traffic.run import run_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 

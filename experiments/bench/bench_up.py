@@ -13,9 +13,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from swarm.core import Swarm, default_workdir
-from swarm.probe import capabilities
-from swarm.spec import spec_from_dict
+from swarm.runtime.swarm import Swarm, default_workdir
+from swarm.runtime.probe import capabilities
+from swarm.spec.model import spec_from_dict
 
 
 def mem_used_mib() -> float:

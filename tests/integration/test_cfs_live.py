@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from swarm.cfs import cfs_image_tag, ensure_cfs_image
-from swarm.cfs_ground import (CFE_EVS_LONG_EVENT_MID, TO_LAB_CMD_MID, TO_LAB_HK_TLM_MID, TO_LAB_NOOP_CC, GroundStation,
+from swarm.cfs.node import cfs_image_tag, ensure_cfs_image
+from swarm.cfs.ground import (CFE_EVS_LONG_EVENT_MID, TO_LAB_CMD_MID, TO_LAB_HK_TLM_MID, TO_LAB_NOOP_CC, GroundStation,
                               command_packet, parse_event, to_lab_counters)
-from swarm.core import NodeFailed, Swarm
-from swarm.runner import Runner
-from swarm.spec import gateway_address, spec_from_dict
+from swarm.runtime.swarm import NodeFailed, Swarm
+from swarm.runtime.runner import Runner
+from swarm.spec.model import gateway_address, spec_from_dict
 
 from conftest import REPO
 

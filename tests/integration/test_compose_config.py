@@ -3,8 +3,8 @@ import subprocess
 
 import pytest
 
-from swarm.compose import compose_yaml, render_compose
-from swarm.spec import spec_from_dict
+from compose.render import compose_yaml, render_compose
+from swarm.spec.model import spec_from_dict
 
 pytestmark = pytest.mark.docker
 

@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from swarm.app_run import experiment_from_dict, phase_table, run_app_experiment, write_app_report
-from swarm.core import Swarm
-from swarm.spec import gateway_address, spec_from_dict
+from experiments.app.run import experiment_from_dict, run_app_experiment
+from analysis.app import phase_table, write_app_report
+from swarm.runtime.swarm import Swarm
+from swarm.spec.model import gateway_address, spec_from_dict
 
 sys.path.insert(0, str(REPO / "flightsw"))
 import ground_link as gl  # noqa: E402

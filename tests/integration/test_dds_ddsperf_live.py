@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 
 from conftest import require
-from swarm.ddsperf import experiment_from_dict, run_ddsperf_sweep, write_ddsperf_report
-from swarm.sweep import ResultsStore, host_facts
+from experiments.ddsperf.sweep import experiment_from_dict, run_ddsperf_sweep
+from analysis.ddsperf import write_ddsperf_report
+from experiments.store import ResultsStore, host_facts
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -22,10 +22,10 @@ import time
 
 import pytest
 
-from swarm.core import Swarm
-from swarm.impair import impairment
-from swarm.iperf3 import parse_client_json
-from swarm.spec import spec_from_dict
+from swarm.runtime.swarm import Swarm
+from netem.model import impairment
+from experiments.traffic.iperf3 import parse_client_json
+from swarm.spec.model import spec_from_dict
 
 from conftest import REPO, require
 
@@ -233,9 +233,10 @@ def test_node_faults_and_restart(netns_swarm):
 def test_sweep_fault_timeline_recorded_and_plotted(need_netns, need_iperf3, need_nft, tmp_path):
     import pandas as pd
 
-    from swarm.experiment import experiment_from_dict
-    from swarm.report import write_report
-    from swarm.sweep import ResultsStore, host_facts, run_sweep
+    from experiments.traffic.model import experiment_from_dict
+    from analysis.traffic import write_report
+    from experiments.store import ResultsStore, host_facts
+    from experiments.traffic.run import run_sweep
 
     exp = experiment_from_dict({
         "name": "imp-tl", "sizes": [3], "protocols": ["udp"], "rates": ["2M"], "duration": "5s", "settle": 0,
@@ -303,7 +304,7 @@ def test_cli_impair_and_fault(netns_swarm):
 def test_netem_commands_are_accepted_by_tcs_parser(need_netns):
     """tc parses netem options in userspace before the kernel sees the qdisc: here (no sch_netem) a command is
     right when the only complaint is the kernel's 'qdisc kind is unknown'."""
-    from swarm.engines import plan_netem
+    from netem.engines import plan_netem
 
     cmds = plan_netem("eth1", {"02:42:0a:01:00:03": impairment(delay="250ms", jitter="10ms", jitter_distribution="normal",
                                                       loss="1%", loss_correlation="25%", corrupt="0.1%",

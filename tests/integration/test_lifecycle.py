@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from swarm.core import NodeFailed, Swarm
-from swarm.spec import spec_from_dict
+from swarm.runtime.swarm import NodeFailed, Swarm
+from swarm.spec.model import spec_from_dict
 
 from conftest import REPO
 

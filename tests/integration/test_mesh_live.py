@@ -16,8 +16,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from swarm.core import Swarm
-from swarm.spec import spec_from_dict
+from swarm.runtime.swarm import Swarm
+from swarm.spec.model import spec_from_dict
 
 from conftest import REPO, require
 
@@ -177,9 +177,10 @@ def test_netns_mesh_cut_forces_two_hops_heal_restores_one(need_netns, need_batma
 def test_sweep_records_mesh_convergence_after_each_fault(need_netns, need_batmand, need_iperf3, need_nft, tmp_path):
     import pandas as pd
 
-    from swarm.experiment import experiment_from_dict
-    from swarm.report import write_report
-    from swarm.sweep import ResultsStore, host_facts, run_sweep
+    from experiments.traffic.model import experiment_from_dict
+    from analysis.traffic import write_report
+    from experiments.store import ResultsStore, host_facts
+    from experiments.traffic.run import run_sweep
 
     exp = experiment_from_dict({
         "name": "mh-tl", "sizes": [4], "protocols": ["udp"], "rates": ["1M"], "duration": "8s", "settle": 0,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm.mux import flow_result
+from experiments.traffic.mux import flow_result
 
 ENGINE = Path(__file__).resolve().parents[2] / "flightsw" / "trafficd.py"
 A, B = "127.0.0.21", "127.0.0.22"

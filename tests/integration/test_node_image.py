@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from swarm import image
-from swarm.runner import Runner
+from swarm.runtime import image
+from swarm.runtime.runner import Runner
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

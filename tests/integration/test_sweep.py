@@ -7,8 +7,9 @@ import json
 import pandas as pd
 import pytest
 
-from swarm.experiment import experiment_from_dict
-from swarm.sweep import ResultsStore, host_facts, run_sweep
+from experiments.traffic.model import experiment_from_dict
+from experiments.store import ResultsStore, host_facts
+from experiments.traffic.run import run_sweep
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -53,7 +54,7 @@ def test_sweep_rows_report_and_resume(backend, engine, request, tmp_path, need_n
         assert json.loads((store.dir / "host.json").read_text())["traffic_engine"] == "mux"
     assert len(list((store.dir / "raw").rglob("*.json"))) == len(flows)
 
-    from swarm.report import write_report
+    from analysis.traffic import write_report
     paths = write_report(store.dir, flows, json.loads((store.dir / "host.json").read_text()), tests)
     html = paths["report_html"].read_text()
     assert "Table 3" in html and "Table 4" in html and "data:image/png;base64," in html

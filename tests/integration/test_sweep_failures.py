@@ -4,8 +4,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from swarm.experiment import experiment_from_dict
-from swarm.sweep import ResultsStore, host_facts, run_sweep
+from experiments.traffic.model import experiment_from_dict
+from experiments.store import ResultsStore, host_facts
+from experiments.traffic.run import run_sweep
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.docker]
 

@@ -1,4 +1,4 @@
-"""swarm.analysis on small synthetic flow tables with hand-computed expectations."""
+"""analysis.tables on small synthetic flow tables with hand-computed expectations."""
 from __future__ import annotations
 
 import math
@@ -6,8 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from swarm.analysis import (load_reference, offered_fraction, parse_rate, rate_label, summarize, table_largest_lossfree,
-                            table_tcp_bandwidth, table_udp_loss)
+from analysis.tables import load_reference, offered_fraction, summarize, table_largest_lossfree, table_tcp_bandwidth, table_udp_loss
+from swarm.units import parse_rate, rate_label
 from swarm.errors import SpecError
 
 NAN = float("nan")

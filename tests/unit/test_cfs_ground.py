@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm.cfs_ground import (CFE_EVS_LONG_EVENT_MID, TO_LAB_CMD_MID, TO_LAB_HK_TLM_MID, PacketError, command_packet,
+from swarm.cfs.ground import (CFE_EVS_LONG_EVENT_MID, TO_LAB_CMD_MID, TO_LAB_HK_TLM_MID, PacketError, command_packet,
                               enable_output_command, parse_event, parse_telemetry, to_lab_counters)
 
 RECORDED = json.loads((Path(__file__).parents[1] / "fixtures" / "cfs" / "packets.json").read_text())["packets"]

@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from swarm.cfs import (CfsRuntime, check_cfs, clamp_ulimits, cfs_image_tag, ci_lab_port, core_command, node_ids)
-from swarm.compose import render_compose
+from swarm.cfs.node import (CfsRuntime, check_cfs, clamp_ulimits, cfs_image_tag, ci_lab_port, core_command, node_ids)
+from compose.render import render_compose
 from swarm.errors import SpecError
-from swarm.spec import plan_nodes, spec_from_dict
+from swarm.spec.model import plan_nodes, spec_from_dict
 
 
 def fake_install(root):

@@ -1,8 +1,8 @@
 """Compose rendering: golden file, labels, least privilege."""
 import yaml
 
-from swarm.compose import compose_yaml, render_compose
-from swarm.spec import spec_from_dict
+from compose.render import compose_yaml, render_compose
+from swarm.spec.model import spec_from_dict
 
 from conftest import golden
 

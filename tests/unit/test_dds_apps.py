@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from swarm.app_run import agreement_per_cycle, experiment_from_dict
-from swarm.apps import check_runnable
-from swarm.cli import main
+from experiments.app.parse import agreement_per_cycle
+from experiments.app.run import experiment_from_dict
+from swarm.spec.apps import check_runnable
+from swarm.cli.main import main
 from swarm.errors import SpecError
-from swarm.spec import spec_from_dict
+from swarm.spec.model import spec_from_dict
 
 BASE = {"name": "dd-apps", "nodes": 3, "networks": {"isl": {"subnet": "10.158.0.0/24"}, "ground": {"subnet": "10.159.0.0/24"}}}
 
@@ -95,7 +96,7 @@ def test_agreement_per_cycle():
 
 
 def test_multicast_is_decided_by_the_backend_unless_given():
-    from swarm.apps import with_backend_defaults
+    from swarm.spec.apps import with_backend_defaults
 
     spec = spec_from_dict({**BASE, "apps": ["swarm-app"]})
     assert with_backend_defaults(spec, "netns").resolved_nodes()[0].env["SWARM_APP_MULTICAST"] == "1"

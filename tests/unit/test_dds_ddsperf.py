@@ -6,10 +6,10 @@ import math
 import pytest
 
 from conftest import REPO
-from swarm.ddsperf import (ddsperf_argv, experiment_from_dict, parse_ping, parse_sample_size, parse_sub,
-                           participant_name, plan_tests, rate_hz)
+from experiments.ddsperf.sweep import ddsperf_argv, experiment_from_dict, parse_ping, parse_sample_size, parse_sub, participant_name, plan_tests
+from swarm.units import rate_hz
 from swarm.errors import SpecError
-from swarm.spec import plan_nodes
+from swarm.spec.model import plan_nodes
 
 DATA = REPO / "tests" / "data" / "ddsperf"
 
@@ -110,7 +110,7 @@ def test_receivers_are_stopped_by_the_pid_they_wrote(tmp_path):
     import subprocess
     import time
 
-    from swarm.ddsperf import remembering_pid, stop_remembered
+    from experiments.ddsperf.sweep import remembering_pid, stop_remembered
 
     pidfile = str(tmp_path / "r.pid")
     proc = subprocess.Popen(remembering_pid(pidfile, ["sleep", "30"]))

@@ -1,5 +1,5 @@
 """Neighbour-table planning for large swarms."""
-from swarm.host import neighbour_entries_needed, plan_neighbour_sysctls
+from swarm.runtime.host import neighbour_entries_needed, plan_neighbour_sysctls
 
 DEFAULTS = {1: 128, 2: 512, 3: 1024}
 

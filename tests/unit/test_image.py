@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from swarm import image
+from swarm.runtime import image
 from swarm.errors import RuntimeFailure
-from swarm.runner import RecordingRunner, Result
+from swarm.runtime.runner import RecordingRunner, Result
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,14 +12,15 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from swarm.engines import (NetemEngine, NftEngine, choose_engine, netem_args, plan_netem, plan_nft, plan_rate)
+from netem.engines import (NetemEngine, NftEngine, choose_engine, netem_args, plan_netem, plan_nft, plan_rate)
 from swarm.errors import SpecError
-from swarm.faults import FaultEvent, FaultTimeline, LinkState, check_partition, check_timeline
-from swarm.impair import (Impairment, LinksSpec, impairment, load_profiles, parse_link_rate, parse_percent,
-                          parse_time_ms, resolve_links, round_trip_ms)
-from swarm.probe import Capabilities
-from swarm.runner import RecordingRunner, Result
-from swarm.spec import spec_from_dict
+from netem.state import LinkState, check_partition
+from experiments.timeline import FaultEvent, FaultTimeline, check_timeline
+from netem.model import Impairment, LinksSpec, impairment, load_profiles, resolve_links, round_trip_ms
+from swarm.units import parse_link_rate, parse_percent, parse_time_ms
+from swarm.caps import Capabilities
+from swarm.runtime.runner import RecordingRunner, Result
+from swarm.spec.model import spec_from_dict
 
 from conftest import golden
 
@@ -155,7 +156,7 @@ def test_golden_netem_plan():
 
 
 def test_segmentation_only_for_lossy_egress():
-    from swarm.engines import needs_segmentation
+    from netem.engines import needs_segmentation
 
     assert needs_segmentation({"a": impairment(loss="1%")}) and needs_segmentation({"a": impairment(reorder="1%", delay="5ms")})
     assert not needs_segmentation({"a": impairment(rate="1M", delay="5ms")}) and not needs_segmentation({"a": impairment(up=False)})
@@ -238,7 +239,7 @@ def test_timeline_validation():
 
 
 def test_experiment_takes_links_and_faults():
-    from swarm.experiment import experiment_from_dict
+    from experiments.traffic.model import experiment_from_dict
 
     exp = experiment_from_dict({"name": "e", "sizes": [4], "protocols": ["udp"], "rates": ["1M"], "duration": "20s",
                                 "links": {"default": {"loss": "1%"}},
@@ -283,7 +284,7 @@ class InputRunner(RecordingRunner):
 
 
 def make_swarm(tmp_path, links_data=None, caps=CAPS):
-    from swarm.core import Swarm
+    from swarm.runtime.swarm import Swarm
 
     data = {"name": "t", "nodes": 3, "backend": "netns"}
     if links_data:

@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from swarm.engines import NetemEngine
+from netem.engines import NetemEngine
 from swarm.errors import SpecError
-from swarm.impair import impairment
-from swarm.mesh import (BATMAND_HOST_TABLE, MeshSpec, batmand_argv, choose_implementation, evaluate, healed_pairs,
-                        parse_batmand_originators, parse_route_table, plan_batman_adv, reachable, usable_neighbours)
-from swarm.probe import Capabilities
-from swarm.spec import spec_from_dict
+from netem.model import impairment
+from swarm.mesh.plan import BATMAND_HOST_TABLE, batmand_argv, evaluate, healed_pairs, parse_batmand_originators, parse_route_table, plan_batman_adv, reachable, usable_neighbours
+from swarm.mesh.spec import MeshSpec, choose_implementation
+from swarm.caps import Capabilities
+from swarm.spec.model import spec_from_dict
 
 from conftest import REPO, golden
 
@@ -100,8 +100,8 @@ def test_golden_batman_adv_plan():
 
 
 def test_netns_daemons_get_a_private_run(tmp_path):
-    from swarm.backends.netns import NetnsBackend
-    from swarm.runner import Runner
+    from swarm.runtime.backends.netns import NetnsBackend
+    from swarm.runtime.runner import Runner
 
     backend = NetnsBackend(Runner(), CAPS, tmp_path)
     prefix = backend.private_run_prefix("mh", "sat01")
@@ -146,7 +146,7 @@ def test_parse_batmand_originators():
 
 
 def test_enslaved_interfaces_from_recorded_ip_link():
-    from swarm.mesh import enslaved_interfaces
+    from swarm.mesh.plan import enslaved_interfaces
 
     assert enslaved_interfaces((FIX / "ip_link_show_master.txt").read_text()) == ["eth1"]
     assert enslaved_interfaces("") == []
@@ -210,7 +210,7 @@ def test_swarm_mesh_of_a_swarm_without_mesh_is_exit_2(tmp_path):
     import subprocess
     import sys
 
-    from swarm.core import write_state
+    from swarm.runtime.swarm import write_state
 
     spec_doc = {"name": "mh-nomesh", "nodes": 2, "backend": "netns"}
     write_state(tmp_path, "mh-nomesh", {"name": "mh-nomesh", "backend": "netns", "spec": spec_doc, "image": ""})
@@ -224,8 +224,9 @@ def test_swarm_mesh_of_a_swarm_without_mesh_is_exit_2(tmp_path):
 def test_wait_converged_times_the_first_converged_snapshot_and_its_resolution(monkeypatch):
     """Snapshots: unconverged, unconverged, converged: converged_ts is the end of the third, and the change
     happened after the second began (resolution)."""
-    from swarm import mesh as mesh_mod
-    from swarm.mesh import Mesh, MeshSnapshot
+    from swarm.mesh import runtime as mesh_mod
+    from swarm.mesh.plan import MeshSnapshot
+    from swarm.mesh.runtime import Mesh
 
     clock = iter([100.0 + 0.1 * i for i in range(100)])
     monkeypatch.setattr(mesh_mod.time, "time", lambda: next(clock))
@@ -242,7 +243,7 @@ def test_wait_converged_times_the_first_converged_snapshot_and_its_resolution(mo
 
 
 def test_batman_adv_convergence_is_not_measured_and_says_so():
-    from swarm.mesh import Mesh
+    from swarm.mesh.runtime import Mesh
 
     m = Mesh.__new__(Mesh)
     m.spec, m.implementation = MeshSpec(protocol="batman"), "batman-adv"

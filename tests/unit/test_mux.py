@@ -4,10 +4,10 @@ import math
 import pytest
 
 from swarm.errors import SpecError
-from swarm.experiment import experiment_from_dict, plan_flows, plan_tests
-from swarm.iperf3 import concurrent_window, start_skew, window_figures
-from swarm.mux import engine_plans, flow_result, size_bytes
-from swarm.spec import plan_nodes, spec_from_dict
+from experiments.traffic.model import experiment_from_dict, plan_flows, plan_tests
+from experiments.traffic.iperf3 import concurrent_window, start_skew, window_figures
+from experiments.traffic.mux import engine_plans, flow_result, size_bytes
+from swarm.spec.model import plan_nodes, spec_from_dict
 
 EXP = {"name": "m", "sizes": [3], "protocols": ["udp", "tcp"], "rates": ["1M"], "duration": 2, "engine": "mux",
        "swarm": {"networks": {"isl": {"subnet": "10.9.0.0/24"}, "ground": {"subnet": "10.8.0.0/24"}}}}

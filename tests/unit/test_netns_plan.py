@@ -2,12 +2,12 @@
 
 import pytest
 
-from swarm.backends import REGISTRY, default_backend_name, get_backend
-from swarm.backends.netns import host_link, plan_node, plan_switch
+from swarm.runtime.backends import REGISTRY, default_backend_name, get_backend
+from swarm.runtime.backends.netns import host_link, plan_node, plan_switch
 from swarm.errors import SpecError
-from swarm.probe import Capabilities
-from swarm.runner import RecordingRunner
-from swarm.spec import BACKENDS, plan_nodes, spec_from_dict
+from swarm.caps import Capabilities
+from swarm.runtime.runner import RecordingRunner
+from swarm.spec.model import BACKENDS, plan_nodes, spec_from_dict
 
 from conftest import golden
 
@@ -47,7 +47,7 @@ def test_compose_backend_refuses_without_docker(tmp_path):
 
 def test_compose_down_removes_only_labelled_ids(tmp_path):
     from dataclasses import replace
-    from swarm.runner import Result
+    from swarm.runtime.runner import Result
 
     removed: set[str] = set()  # a fake daemon: what was removed is no longer listed
 
@@ -73,8 +73,8 @@ def test_compose_down_removes_only_labelled_ids(tmp_path):
 
 def test_up_refuses_a_subnet_a_host_interface_uses(tmp_path):
     import json as _json
-    from swarm.core import Swarm
-    from swarm.runner import Result
+    from swarm.runtime.swarm import Swarm
+    from swarm.runtime.runner import Result
 
     addrs = [{"ifname": "br-1234", "addr_info": [{"family": "inet", "local": "10.78.0.1", "prefixlen": 16, "scope": "global"}]}]
     runner = RecordingRunner(answers=[(lambda a: a[:2] == ["ip", "-j"], lambda a: Result(a, 0, _json.dumps(addrs)))])

@@ -1,4 +1,4 @@
-"""swarm.report.write_report on small synthetic flow tables."""
+"""analysis.traffic.write_report on small synthetic flow tables."""
 from __future__ import annotations
 
 import re
@@ -6,7 +6,7 @@ import re
 import pandas as pd
 import pytest
 
-from swarm.report import per_test_table, per_test_warnings, write_report
+from analysis.traffic import per_test_table, per_test_warnings, write_report
 
 NAN = float("nan")
 HOST = {"cpus": 2, "kernel": "6.18", "iperf3": "3.12", "memory": {"total_gib": 24}}

@@ -1,8 +1,8 @@
 """The results store: resume clean-up of a crashed test's rows, and appending to older run folders."""
 import csv
 
-from swarm.experiment import experiment_from_dict
-from swarm.sweep import FLOW_COLUMNS, ResultsStore
+from experiments.traffic.model import experiment_from_dict
+from experiments.store import FLOW_COLUMNS, ResultsStore
 
 EXP = experiment_from_dict({"name": "st", "sizes": [2], "protocols": ["tcp"], "duration": 1})
 

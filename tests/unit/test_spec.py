@@ -2,7 +2,7 @@
 import pytest
 
 from swarm.errors import SpecError
-from swarm.spec import MAX_NODES, load_spec, node_address, node_mac, plan_nodes, spec_from_dict
+from swarm.spec.model import MAX_NODES, load_spec, node_address, node_mac, plan_nodes, spec_from_dict
 
 
 def err(data) -> str:

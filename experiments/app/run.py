@@ -1,0 +1,165 @@
+"""`swarm run`: the reference swarm app on a swarm, under a fault timeline, into a results store and a report.
+
+```yaml
+type: app                 # experiments/dds-faults.yaml
+name: dds-faults
+nodes: 4
+duration: 30s             # measured time, from t0 (after `warmup`)
+warmup: 5s                # after `up`, before t0: DDS discovery
+backend: netns
+app: {rate_hz: 10}        # swarm.spec.apps.AppSettings
+swarm: {networks: ...}    # any other swarm spec fields
+faults:                   # experiments.timeline, `at` seconds after t0
+  - {at: 10s, partition: [[sat01, sat02], [sat03, sat04]]}
+  - {at: 20s, heal: all}
+```
+Every node's app writes <node>.peers.csv and <node>.plans.csv as it runs: with the netns backend straight into
+the run folder's nodes/ (a crash loses nothing written), with compose into the container, copied out before
+the swarm is removed (also after Ctrl-C). The run folder then gets the tidy tables peers.csv (one row per
+directed pair and window), plans.csv (per node and cycle), agreement.csv (per cycle: the share of nodes
+holding the most common plan), faults.csv and run.json (t0), and report/ (tables, a time-series plot of
+delivery ratio and agreement with the faults marked).
+"""
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any, Callable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from experiments.app.parse import tidy_tables
+from experiments.store import ResultsStore, host_facts
+from experiments.timeline import FaultEvent, FaultTimeline, check_timeline
+from swarm.mesh.plan import mesh_row
+from swarm.mesh.runtime import MeshWatcher
+from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
+from swarm.spec.apps import AppSettings
+from swarm.spec.model import SwarmSpec, _check_name, swarm_from_template, validate_document
+from swarm.units import parse_duration
+
+NODE_FILES = ("peers", "plans")
+
+
+class AppExperiment(BaseModel):
+    """An app run under a fault timeline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["app"] = "app"
+    name: str
+    nodes: int = Field(4, ge=2, le=1000)
+    duration: float = 30.0
+    warmup: float = 5.0
+    apps: list[str] = Field(default_factory=lambda: ["swarm-app"])
+    app: AppSettings = AppSettings()
+    backend: Optional[Literal["compose", "netns"]] = None
+    swarm: dict[str, Any] = Field(default_factory=dict)
+    faults: list[FaultEvent] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name("experiment", v)
+
+    @field_validator("duration", "warmup", mode="before")
+    @classmethod
+    def _seconds(cls, v: Any, info) -> float:
+        return parse_duration(v, info.field_name)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "AppExperiment":
+        if "swarm-app" not in self.apps:
+            raise ValueError("apps: `swarm run` measures the reference app; list swarm-app")
+        for key in ("name", "nodes", "node_list", "groups", "apps", "app"):
+            if key in self.swarm:
+                raise ValueError(f"swarm.{key}: set by the experiment (top-level `{key}`)" if key in ("nodes", "apps", "app")
+                                 else f"swarm.{key}: set by the experiment")
+        spec = self.swarm_spec()
+        check_timeline(self.faults, [n.name for n in spec.resolved_nodes()], self.duration)
+        return self
+
+    def swarm_spec(self, app_out: str | None = None) -> SwarmSpec:
+        """The swarm the app runs on; `app_out` (netns) is where the nodes write their records."""
+        fields = {"apps": self.apps, "app": self.app.model_dump()}
+        if app_out:
+            defaults = dict(self.swarm.get("defaults", {}))
+            defaults["env"] = {**defaults.get("env", {}), "SWARM_APP_OUT": app_out}
+            fields["defaults"] = defaults
+        return swarm_from_template(self.swarm, self.name, self.name, self.nodes, self.backend, **fields)
+
+
+def experiment_from_dict(data: Any, source: str = "") -> AppExperiment:
+    return validate_document(AppExperiment, data, source, "experiment")
+
+
+# ------------------------------------------------------------------------------------------------ run
+def run_app_experiment(exp: AppExperiment, results_root: Path | None = None, *, store: ResultsStore | None = None,
+                       backend: str | None = None, message: Callable[[str], None] = lambda m: None,
+                       progress: Callable[[float, float, str], None] = lambda d, t, w: None) -> Path:
+    """Bring the swarm up with the app, run the fault timeline for `duration`, collect, tear down; the run
+    folder (`store`'s, or a new one under `results_root` once the backend answered)."""
+    probe = Swarm(exp.swarm_spec(), backend=backend or exp.backend)
+    if store is None:
+        probe.backend.check_available()
+        store = ResultsStore.create(Path(results_root), exp, host_facts())
+    nodes_dir = store.dir / "nodes"
+    nodes_dir.mkdir()
+    direct = probe.backend.name == "netns"
+    swarm = Swarm(exp.swarm_spec(str(nodes_dir.resolve()) if direct else None), backend=probe.backend.name,
+                  message=message)
+    previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+    timeline = None
+    try:
+        message(f"run folder: {store.dir}")
+        swarm.up(ready_timeout=60 + 2 * exp.nodes)  # every node starts a DDS participant: slow on a small host
+        try:
+            (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
+            if swarm.mesh_result is not None:  # a swarm with a mesh: its convergence after up, then per fault
+                store.append_mesh(mesh_row(store.run_id, "app", exp.nodes, swarm.mesh.implementation, "up", "",
+                                           swarm.mesh_result))
+            end_warmup = time.time() + exp.warmup
+            while (left := end_warmup - time.time()) > 0:
+                progress(exp.warmup - left, exp.warmup, "warm-up (DDS discovery)")
+                time.sleep(min(0.5, left))
+            t0 = time.time()
+            (store.dir / "run.json").write_text(json.dumps({"t0": t0, "duration": exp.duration,
+                                                            "backend": swarm.backend.name}))
+            timeline = FaultTimeline(swarm.links, list(exp.faults), "app", store.run_id, message)
+            if swarm.spec.mesh.enabled:
+                timeline.watcher = MeshWatcher(swarm.mesh, store.append_mesh, store.run_id, "app", exp.nodes)
+            timeline.start(t0)
+            while (elapsed := time.time() - t0) < exp.duration:
+                done = len(timeline.rows)
+                progress(elapsed, exp.duration, f"running, {done}/{len(exp.faults)} faults applied")
+                time.sleep(min(0.5, exp.duration - elapsed))
+            progress(exp.duration, exp.duration, "collecting")
+            store.append_faults(timeline.finish(restore=False))
+            if timeline.watcher:
+                timeline.watcher.finish()
+            timeline = None
+        finally:
+            if timeline is not None:
+                timeline.stop()
+                store.append_faults(timeline.finish(restore=False, timeout=5))
+            if not direct:
+                collect_from_nodes(swarm, nodes_dir)
+            swarm.down()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    tidy_tables(store.dir)
+    return store.dir
+
+
+def collect_from_nodes(swarm, nodes_dir: Path) -> None:
+    """Copy every node's record files out of its container (the app writes them into /run/swarm)."""
+    for node in swarm.nodes:
+        for kind in NODE_FILES:
+            res = swarm.backend.exec(swarm.name, node.name, ["cat", f"/run/swarm/{node.name}.{kind}.csv"], check=False,
+                                     timeout=60)
+            if res.ok:
+                (nodes_dir / f"{node.name}.{kind}.csv").write_text(res.stdout)
+
+

@@ -1,0 +1,17 @@
+"""The `ddsperf` experiment type: DDS throughput and latency by sample size, rate and swarm size."""
+from __future__ import annotations
+
+from analysis.ddsperf import write_ddsperf_report
+from experiments.ddsperf.sweep import experiment_from_dict, run_ddsperf_sweep
+from experiments.registry import ExperimentType
+
+
+def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d, t, w: None, abort_on_error=False):
+    run_ddsperf_sweep(exp, store, backend=backend, message=message, progress=progress)
+    return store.dir
+
+
+TYPE = ExperimentType(
+    name="ddsperf", summary="Cyclone DDS ddsperf throughput/latency sweep", command="sweep",
+    from_dict=experiment_from_dict, first_swarm=lambda exp: exp.swarm_spec(min(exp.sizes)), run=_run,
+    report=write_ddsperf_report)

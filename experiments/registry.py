@@ -1,0 +1,71 @@
+"""The experiment-type registry: every kind of experiment the CLI can run, found by the `type:` of its
+file (default `traffic`) or of the experiment.yaml stored in its run folder.
+
+Each type is an `ExperimentType` defined in its own folder (experiments/<type>/entry.py): its model
+(`from_dict`), the swarm its first test needs (`first_swarm`, checked before a run folder is made), how
+it runs into a run folder (`run`), and its report (`report`, in analysis/). Adding a type is one new
+folder and one line in TYPES below.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from swarm.errors import SpecError
+from swarm.spec.model import SwarmSpec, read_yaml
+
+Message = Callable[[str], None]
+Progress = Callable[[float, float, str], None]
+
+
+@dataclass(frozen=True)
+class ExperimentType:
+    """One experiment type. `command` is the CLI command that runs it (`sweep` or `run`); `resumable`
+    says whether `sweep --resume` can finish an interrupted run; `unit` labels its progress counts."""
+
+    name: str
+    summary: str
+    command: str
+    from_dict: Callable[[Any, str], Any]
+    first_swarm: Callable[[Any], SwarmSpec]
+    run: Callable[..., Path]  # (exp, store, *, backend, message, progress, abort_on_error) -> run folder
+    report: Callable[[Path], dict[str, Path]]
+    resumable: bool = True
+    unit: str = ""
+
+
+from experiments.app.entry import TYPE as APP  # noqa: E402  (the types import ExperimentType from here)
+from experiments.ddsperf.entry import TYPE as DDSPERF  # noqa: E402
+from experiments.traffic.entry import TYPE as TRAFFIC  # noqa: E402
+
+TYPES: dict[str, ExperimentType] = {t.name: t for t in (TRAFFIC, DDSPERF, APP)}
+DEFAULT = TRAFFIC.name
+
+
+def get_type(name: Any, where: str = "experiment") -> ExperimentType:
+    """The registered type `name`; SpecError (one line) naming the known ones."""
+    if name not in TYPES:
+        known = ", ".join(f"{n} (the default)" if n == DEFAULT else n for n in TYPES)
+        raise SpecError(f"{where}: type {name!r}: unknown experiment type (known: {known})")
+    return TYPES[name]
+
+
+def type_of_document(data: Any, where: str) -> ExperimentType:
+    """The type a parsed experiment document declares (no `type:`: the traffic sweep)."""
+    return get_type(data.get("type", DEFAULT) if isinstance(data, dict) else DEFAULT, where)
+
+
+def load(path: str | Path) -> tuple[ExperimentType, Any]:
+    """Read an experiment file: its type and its validated model (one-line SpecErrors)."""
+    data = read_yaml(path, "experiment")
+    kind = type_of_document(data, str(path))
+    return kind, kind.from_dict(data, str(path))
+
+
+def type_of_run(run_dir: Path) -> ExperimentType:
+    """The type of the experiment stored in a run folder."""
+    path = Path(run_dir) / "experiment.yaml"
+    if not path.exists():
+        raise SpecError(f"{run_dir}: not a results folder (no experiment.yaml)")
+    return type_of_document(read_yaml(path, "experiment"), str(path))

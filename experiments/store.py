@@ -1,0 +1,202 @@
+"""The crash-safe results store of every experiment type: one folder per run with the experiment, the host's
+facts, raw tool output under raw/, and tidy CSV tables appended (and fsynced) as results arrive; plus the
+host sampler (CPU busy, memory used) that runs beside a test. Column names live here, so analysis/ can read
+result files without the runtime."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import sys
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+from experiments.timeline import FAULT_COLUMNS
+from swarm.mesh.plan import MESH_COLUMNS
+from swarm.errors import SpecError
+from swarm.runtime.probe import capabilities
+
+if TYPE_CHECKING:
+    from experiments.traffic.model import ExperimentSpec
+    from swarm.runtime.swarm import Swarm
+
+FLOW_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "src", "dst", "port", "start_ts",
+                "release_ts", "exit_ts", "ok", "error", "bits_per_second", "sent_bits_per_second", "lost_percent", "lost_packets", "packets", "jitter_ms",
+                "window_bits_per_second", "window_lost_percent", "skew_s", "window_s", "duration_s"]
+TEST_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "flows", "flows_ok", "duration_s",
+                "release_ts", "release_spread_s", "skew_s", "window_s", "window_fraction", "cpu_busy_pct", "cpu_busy_max_pct",
+                "mem_used_peak_mib", "setup_s", "wall_s"]
+
+# ------------------------------------------------------------------------------------------- the store
+class ResultsStore:
+    """One folder per run: experiment.yaml, host.json, raw/<test>/<src>__<dst>.json, flows.csv, tests.csv."""
+
+    def __init__(self, run_dir: Path):
+        self.dir = run_dir
+
+    @classmethod
+    def create(cls, root: Path, exp: ExperimentSpec, host_facts: dict) -> "ResultsStore":
+        run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{exp.name}"
+        store = cls(root / run_id)
+        store.dir.mkdir(parents=True, exist_ok=False)
+        (store.dir / "raw").mkdir()
+        (store.dir / "experiment.yaml").write_text(yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False))
+        (store.dir / "host.json").write_text(json.dumps(host_facts, indent=1))
+        return store
+
+    @property
+    def run_id(self) -> str:
+        return self.dir.name
+
+    def experiment_document(self) -> tuple[dict, str]:
+        """The run's experiment as stored (a dict) and its path; its type's model validates it."""
+        path = self.dir / "experiment.yaml"
+        if not path.exists():
+            raise SpecError(f"{self.dir}: not a results folder (no experiment.yaml)")
+        return yaml.safe_load(path.read_text()), str(path)
+
+    def completed_tests(self) -> set[str]:
+        path = self.dir / "tests.csv"
+        if not path.exists():
+            return set()
+        with path.open() as f:
+            return {row["test_id"] for row in csv.DictReader(f)}
+
+    def drop_incomplete_flows(self) -> None:
+        """Remove flow and fault rows of tests that never got their tests.csv row (a crash between the
+        two), so that running such a test again does not leave its rows twice."""
+        done = self.completed_tests()
+        for name in ("flows.csv", "faults.csv"):
+            path = self.dir / name
+            if not path.exists():
+                continue
+            with path.open() as f:
+                reader = csv.DictReader(f)
+                rows = [r for r in reader if r["test_id"] in done]
+                columns = reader.fieldnames or []
+            tmp = path.with_suffix(".tmp")
+            with tmp.open("w", newline="") as f:
+                writer = csv.DictWriter(f, columns)
+                writer.writeheader()
+                writer.writerows(rows)
+            tmp.replace(path)
+
+    def raw_path(self, test_id: str, flow_id: str) -> Path:
+        d = self.dir / "raw" / test_id
+        d.mkdir(parents=True, exist_ok=True)
+        return d / f"{flow_id}.json"
+
+    def _append(self, name: str, columns: list[str], rows: list[dict]) -> None:
+        path = self.dir / name
+        new = not path.exists()
+        if not new:  # a run folder written by an older version keeps its own columns
+            with path.open(newline="") as f:
+                columns = next(csv.reader(f), None) or columns
+        with path.open("a", newline="") as f:
+            writer = csv.DictWriter(f, columns, extrasaction="ignore")
+            if new:
+                writer.writeheader()
+            writer.writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def append(self, name: str, columns: list[str], rows: list[dict]) -> None:
+        """Append rows to the CSV file `name` of the run (other sweep types' tables, e.g. swarm.ddsperf)."""
+        self._append(name, columns, rows)
+
+    def append_flows(self, rows: list[dict]) -> None:
+        self._append("flows.csv", FLOW_COLUMNS, rows)
+
+    def append_test(self, row: dict) -> None:
+        self._append("tests.csv", TEST_COLUMNS, [row])
+
+    def append_mesh(self, rows: list[dict] | dict) -> None:
+        """Mesh convergence rows (swarm.mesh.plan.MESH_COLUMNS): after `up` and after each fault of a timeline."""
+        self._append("mesh.csv", MESH_COLUMNS, [rows] if isinstance(rows, dict) else rows)
+
+    def append_faults(self, rows: list[dict]) -> None:
+        """One row per timeline fault of a test: planned and actual application time (experiments.timeline)."""
+        self._append("faults.csv", FAULT_COLUMNS, rows)
+
+
+def host_facts(swarm: Swarm | None = None) -> dict:
+    """CPU, kernel, tools and backend of this host, stored with every run."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kib = _meminfo().get("MemTotal", 0)
+    caps = capabilities()
+    facts = {"hostname": platform.node(), "cpu_count": os.cpu_count(), "cpu_model": model,
+             "memory_gib": round(mem_kib / 2**20, 1), "kernel": platform.release(), "python": sys.version.split()[0],
+             "iperf3": caps.iperf3_version, "docker": caps.docker_version, "compose": caps.compose_version,
+             "sch_netem": caps.sch_netem, "batman_adv": caps.batman_adv}
+    if swarm is not None:
+        facts["backend"] = swarm.backend.name
+        facts["impairment_engine"] = swarm.links.engine.name
+        facts["image"] = swarm.image
+        facts["mesh"] = swarm.mesh.describe()
+    return facts
+
+
+# ------------------------------------------------------------------------------------ host sampling
+def _meminfo() -> dict[str, int]:
+    out = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        out[key] = int(rest.split()[0])
+    return out
+
+
+def _cpu_times() -> tuple[int, int]:
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+@dataclass
+class HostSampler:
+    """Samples host CPU busy % and used memory every `period` s in a thread while a test runs."""
+
+    period: float = 0.5
+    busy: list[float] = field(default_factory=list)
+    used_mib: list[float] = field(default_factory=list)
+
+    def __post_init__(self):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        last = _cpu_times()
+        while not self._stop.wait(self.period):
+            now = _cpu_times()
+            dbusy, dtotal = now[0] - last[0], now[1] - last[1]
+            last = now
+            if dtotal:
+                self.busy.append(100.0 * dbusy / dtotal)
+            mem = _meminfo()
+            self.used_mib.append((mem["MemTotal"] - mem["MemAvailable"]) / 1024)
+
+    def __enter__(self) -> "HostSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict:
+        mean = sum(self.busy) / len(self.busy) if self.busy else math.nan
+        return {"cpu_busy_pct": round(mean, 1), "cpu_busy_max_pct": round(max(self.busy, default=math.nan), 1),
+                "mem_used_peak_mib": round(max(self.used_mib, default=math.nan), 1)}

@@ -1,0 +1,191 @@
+"""The fault timeline of an experiment: events (cut, heal, partition, node actions, impairments) at
+times relative to the traffic's start, checked against the swarm, run in a thread through the link
+controller, and recorded (planned vs applied time) in faults.csv rows."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+from netem.model import LinkOverride
+from netem.state import check_partition, span
+from swarm.errors import SpecError
+from swarm.mesh.plan import healed_pairs
+from swarm.runtime.links import LinkController
+from swarm.units import parse_duration
+
+
+def _parse_at(v: Any) -> float:
+    if v in (0, "0", "0s", "0ms"):
+        return 0.0
+    return parse_duration(v, "at")
+
+
+class FaultEvent(BaseModel):
+    """One timeline entry: at `at` seconds after the traffic starts, exactly one of
+    cut: [a, b] | heal: all or [a, b] | partition: [[a, b], [c, d]] | node: n + action | impair: {between|node, values}."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: float
+    cut: Optional[list[str]] = None
+    heal: Optional[Union[Literal["all"], list[str]]] = None
+    partition: Optional[list[list[str]]] = None
+    node: Optional[str] = None
+    action: Optional[Literal["stop", "kill", "pause", "unpause", "restart"]] = None
+    impair: Optional[LinkOverride] = None
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _at(cls, v: Any) -> float:
+        return _parse_at(v)
+
+    @model_validator(mode="after")
+    def _one(self) -> "FaultEvent":
+        kinds = [k for k in ("cut", "heal", "partition", "node", "impair") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(f"give exactly one of cut, heal, partition, node (+ action), impair (got {', '.join(kinds) or 'none'})")
+        if (self.node is None) != (self.action is None):
+            raise ValueError("node and action go together, e.g. {node: sat02, action: restart}")
+        for key in ("cut", "heal"):
+            pair = getattr(self, key)
+            if isinstance(pair, list) and (len(pair) != 2 or pair[0] == pair[1]):
+                raise ValueError(f"{key} {pair!r}: expected two different nodes [a, b]")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "node" if self.node is not None else next(k for k in ("cut", "heal", "partition", "impair") if getattr(self, k) is not None)
+
+    @property
+    def args(self) -> str:
+        if self.node is not None:
+            return f"{self.node} {self.action}"
+        if self.cut is not None:
+            return " ".join(self.cut)
+        if self.heal is not None:
+            return "all" if self.heal == "all" else " ".join(self.heal)
+        if self.partition is not None:
+            return " | ".join(",".join(g) for g in self.partition)
+        ov = self.impair
+        target = f"between {' '.join(ov.between)} ({ov.direction})" if ov.between else f"node {ov.node} ({ov.direction})"
+        return f"{target}: {ov.impairment().describe()}"
+
+    def nodes(self) -> list[str]:
+        if self.node is not None:
+            return [self.node]
+        if self.cut is not None:
+            return list(self.cut)
+        if isinstance(self.heal, list):
+            return list(self.heal)
+        if self.partition is not None:
+            return [n for g in self.partition for n in g]
+        return self.impair.named_nodes() if self.impair else []
+
+
+def check_timeline(events: list[FaultEvent], nodes: list[str], duration: float, where: str = "faults",
+                   note: str = "") -> None:
+    """SpecError (one line) for a fault after the end, an unknown node, a bad partition. `note` is added to
+    messages about nodes (e.g. ' at size 2' in a sweep)."""
+    known = set(nodes)
+    for i, ev in enumerate(events):
+        here = f"{where}[{i}]"
+        if ev.at >= duration:
+            raise SpecError(f"{here}.at {ev.at:g}s: at or after the experiment's end (duration {duration:g} s)")
+        if ev.partition is not None:
+            check_partition(ev.partition, nodes, f"{here}.partition{note}")
+        for name in ev.nodes():
+            if name not in known:
+                raise SpecError(f"{here}.{ev.kind}: node {name!r}: no such node{note} (nodes: {span(nodes)})")
+        if ev.impair is not None:
+            ev.impair.impairment()
+
+
+def apply_event(ctl: LinkController, ev: FaultEvent) -> None:
+    """Apply one timeline entry now."""
+    if ev.cut is not None:
+        ctl.cut(*ev.cut)
+    elif ev.heal is not None:
+        ctl.heal(*(ev.heal if isinstance(ev.heal, list) else []))
+    elif ev.partition is not None:
+        ctl.partition(ev.partition)
+    elif ev.node is not None:
+        ctl.node_action(ev.node, ev.action)
+    else:
+        ov = ev.impair
+        ctl.impair(ov.impairment(), between=ov.between, node=ov.node, direction=ov.direction)
+
+
+FAULT_COLUMNS = ["run_id", "test_id", "index", "at_s", "planned_ts", "applied_ts", "offset_s", "took_s", "kind",
+                 "args", "ok", "error"]
+
+
+class FaultTimeline:
+    """Runs a list of FaultEvents in a thread, each at t0 + at, and records when each really took effect.
+
+    `applied_ts` is the epoch time the change was complete (the call that applied it returned);
+    `offset_s` = applied_ts - t0, to be compared with `at_s`."""
+
+    def __init__(self, ctl: LinkController, events: list[FaultEvent], test_id: str = "", run_id: str = "",
+                 message: Callable[[str], None] = lambda m: None):
+        self.ctl = ctl
+        self.events = sorted(enumerate(events), key=lambda item: item[1].at)
+        self.test_id, self.run_id = test_id, run_id
+        self.message = message
+        self.rows: list[dict] = []
+        self.t0: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.watcher = None  # a swarm.mesh.MeshWatcher: convergence after each fault, when the swarm has a mesh
+
+    def start(self, t0: float) -> None:
+        """Start the timeline relative to epoch `t0` (e.g. the traffic's release instant)."""
+        self.t0 = t0
+        self._thread = threading.Thread(target=self._run, name="fault-timeline", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        for index, ev in self.events:
+            planned = self.t0 + ev.at
+            if self._stop.wait(max(0.0, planned - time.time())):
+                break
+            began = time.time()
+            error = ""
+            cuts_before = self.ctl.load().cuts if self.watcher else set()
+            try:
+                apply_event(self.ctl, ev)
+            except Exception as exc:  # recorded in the results, the test goes on
+                error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self.message(f"fault {ev.kind} {ev.args} at {ev.at:g}s failed: {error}")
+            done = time.time()
+            self.rows.append(self._row(index, ev, planned, done, done - began, not error, error))
+            if self.watcher and not error:
+                self.watcher.event(ev.kind, ev.args, done, healed_pairs(cuts_before, self.ctl.load().cuts))
+
+    def _row(self, index, ev, planned, applied, took, ok, error) -> dict:
+        return {"run_id": self.run_id, "test_id": self.test_id, "index": index, "at_s": ev.at,
+                "planned_ts": round(planned, 6) if planned else "", "applied_ts": round(applied, 6) if applied else "",
+                "offset_s": round(applied - self.t0, 6) if applied and self.t0 else "",
+                "took_s": round(took, 6) if took is not None else "", "kind": ev.kind, "args": ev.args,
+                "ok": ok, "error": error}
+
+    def finish(self, restore: bool = True, timeout: float | None = None) -> list[dict]:
+        """Wait for the timeline to end (or stop it), put the swarm back to its spec's conditions; rows by index."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                self._stop.set()
+                self._thread.join()
+        done = {r["index"] for r in self.rows}
+        reason = "the test's traffic never started" if self.t0 is None else "not reached: the test ended first"
+        for index, ev in self.events:
+            if index not in done:
+                self.rows.append(self._row(index, ev, (self.t0 or 0) + ev.at if self.t0 else None, None, None, False, reason))
+        if restore:
+            self.ctl.restore()
+        return sorted(self.rows, key=lambda r: r["index"])
+
+    def stop(self) -> None:
+        self._stop.set()

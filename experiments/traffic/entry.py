@@ -1,0 +1,18 @@
+"""The `traffic` experiment type: the full-mesh bandwidth/loss sweep (iperf3 or mux engine)."""
+from __future__ import annotations
+
+from analysis.traffic import write_sweep_report
+from experiments.registry import ExperimentType
+from experiments.traffic.model import experiment_from_dict
+from experiments.traffic.run import run_sweep
+
+
+def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d, t, w: None, abort_on_error=False):
+    run_sweep(exp, store, backend=backend, abort_on_error=abort_on_error, message=message, progress=progress)
+    return store.dir
+
+
+TYPE = ExperimentType(
+    name="traffic", summary="bandwidth and loss sweep over swarm sizes, protocols and rates", command="sweep",
+    from_dict=experiment_from_dict, first_swarm=lambda exp: exp.swarm_spec(min(exp.sizes)), run=_run,
+    report=write_sweep_report)

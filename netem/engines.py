@@ -1,0 +1,328 @@
+"""Impairment engines (pure planners): conditions per directed link -> the tc commands and nft script one
+node runs for its ISL interface.
+
+Each directed link a->b is impaired once, so each direction is set on its own and a link's delay is
+applied exactly once: queueing (delay, rate, netem's loss) on a's ISL egress, selected by b's MAC address
+as the frame's link-layer destination; nftables drops (the fallback engine's loss and every engine's cuts)
+on b's ISL ingress, selected by a's MAC as the frame's link-layer source. Links are selected by MAC, not by
+IP address, because with a mesh (swarm.mesh) a packet from a to c may be forwarded by b: it crosses the
+links a->b and b->c, which only the frame's addresses say (its IP addresses stay a and c), and a cut must
+also stop the mesh's broadcast hello packets (batmand's OGMs), which no IP destination selects. Drops are
+made at the receiver because a packet dropped by netfilter on the sender's own output path is reported to
+the sending socket (EPERM: iperf3 UDP aborts, TCP backs off locally), whereas a link loses packets
+silently; it also keeps a link's rate ahead of its loss, as on a real channel.
+
+Engines, in an explicit registry (a userspace delay engine for hosts without sch_netem will register here):
+- `netem` (kernel NetEm, the normal path where `sch_netem` exists): root HTB qdisc `5eed:` whose default
+  sends unclassified traffic (broadcasts included) straight out; one HTB class per impaired destination (its
+  rate, or unshaped), selected by a u32 filter on the destination MAC, with a netem leaf for delay, jitter,
+  loss, corruption, duplication and reordering; a link that is down gets `loss 100%` and, where nftables
+  exists, the receiver's ingress drop as well (which also stops broadcasts).
+- `nft` (the fallback where `sch_netem` is missing, as on our VMs): an nftables table `netdev swarm_emu` in
+  the receiving node drops frames per source MAC (`numgen random` for random loss; every frame for a link
+  that is down) in the ISL device's ingress hook, and the sender's HTB classes (no netem leaf) limit the rate.
+A parameter the active engine cannot apply is a SpecError naming the parameter and the missing kernel
+feature, raised before anything is applied; never a silent no-op.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+from swarm.errors import SpecError
+from netem.model import DirectedLinks, Impairment, PARAMS
+from swarm.units import format_rate, format_time
+from swarm.caps import Capabilities
+
+TC_MAJOR = "5eed"  # handle of the framework's root qdisc: teardown removes a root qdisc only with this handle
+NFT_FAMILY, NFT_TABLE = "netdev", "swarm_emu"
+NFT_PRIORITY = -500  # ingress hook priority: before anything else that may run there
+UNSHAPED = "100gbit"  # HTB class rate for a destination that has conditions but no rate of its own
+LOSS_SCALE = 1_000_000  # nft random loss resolution: 1e-4 %
+ASSUMED_BPS = 10**9  # rate assumed for sizing a netem queue when the link has no rate of its own
+
+
+@dataclass(frozen=True)
+class NodeCommands:
+    """What one node runs: tc argv lists that build its tree (empty: no qdisc of ours), an nft script that
+    replaces its table (None: no table of ours), and whether its ISL interface must hand packets to the
+    stack one segment at a time (`segment`, see `needs_segmentation`)."""
+
+    tc: list[list[str]]
+    nft: str | None
+    segment: bool = False
+
+
+def needs_segmentation(egress: dict[str, Impairment]) -> bool:
+    """True when a link this node sends on loses, corrupts, duplicates or reorders packets.
+
+    Between namespaces and containers a TCP sender's segmentation offload (GSO/TSO) hands a veth up to 64 KB
+    "super-packets" that stay whole all the way to the receiver, so a random drop would take ~40 segments
+    at once: "1 % loss" would cost TCP about as much as 0.03 % real loss (measured here: 5.6 Gbit/s instead
+    of ~0.1 Gbit/s). The executor then sets the sender's ISL interface to `gso_max_segs 1` (packets of one
+    segment, as a NIC puts them on the wire), and restores the previous value when no longer needed.
+    """
+    for imp in egress.values():
+        eff = imp.effective()
+        if not eff.down and any(getattr(eff, p) is not None for p in ("loss", "corrupt", "duplicate", "reorder")):
+            return True
+    return False
+
+
+# ------------------------------------------------------------------------------------------ formatting
+def tc_time(ms: float) -> str:
+    return f"{int(ms)}ms" if float(ms).is_integer() else f"{round(ms * 1000)}us"
+
+
+def tc_rate(bps: int) -> str:
+    for mult, unit in ((10**9, "gbit"), (10**6, "mbit"), (10**3, "kbit")):
+        if bps % mult == 0:
+            return f"{bps // mult}{unit}"
+    return f"{bps}bit"
+
+
+def tc_pct(pct: float) -> str:
+    return f"{pct:g}%"
+
+
+def _sorted_dsts(per_dst: dict[str, Impairment]) -> list[str]:
+    """Link-layer addresses in order (the framework's MACs end in the IPv4 address: address order)."""
+    return sorted(per_dst, key=lambda mac: mac.lower())
+
+
+def _quantum(bps: int | None) -> str:
+    rate_bytes = (bps or 12_500_000_000 * 8) // 8
+    return str(max(1514, min(200_000, rate_bytes // 10)))
+
+
+def netem_limit(imp: Impairment) -> int:
+    """Queue length (packets) a netem leaf needs to hold one delay's worth of traffic at the link's rate."""
+    delay_s = ((imp.delay or 0) + (imp.jitter or 0)) / 1000
+    in_flight = (imp.rate or ASSUMED_BPS) * delay_s / (8 * 1500)
+    return int(min(1_000_000, max(1000, math.ceil(1.5 * in_flight))))
+
+
+def netem_args(imp: Impairment) -> list[str]:
+    """The netem options for one link's effective conditions (empty: nothing for netem to do)."""
+    eff = imp.effective()
+    if eff.down:
+        return ["loss", "100%"]
+    args: list[str] = []
+    if eff.delay is not None:
+        args += ["delay", tc_time(eff.delay)]
+        if eff.jitter is not None:
+            args.append(tc_time(eff.jitter))
+            if eff.jitter_distribution:
+                args += ["distribution", eff.jitter_distribution]
+    if eff.loss is not None:
+        args += ["loss", "random", tc_pct(eff.loss)]
+        if eff.loss_correlation is not None:
+            args.append(tc_pct(eff.loss_correlation))
+    if eff.corrupt is not None:
+        args += ["corrupt", tc_pct(eff.corrupt)]
+    if eff.duplicate is not None:
+        args += ["duplicate", tc_pct(eff.duplicate)]
+    if eff.reorder is not None:
+        args += ["reorder", tc_pct(eff.reorder)]
+    return ["limit", str(netem_limit(eff))] + args if args else []
+
+
+def plan_htb(iface: str, per_dst: dict[str, Impairment], leaf: bool) -> list[list[str]]:
+    """Root HTB + one class and u32 filter per destination MAC in `per_dst` (+ a netem leaf when `leaf`).
+
+    u32 `match ether dst` (offset -14 from the network header, where the frame's header sits on egress) is
+    used because the flower classifier is missing from some kernels (ours)."""
+    if not per_dst:
+        return []
+    dev = ["dev", iface]
+    cmds = [["tc", "qdisc", "add", *dev, "root", "handle", f"{TC_MAJOR}:", "htb", "default", "0"]]
+    for i, ip in enumerate(_sorted_dsts(per_dst), start=1):
+        eff = per_dst[ip].effective()
+        classid = f"{TC_MAJOR}:{i:x}"
+        rate = tc_rate(eff.rate) if eff.rate and not eff.down else UNSHAPED
+        cmds.append(["tc", "class", "add", *dev, "parent", f"{TC_MAJOR}:", "classid", classid, "htb", "rate", rate,
+                     "ceil", rate, "quantum", _quantum(eff.rate if not eff.down else None)])
+        if leaf and (args := netem_args(eff)):
+            cmds.append(["tc", "qdisc", "add", *dev, "parent", classid, "handle", f"{i:x}:", "netem", *args])
+        cmds.append(["tc", "filter", "add", *dev, "parent", f"{TC_MAJOR}:", "protocol", "all", "prio", "1", "u32",
+                     "match", "ether", "dst", ip, "flowid", classid])
+    return cmds
+
+
+def plan_netem(iface: str, per_dst: dict[str, Impairment]) -> list[list[str]]:
+    """Kernel NetEm: classful HTB root, a class + u32 filter per impaired destination, netem leaves."""
+    return plan_htb(iface, {ip: imp for ip, imp in per_dst.items() if not imp.empty}, leaf=True)
+
+
+def plan_rate(iface: str, per_dst: dict[str, Impairment]) -> list[list[str]]:
+    """HTB rate limits only (the nft engine's shaping): a class + filter per destination with a rate."""
+    shaped = {ip: imp for ip, imp in per_dst.items() if imp.effective().rate and not imp.down}
+    return plan_htb(iface, shaped, leaf=False)
+
+
+def plan_nft(iface: str, per_src: dict[str, Impairment], labels: dict[str, str] | None = None) -> str | None:
+    """nftables table `netdev swarm_emu` of a receiving node, dropping frames that arrive on its ISL interface
+    per source MAC (the link's sender): all of them (link down) or a random share (loss). The script replaces
+    the table atomically (one transaction). `labels` name each source's link for the rule comments. None:
+    nothing to drop."""
+    rules = []
+    for mac in _sorted_dsts(per_src):
+        eff = per_src[mac].effective()
+        label = (labels or {}).get(mac, mac)
+        match = f"ether saddr {mac}"
+        if eff.down:
+            rules.append(f'{match} counter drop comment "{label} down"')
+        elif eff.loss is not None:
+            threshold = round(eff.loss / 100 * LOSS_SCALE)
+            if threshold >= LOSS_SCALE:
+                rules.append(f'{match} counter drop comment "{label} loss 100%"')
+            elif threshold > 0:
+                rules.append(f"{match} numgen random mod {LOSS_SCALE} < {threshold} counter drop "
+                             f'comment "{label} loss {eff.loss:g}%"')
+    if not rules:
+        return None
+    body = "".join(f"\t\t{r}\n" for r in rules)
+    return (f"table {NFT_FAMILY} {NFT_TABLE}\n"
+            f"delete table {NFT_FAMILY} {NFT_TABLE}\n"
+            f"table {NFT_FAMILY} {NFT_TABLE} {{\n"
+            f"\tchain links_in {{\n"
+            f"\t\ttype filter hook ingress device \"{iface}\" priority {NFT_PRIORITY}; policy accept;\n"
+            f"{body}"
+            f"\t}}\n"
+            f"}}\n")
+
+
+def nft_clear_script() -> str:
+    """Removes the framework's table if it exists (and only it)."""
+    return f"table {NFT_FAMILY} {NFT_TABLE}\ndelete table {NFT_FAMILY} {NFT_TABLE}\n"
+
+
+# --------------------------------------------------------------------------------------------- engines
+FEATURE_HELP = {
+    "sch_netem": "NetEm (sch_netem)",
+    "nftables": "nftables",
+    "sch_htb": "the HTB qdisc (sch_htb)",
+}
+
+
+class Engine:
+    """An impairment engine: which parameters it applies on this host, and its per-node plan."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+
+    def __init__(self, caps: Capabilities):
+        self.caps = caps
+
+    def needs(self) -> dict[str, str]:
+        """parameter -> the kernel feature it needs that this host lacks (only unsupported ones)."""
+        raise NotImplementedError
+
+    def available(self) -> bool:
+        raise NotImplementedError
+
+    def supported(self) -> list[str]:
+        return [p for p in PARAMS if p not in self.needs()]
+
+    def check(self, links: DirectedLinks, where: str = "links") -> None:
+        """Raise SpecError for the first link with a parameter this engine cannot apply here."""
+        missing = self.needs()
+        for (src, dst), imp in sorted(links.items()):
+            for param, value in imp.effective().values().items():
+                if param in missing:
+                    shown = _show(param, value)
+                    feature = missing[param]
+                    can = ", ".join("link up/down" if p == "up" else p for p in self.supported()
+                                    if p not in ("jitter_distribution", "loss_correlation"))
+                    raise SpecError(
+                        f"{where}: link {src}->{dst}: {param} {shown}: impairment engine '{self.name}' cannot apply it "
+                        f"because this kernel lacks {FEATURE_HELP.get(feature, feature)}; possible here: {can or 'nothing'}")
+
+    def plan_node(self, iface: str, egress: dict[str, Impairment], ingress: dict[str, Impairment],
+                  labels: dict[str, str] | None = None) -> NodeCommands:
+        """One node's commands: `egress` maps each destination's MAC to the conditions of link node->dst,
+        `ingress` each source's MAC to those of link src->node; `labels` name the ingress links by source
+        MAC (for rule comments)."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        missing = sorted(set(self.needs().values()))
+        lacks = f"; this host lacks {', '.join(missing)}: {', '.join(p for p in self.needs())} unavailable" if missing else ""
+        return f"{self.name} ({self.summary}{lacks})"
+
+
+def _show(param: str, value) -> str:
+    if param in ("delay", "jitter"):
+        return format_time(value)
+    if param == "rate":
+        return format_rate(value)
+    if param == "up":
+        return "down" if value is False else "up"
+    if isinstance(value, float):
+        return f"{value:g}%"
+    return str(value)
+
+
+class NetemEngine(Engine):
+    name = "netem"
+    summary = "kernel NetEm leaves under an HTB root, one class per impaired destination"
+
+    def available(self) -> bool:
+        return self.caps.sch_netem
+
+    def needs(self) -> dict[str, str]:
+        missing = {} if self.caps.sch_netem else {p: "sch_netem" for p in PARAMS}
+        if not self.caps.htb:
+            missing.setdefault("rate", "sch_htb")
+        return missing
+
+    def plan_node(self, iface, egress, ingress, labels=None) -> NodeCommands:
+        # netem's `loss 100%` on a down link only sees unicast frames; the receiver's drop also stops broadcasts
+        down = {mac: imp for mac, imp in ingress.items() if imp.effective().down} if self.caps.nftables else {}
+        return NodeCommands(tc=plan_netem(iface, egress), nft=plan_nft(iface, down, labels),
+                            segment=needs_segmentation(egress))
+
+
+class NftEngine(Engine):
+    name = "nft"
+    summary = "nftables drops for loss and cuts, HTB classes for rate"
+    NEEDS_NETEM = ("delay", "jitter", "jitter_distribution", "loss_correlation", "corrupt", "duplicate", "reorder")
+
+    def available(self) -> bool:
+        return self.caps.nftables
+
+    def needs(self) -> dict[str, str]:
+        missing = {p: "sch_netem" for p in self.NEEDS_NETEM}
+        if not self.caps.nftables:
+            missing.update({"loss": "nftables", "up": "nftables"})
+        if not self.caps.htb:
+            missing["rate"] = "sch_htb"
+        return missing
+
+    def plan_node(self, iface, egress, ingress, labels=None) -> NodeCommands:
+        return NodeCommands(tc=plan_rate(iface, egress), nft=plan_nft(iface, ingress, labels),
+                            segment=needs_segmentation(egress))
+
+
+# The registry. A userspace engine (delay and jitter without sch_netem) adds itself here and to PREFERENCE.
+ENGINES: dict[str, type[Engine]] = {NetemEngine.name: NetemEngine, NftEngine.name: NftEngine}
+PREFERENCE = ("netem", "nft")
+
+
+def choose_engine(caps: Capabilities, pinned: str | None = None) -> Engine:
+    """The engine to use here: `pinned` if given (a SpecError if this host cannot run it), else the first
+    available in PREFERENCE (kernel NetEm where sch_netem exists, else nftables + HTB)."""
+    if pinned is not None:
+        if pinned not in ENGINES:
+            raise SpecError(f"engine {pinned!r}: unknown impairment engine (known: {', '.join(ENGINES)})")
+        engine = ENGINES[pinned](caps)
+        if not engine.available():
+            feature = "sch_netem" if pinned == "netem" else "nftables"
+            raise SpecError(f"engine {pinned!r}: this kernel lacks {FEATURE_HELP[feature]}")
+        return engine
+    for name in PREFERENCE:
+        engine = ENGINES[name](caps)
+        if engine.available():
+            return engine
+    return ENGINES[PREFERENCE[-1]](caps)  # nothing available: every parameter will be a clear error

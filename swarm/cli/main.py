@@ -1,0 +1,347 @@
+"""`swarm` command line: a thin layer over the Swarm facade (swarm.runtime.swarm) and the experiment registry.
+
+One top-level handler turns every framework error into one line on stderr and an exit code: 2 for bad
+input (nothing was started), 1 for a failure while running, 130 after Ctrl-C. `--debug` shows tracebacks
+and every command the runner executes.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from swarm import __version__
+from swarm.cfs.node import check_cfs
+from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, forget_state, wipe as wipe_all
+from swarm.cli import cfs as cfs_commands, links as link_commands, mesh as mesh_commands
+from swarm.cli.console import err, out
+from swarm.cli.mesh import convergence_line
+from swarm.errors import SwarmError
+from swarm.mesh.spec import MeshSpec, choose_implementation
+from swarm.runtime.backends import get_backend
+from swarm.runtime.runner import Runner
+from swarm.runtime.probe import capabilities
+from swarm.spec.model import json_schema, spec_from_dict
+
+
+
+class ProgressBar:
+    """A rich progress bar fed by backends' (done, total, what) callbacks; quiet when not a terminal."""
+
+    def __init__(self, title: str):
+        self.bar = Progress(TextColumn(f"[bold]{title}[/] {{task.description}}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=err, transient=False)
+        self.task = None
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.__exit__(*exc)
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        if self.task is None:
+            self.task = self.bar.add_task(what, total=total)
+        self.bar.update(self.task, completed=done, total=total, description=what)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks and every command run.")
+@click.version_option(__version__, prog_name="swarm")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Containerized spacecraft-swarm emulation: spec -> compose -> running swarm -> sweeps -> reports."""
+    ctx.obj = {"debug": debug}
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(name)s: %(message)s")
+
+
+SPEC_TEMPLATE = """\
+# Swarm spec for swarm-emu. Validate with `swarm up --check {name}.yaml`; JSON Schema: `swarm schema`.
+name: {name}            # [a-z0-9-]+; prefixes every container, network and namespace of this swarm
+nodes: {nodes}                # sat01..sat{last}; or use `node_list:` / `groups:` for heterogeneous swarms
+{backend_line}
+defaults:               # applied to every node (a group or a node_list entry may override any of these)
+  role: spacecraft
+  env: {{}}               # extra environment variables for the node's software
+  # image: my-flightsw:1.0   # a local image (compose backend); default: the framework's node image
+  # command: [python3, /opt/swarm/flightsw/agent.py, run]
+  # resources: {{cpus: 0.5, memory: 256m}}
+  # cfs: {{install: ~/cFS/build/exe/cpu1}}   # run your native cFS build instead (images/cfs/README.md)
+networks:
+  isl:    {{subnet: 10.77.0.0/16, mtu: 1500}}   # inter-satellite links: internal, impaired, meshed
+  ground: {{subnet: 10.78.0.0/16, mtu: 1500}}   # commanding and telemetry, reachable from the host
+# groups:                # instead of `nodes:`, e.g. 2 relays and 6 observers
+#   - {{prefix: relay, count: 2, role: relay}}
+#   - {{prefix: obs, count: 6, role: observer, env: {{SENSOR: camera}}}}
+"""
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--nodes", "-n", default=4, show_default=True, help="Number of spacecraft.")
+@click.option("--backend", type=click.Choice(["compose", "netns"]), help="Pin a backend (default: chosen per host).")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def init(name: str, nodes: int, backend: str | None, force: bool) -> None:
+    """Write NAME.yaml, a commented spec for a swarm of NODES spacecraft."""
+    spec_from_dict({"name": name, "nodes": nodes, "backend": backend}, "arguments")  # validate before writing
+    path = Path(f"{name}.yaml")
+    if path.exists() and not force:
+        raise SwarmErrorExit(f"{path}: exists; use --force to overwrite", 2)
+    backend_line = f"backend: {backend}" if backend else "# backend: compose   # or netns; default: compose where Docker runs"
+    path.write_text(SPEC_TEMPLATE.format(name=name, nodes=nodes, last=f"{nodes:02d}", backend_line=backend_line))
+    out.print(f"wrote {path}")
+
+
+@cli.command()
+@click.argument("spec_file", type=click.Path(dir_okay=False))
+@click.option("--backend", help="compose or netns (default: the spec's, else compose where Docker runs).")
+@click.option("--keep-on-failure", is_flag=True, help="Leave a failed swarm in place for inspection.")
+@click.option("--timeout", type=float, help="Seconds to wait for readiness (default 60 + 0.5 per node).")
+@click.option("--check", is_flag=True, help="Only validate the spec.")
+def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: float | None, check: bool) -> None:
+    """Bring up the swarm in SPEC_FILE and wait until every node is ready."""
+    if check:
+        swarm = Swarm.from_yaml(spec_file, backend=backend)
+        check_cfs(swarm.spec, swarm.nodes, swarm.backend.name)
+        engine = swarm.links.engine
+        if swarm.spec.links:
+            swarm.links.spec_links()  # every condition possible with this host's impairment engine
+        mesh = swarm.mesh.implementation or "none"  # a pinned implementation this host lacks: SpecError
+        out.print(f"{spec_file}: valid ({len(swarm.nodes)} nodes, backend {swarm.backend.name}, impairment engine "
+                  f"{engine.name}, mesh {mesh})")
+        return
+    with ProgressBar("up") as bar:
+        swarm = Swarm.from_yaml(spec_file, backend=backend, progress=bar, keep_on_failure=keep_on_failure,
+                                message=lambda m: err.print(m))
+        seconds = swarm.up(ready_timeout=timeout)
+    out.print(f"swarm {swarm.name!r}: {len(swarm.nodes)} nodes up with backend {swarm.backend.name} in {seconds:.1f} s")
+    if swarm.mesh_result is not None:
+        out.print(convergence_line("start", swarm.mesh_result, swarm.mesh.implementation))
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(name: str, as_json: bool) -> None:
+    """Show every node of swarm NAME: addresses, state, health."""
+    swarm = Swarm.attach(name)
+    rows = swarm.status()
+    engine = swarm.links.engine
+    if as_json:
+        click.echo(json.dumps({"swarm": name, "backend": swarm.backend.name, "impairment_engine": engine.name,
+                               "mesh": swarm.mesh.implementation, "nodes": [asdict(r) for r in rows]}, indent=1))
+        return
+    table = Table(title=f"swarm {name} ({swarm.backend.name})")
+    for col in ("node", "ISL address", "ground address", "state", "health"):
+        table.add_column(col)
+    for r in rows:
+        style = "green" if r.state == "running" and r.health == "ok" else "red"
+        table.add_row(r.name, r.isl_ip, r.ground_ip, f"[{style}]{r.state}[/]", f"[{style}]{r.health}[/]")
+    out.print(table)
+    out.print(f"impairment engine: {engine.describe()}; `swarm impair {name} --show` for the link conditions")
+    out.print(f"mesh: {swarm.mesh.describe()}" + (f"; `swarm mesh {name}` for its routes" if swarm.spec.mesh.enabled else ""))
+
+
+@cli.command(name="exec", context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("node", required=False)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--all", "all_nodes", is_flag=True, help="Run on every node.")
+def exec_(name: str, node: str | None, command: tuple[str, ...], all_nodes: bool) -> None:
+    """Run COMMAND inside NODE of swarm NAME (or on every node with --all)."""
+    swarm = Swarm.attach(name)
+    if all_nodes:
+        argv = ([node] if node else []) + list(command)
+        if not argv:
+            raise SwarmErrorExit("exec: give a COMMAND to run on every node", 2)
+        failed = 0
+        for n, res in swarm.exec_all(argv).items():
+            out.print(f"[bold]--- {n} (exit {res.returncode})[/]")
+            click.echo((res.stdout + res.stderr).rstrip())
+            failed += not res.ok
+        sys.exit(1 if failed else 0)
+    if node is None or not command:
+        raise SwarmErrorExit("exec: give NODE and COMMAND (or --all and COMMAND)", 2)
+    res = swarm.exec(node, list(command), check=False)
+    click.echo(res.stdout, nl=False)
+    click.echo(res.stderr, nl=False, err=True)
+    sys.exit(res.returncode)
+
+
+@cli.command()
+@click.argument("name")
+def ping(name: str) -> None:
+    """All-pairs ISL reachability matrix of swarm NAME (exit 1 if any pair fails)."""
+    swarm = Swarm.attach(name)
+    matrix = swarm.reachability()
+    names = [n.name for n in swarm.nodes]
+    table = Table(title=f"ISL reachability, {name}: row pings column")
+    table.add_column("")
+    for n in names:
+        table.add_column(n, justify="center")
+    for src in names:
+        table.add_row(src, *("·" if src == dst else ("[green]✓[/]" if matrix[src][dst] else "[red]✗[/]") for dst in names))
+    pairs = sum(len(row) for row in matrix.values())
+    ok = sum(v for row in matrix.values() for v in row.values())
+    if len(names) <= 20:
+        out.print(table)
+    out.print(f"{ok}/{pairs} directed ISL pairs reachable")
+    sys.exit(0 if ok == pairs else 1)
+
+
+@cli.command()
+@click.argument("name")
+def down(name: str) -> None:
+    """Remove everything of swarm NAME (idempotent; works after a crash)."""
+    state = [s for n, s in all_states(default_workdir()) if n == name]
+    removed: list[str] = []
+    backends = [state[0]["backend"]] if state else ["compose", "netns"]
+    caps = capabilities()
+    for b in backends:
+        removed += get_backend(b, Runner(), caps, default_workdir()).down(name)
+    if forget_state(default_workdir(), name):
+        removed.append("state")
+    out.print(f"swarm {name!r}: " + (f"removed {', '.join(removed)}" if removed else "nothing to remove"))
+
+
+@cli.command()
+def wipe() -> None:
+    """Remove everything the framework labelled, of every swarm (after a crash). Images are kept."""
+    removed = wipe_all()
+    out.print("wiped: " + (", ".join(removed) if removed else "nothing to remove"))
+
+
+@cli.command(name="list")
+def list_() -> None:
+    """Swarms that are up (have state)."""
+    for name, state in all_states(default_workdir()):
+        nodes = len(spec_from_dict(state["spec"]).resolved_nodes())
+        age = time.time() - state.get("created", time.time())
+        out.print(f"{name}\t{state['backend']}\t{nodes} nodes\tup {age:.0f} s")
+
+
+@cli.command()
+def schema() -> None:
+    """Print the JSON Schema of the swarm spec."""
+    click.echo(json.dumps(json_schema(), indent=1))
+
+
+@cli.command()
+def probe() -> None:
+    """What this host can do (Docker, Compose, sch_netem, batman-adv, nftables, tools)."""
+    caps = capabilities()
+    facts = caps.as_dict()
+    facts["mesh_batman"] = choose_implementation(MeshSpec(protocol="batman"), caps, "compose")  # what `mesh: batman` runs
+    click.echo(json.dumps(facts, indent=1))
+
+
+@cli.command()
+@click.argument("experiment_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), help="Finish the interrupted run in this folder.")
+@click.option("--backend", help="compose or netns (default: the experiment's, else the host's default).")
+@click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
+@click.option("--abort-on-error", is_flag=True, help="Stop at the first test with a failed flow.")
+@click.option("--report/--no-report", "make_report", default=True, show_default=True, help="Write the report at the end.")
+def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, make_report) -> None:
+    """Run the sweep in EXPERIMENT_FILE (or --resume a run folder): traffic (iperf3/mux) or `type: ddsperf`."""
+    _run_experiment("sweep", experiment_file, resume_dir, backend, results_root, make_report, abort_on_error)
+
+
+@cli.command("run")
+@click.argument("experiment_file", type=click.Path(dir_okay=False))
+@click.option("--backend", help="compose or netns (default: the experiment's, else the host's default).")
+@click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
+@click.option("--report/--no-report", "make_report", default=True, show_default=True)
+def run_cmd(experiment_file: str, backend: str | None, results_root: str, make_report: bool) -> None:
+    """Run the experiment in EXPERIMENT_FILE (e.g. the reference swarm app under a fault timeline); results and a report."""
+    _run_experiment("run", experiment_file, None, backend, results_root, make_report)
+
+
+def _run_experiment(command: str, experiment_file, resume_dir, backend, results_root, make_report,
+                    abort_on_error: bool = False) -> None:
+    """Any registered experiment type: open (or resume) its run folder, run it with a progress bar, report."""
+    from experiments.runs import open_run  # here, not at the top: the experiment types pull in pandas and
+    # matplotlib (~1.5 s), which `swarm status` and the other swarm commands never need
+
+    kind, exp, store = open_run(experiment_file, resume_dir, results_root, backend, command)
+    err.print(f"run folder: {store.dir}")
+    unit = f" {kind.unit}" if kind.unit else ""
+    bar = Progress(TextColumn(f"[bold]{kind.name}[/] {{task.description}}"), BarColumn(),
+                   TextColumn(f"{{task.completed:.0f}}/{{task.total:.0f}}{unit}"), TimeElapsedColumn(),
+                   TextColumn("ETA"), TimeRemainingColumn(), console=err)
+    with bar:
+        task = bar.add_task("starting", total=None)
+        run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error,
+                           message=lambda m: bar.console.print(m),
+                           progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w))
+    out.print(f"{command} done: {run_dir}")
+    if make_report:
+        _write_report(run_dir)
+
+
+def _write_report(run_dir: Path) -> None:
+    from experiments import registry  # start-up: see _run_experiment
+
+    paths = registry.type_of_run(run_dir).report(Path(run_dir))
+    out.print(f"report: {paths['report_html']} and {paths['report_md']}")
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+def report(run_dir: str) -> None:
+    """Write tables, plots, report.md and report.html for the run in RUN_DIR."""
+    _write_report(Path(run_dir))
+
+
+for _commands in (link_commands, cfs_commands, mesh_commands):  # impair, fault; cfs tlm/cmd; mesh
+    _commands.register(cli)
+
+
+class SwarmErrorExit(SwarmError):
+    """A CLI usage error with its own exit code."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.exit_code = code
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI with the one top-level error handler."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="swarm", standalone_mode=False)
+    except NodeFailed as exc:
+        err.print(f"[bold]--- logs of {exc.node}:[/]")
+        err.print(exc.logs or "(no output)", markup=False, highlight=False)
+        _fail(exc, exc.exit_code, debug)
+    except SwarmError as exc:
+        _fail(exc, exc.exit_code, debug)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except click.exceptions.Abort:
+        err.print("interrupted")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        err.print("interrupted; everything this run created was removed")
+        sys.exit(130)
+
+
+def _fail(exc: Exception, code: int, debug: bool) -> None:
+    if debug:
+        import traceback
+
+        traceback.print_exc()
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(code)

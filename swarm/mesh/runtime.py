@@ -1,0 +1,207 @@
+"""The mesh of a running swarm: start batmand / set up batman-adv in every node, read every node's routes,
+wait for convergence (Mesh), and watch convergence after each fault of an experiment (MeshWatcher)."""
+from __future__ import annotations
+
+import ipaddress
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Callable
+
+from swarm.errors import CommandError, RuntimeFailure
+from swarm.mesh.plan import (BATMAND_HOST_TABLE, POLL_S, MeshSnapshot, Originator, batmand_argv, batmand_query_argv, evaluate,
+                             mesh_row, parse_batmand_originators, parse_route_table, plan_batman_adv, usable_neighbours)
+from swarm.mesh.spec import MeshSpec, choose_implementation
+
+if TYPE_CHECKING:
+    from swarm.runtime.swarm import Swarm
+
+
+class Mesh:
+    """The mesh of one running swarm: start it, read its routes, wait for convergence."""
+
+    def __init__(self, swarm: "Swarm"):
+        self.swarm = swarm
+        self.spec: MeshSpec = swarm.spec.mesh
+        self.implementation = choose_implementation(self.spec, swarm.caps, swarm.backend.name)
+        self.names = [n.name for n in swarm.nodes]
+        self.by_ip = {n.isl_ip: n.name for n in swarm.nodes}
+
+    @property
+    def enabled(self) -> bool:
+        return self.implementation is not None
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "none"
+        how = "kernel module" if self.implementation == "batman-adv" else "userspace daemon, no batman-adv module here"
+        return f"{self.implementation} ({how}; OGM every {self.spec.ogm_interval} ms)"
+
+    # ---------------------------------------------------------------------------------------- starting
+    def start(self, nodes: list[str] | None = None) -> None:
+        """Start the mesh on every (or the given) node."""
+        todo = [n for n in self.swarm.nodes if nodes is None or n.name in nodes]
+        ctl = self.swarm.links
+        with ThreadPoolExecutor(max(1, min(8, len(todo)))) as pool:
+            list(pool.map(lambda node: self._start_node(node, ctl.isl_iface(node)), todo))
+
+    def _start_node(self, node, iface: str) -> None:
+        backend, name = self.swarm.backend, self.swarm.name
+        if self.implementation == "batmand":
+            backend.start_daemon(name, node.name, batmand_argv(self.spec, iface), "batmand")
+            return
+        net = ipaddress.IPv4Network(self.swarm.spec.networks.isl.subnet)
+        for argv in plan_batman_adv(self.spec, iface, node.isl_ip, net.prefixlen, self.swarm.spec.networks.isl.mtu):
+            backend.exec(name, node.name, argv, timeout=30)
+
+    # ----------------------------------------------------------------------------------------- reading
+    def node_routes(self, node: str) -> dict[str, str]:
+        """One node's mesh routes: destination node -> next-hop node."""
+        if self.implementation != "batmand":
+            raise RuntimeFailure("mesh: reading batman-adv's originator table is not implemented yet "
+                                 "(no machine of this project has the module to record its output)")
+        res = self.swarm.backend.exec(self.swarm.name, node, ["ip", "-j", "route", "show", "table",
+                                                              str(BATMAND_HOST_TABLE)], timeout=30)
+        return {self.by_ip.get(d, d): self.by_ip.get(h, h) for d, h in parse_route_table(res.stdout).items()}
+
+    def originators(self, node: str) -> list[Originator]:
+        """batmand's originator table of one node (link quality of every candidate next hop)."""
+        backend = self.swarm.backend
+        argv = backend.private_run_prefix(self.swarm.name, node) + batmand_query_argv(1)
+        res = self.swarm.runner.run(argv, check=False, timeout=30)
+        return parse_batmand_originators(res.stdout) if res.ok else []
+
+    def link_state(self) -> tuple[set[tuple[str, str]], set[str]]:
+        """Directed links that are down (cuts, partitions, `up: false`) and nodes stopped by faults."""
+        state = self.swarm.links.load()
+        down = {pair for pair, imp in state.effective().items() if imp.effective().down}
+        stopped = {n for n, f in state.node_faults.items() if f in ("stop", "kill", "pause")}
+        return down, stopped
+
+    def snapshot(self, direct: frozenset[tuple[str, str]] = frozenset()) -> MeshSnapshot:
+        """Every running node's routes now, judged against the current link state."""
+        down, stopped = self.link_state()
+        taken = time.time()
+        alive = [n for n in self.names if n not in stopped]
+        routes: dict[str, dict[str, str]] = {}
+        errors: dict[str, str] = {}
+
+        def one(node: str):
+            try:
+                return node, self.node_routes(node), ""
+            except (CommandError, RuntimeFailure) as exc:
+                return node, {}, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+        with ThreadPoolExecutor(max(1, min(8, len(alive)))) as pool:
+            for node, r, e in pool.map(one, alive):
+                routes[node] = r
+                if e:
+                    errors[node] = e
+        return evaluate(self.names, routes, down, stopped, taken, errors, direct)
+
+    def wait_converged(self, since: float, timeout: float | None = None,
+                       progress: Callable[[int, int, str], None] | None = None,
+                       direct: frozenset[tuple[str, str]] = frozenset()) -> dict:
+        """Poll every POLL_S until the mesh has converged (or `timeout` s pass); `direct`: pairs just healed,
+        whose routes must be direct again. Returns MESH_COLUMNS' timing part: converged (bool), converged_ts
+        (when the first converged snapshot was complete), converge_s (from `since`), resolution_s (from the start
+        of the last snapshot that saw it unconverged to converged_ts: the mesh converged within that span;
+        about POLL_S plus one snapshot's duration on an idle host), polls."""
+        if self.implementation != "batmand":  # nothing to poll: say so at once rather than time out
+            return {"event_ts": round(since, 6), "converged": False, "polls": 0,
+                    "problem": f"convergence is measured for batmand only, not {self.implementation}"}
+        timeout = self.spec.converge_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        polls = 0
+        last_unconverged = since  # when the last snapshot that saw the mesh unconverged began reading
+        while True:
+            snap = self.snapshot(direct)
+            polls += 1
+            done_ts = time.time()
+            good = sum(1 for p in snap.problems.values() if not p)
+            if progress:
+                progress(good, len(snap.problems), "mesh nodes converged")
+            if snap.converged:  # it converged after last_unconverged and before done_ts: that is the resolution
+                return {"event_ts": round(since, 6), "converged_ts": round(done_ts, 6),
+                        "converge_s": round(done_ts - since, 3), "resolution_s": round(done_ts - last_unconverged, 3),
+                        "converged": True, "polls": polls}
+            last_unconverged = snap.taken_ts
+            if time.monotonic() > deadline:
+                return {"event_ts": round(since, 6), "converged_ts": "", "converge_s": "", "converged": False,
+                        "polls": polls, "problem": _first_problem(snap)}
+            time.sleep(max(0.0, POLL_S - (time.time() - snap.taken_ts)))
+
+    def report(self) -> dict:
+        """What `swarm mesh` shows: per node its neighbours (with batmand's TQ), next hop to every other
+        node, converged yes/no and why not."""
+        snap = self.snapshot()
+        adj = usable_neighbours(self.names, *self.link_state())
+        nodes = []
+        for name in self.names:
+            if name not in snap.problems:
+                nodes.append({"node": name, "running": False, "neighbours": {}, "next_hop": {}, "converged": None,
+                              "problems": []})
+                continue
+            quality: dict[str, int] = {}
+            if self.implementation == "batmand":
+                for orig in self.originators(name):
+                    dst = self.by_ip.get(orig.address, orig.address)
+                    if orig.address in orig.candidates and orig.candidates[orig.address] > 0:
+                        quality[dst] = orig.candidates[orig.address]
+            routes = snap.routes.get(name, {})
+            heard = {d for d, h in routes.items() if d == h}
+            order = {n: i for i, n in enumerate(self.names)}
+            neighbours = {d: quality.get(d) for d in sorted(heard | set(quality), key=lambda d: order.get(d, len(order)))}
+            nodes.append({"node": name, "running": True, "neighbours": neighbours,
+                          "next_hop": {d: routes.get(d) for d in self.names if d != name},
+                          "links_up": sorted(adj.get(name, set()), key=self.names.index),
+                          "converged": not snap.problems[name] and name not in snap.errors,
+                          "problems": snap.problems[name] + ([snap.errors[name]] if name in snap.errors else [])})
+        return {"swarm": self.swarm.name, "implementation": self.implementation, "description": self.describe(),
+                "converged": snap.converged, "taken_ts": round(snap.taken_ts, 3), "nodes": nodes}
+
+
+class MeshWatcher:
+    """Measures, for each event handed to it (a fault of a timeline), how long the mesh took to converge after
+    it: one polling thread per event, each row handed to `sink` (e.g. ResultsStore.append_mesh) as it is
+    known. Events close together are each measured to the state the mesh had to reach at the time."""
+
+    def __init__(self, mesh: Mesh, sink: Callable[[dict], None], run_id: str = "", test_id: str = "",
+                 size: int | str = ""):
+        self.mesh, self.sink = mesh, sink
+        self.run_id, self.test_id, self.size = run_id, test_id, size
+        self.rows: list[dict] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def event(self, kind: str, args: str, applied_ts: float, direct: frozenset[tuple[str, str]] = frozenset()) -> None:
+        """Start measuring the convergence after an event applied at `applied_ts`."""
+        thread = threading.Thread(target=self._measure, args=(kind, args, applied_ts, direct), daemon=True,
+                                  name=f"mesh-{kind}")
+        self._threads.append(thread)
+        thread.start()
+
+    def _measure(self, kind, args, applied_ts, direct) -> None:
+        try:
+            timing = self.mesh.wait_converged(applied_ts, direct=direct)
+        except Exception as exc:  # recorded, the test goes on
+            timing = {"event_ts": round(applied_ts, 6), "converged": False, "problem": str(exc)[:200]}
+        row = mesh_row(self.run_id, self.test_id, self.size, self.mesh.implementation or "", kind, args, timing)
+        with self._lock:
+            self.rows.append(row)
+            self.sink(row)
+
+    def finish(self) -> list[dict]:
+        """Wait for every measurement (each ends within the mesh's converge_timeout)."""
+        for thread in self._threads:
+            thread.join()
+        return list(self.rows)
+
+
+def _first_problem(snap: MeshSnapshot) -> str:
+    for node, err in snap.errors.items():
+        return f"{node}: {err}"
+    for node, problems in snap.problems.items():
+        if problems:
+            return f"{node}: {problems[0]}"
+    return ""

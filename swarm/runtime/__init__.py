@@ -1,0 +1,1 @@
+"""swarm/runtime"""

@@ -1,0 +1,34 @@
+"""Runtime backends behind one interface, looked up in an explicit registry."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from swarm.errors import SpecError
+from swarm.caps import Capabilities
+from swarm.runtime.runner import Runner
+from swarm.runtime.backends.base import Backend, Progress, no_progress, swarm_dir
+from swarm.runtime.backends.compose import ComposeBackend
+from swarm.runtime.backends.netns import NetnsBackend
+
+REGISTRY: dict[str, type[Backend]] = {
+    ComposeBackend.name: ComposeBackend,
+    NetnsBackend.name: NetnsBackend,
+}
+
+
+def default_backend_name(caps: Capabilities) -> str:
+    """compose where a Docker daemon answers, else netns."""
+    return "compose" if caps.docker and caps.compose else "netns"
+
+
+def get_backend(name: str | None, runner: Runner, caps: Capabilities, workdir: Path) -> Backend:
+    """The backend called `name` (None: the default for this host); unknown names are a SpecError."""
+    name = name or default_backend_name(caps)
+    try:
+        cls = REGISTRY[name]
+    except KeyError:
+        raise SpecError(f"backend {name!r}: unknown backend (known: {', '.join(sorted(REGISTRY))})") from None
+    return cls(runner, caps, workdir)
+
+
+__all__ = ["Backend", "Progress", "REGISTRY", "get_backend", "default_backend_name", "no_progress", "swarm_dir"]

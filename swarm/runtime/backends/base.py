@@ -1,0 +1,94 @@
+"""The small interface every runtime backend implements.
+
+A backend turns a validated spec into running nodes and back. It must be able to remove a swarm knowing
+only its name (after a crash the state file may be gone), and `wipe` must find everything the framework
+made from labels or name prefixes alone. A future multi-host `stack` backend (Docker Swarm) implements
+the same methods.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Callable, ClassVar
+
+from swarm.caps import Capabilities
+from swarm.runtime.runner import Result, Runner
+from swarm.spec.model import NodePlan, SwarmSpec
+
+Progress = Callable[[int, int, str], None]  # (done, total, what is happening)
+NODE_ACTIONS = ("stop", "kill", "pause", "unpause", "restart")  # faults on one node (swarm.faults)
+
+
+def swarm_dir(workdir: Path, swarm: str) -> Path:
+    """Where the framework keeps a swarm's state, logs and pid files: <workdir>/.swarm/<swarm>/."""
+    return workdir / ".swarm" / swarm
+
+
+def no_progress(done: int, total: int, what: str) -> None:
+    """A progress callback that shows nothing (the library default; the CLI passes a bar)."""
+
+
+class Backend(ABC):
+    """Runtime backend: creates, inspects, enters and removes the nodes of swarms."""
+
+    name: ClassVar[str]
+
+    def __init__(self, runner: Runner, caps: Capabilities, workdir: Path):
+        self.runner = runner
+        self.caps = caps
+        self.workdir = workdir
+
+    @abstractmethod
+    def check_available(self) -> None:
+        """Raise SpecError naming what is missing if this backend cannot run on this host."""
+
+    @abstractmethod
+    def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress) -> None:
+        """Create and start every node. Raises on failure; the caller rolls back with `down`."""
+
+    @abstractmethod
+    def down(self, swarm: str) -> list[str]:
+        """Remove everything this backend made for `swarm`; return what was removed (empty: nothing)."""
+
+    @abstractmethod
+    def node_states(self, swarm: str) -> dict[str, str]:
+        """State of each node that exists: running, exited, paused, created, ..."""
+
+    @abstractmethod
+    def exec_prefix(self, swarm: str, node: str, interactive: bool = False) -> list[str]:
+        """argv prefix that runs a command inside `node` (pure: no I/O); `interactive` keeps stdin open."""
+
+    @abstractmethod
+    def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
+        """argv that runs `flightsw/agent.py <args>` inside `node`, with stdin open (pure: no I/O)."""
+
+    @abstractmethod
+    def logs(self, swarm: str, node: str, tail: int = 50) -> str:
+        """The last lines the node's main process wrote."""
+
+    @abstractmethod
+    def node_action(self, swarm: str, node: str, action: str) -> None:
+        """Fault on one node, one of NODE_ACTIONS: stop (graceful), kill, pause, unpause, restart (the node
+        comes back with its addresses and main process; link conditions are re-applied by swarm.faults)."""
+
+    @abstractmethod
+    def wipe(self) -> list[str]:
+        """Remove everything carrying the framework's label or prefix, of every swarm."""
+
+    @abstractmethod
+    def netns_ids(self, swarm: str) -> set[str]:
+        """The network-namespace ids ('net:[inode]') of the swarm's nodes, as /proc/<pid>/ns/net shows them."""
+
+    def private_run_prefix(self, swarm: str, node: str) -> list[str]:
+        """argv prefix that runs a command inside `node` with a /run of the node's own, for daemons whose socket
+        path is fixed (batmand's /var/run/batmand.socket). A container has its own already."""
+        return self.exec_prefix(swarm, node)
+
+    @abstractmethod
+    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str) -> None:
+        """Start a long-running process (e.g. the mesh daemon) in `node`, with private_run_prefix's /run; it
+        is removed with the node and its output goes to the node's logs."""
+
+    def exec(self, swarm: str, node: str, argv: list[str], *, check: bool = True, timeout: float | None = None) -> Result:
+        """Run `argv` inside `node` and return its result."""
+        return self.runner.run(self.exec_prefix(swarm, node) + list(argv), check=check, timeout=timeout)

@@ -1,0 +1,310 @@
+"""Embedded netns backend: no daemon, just network namespaces, veth pairs and Linux bridges.
+
+Layout of swarm S:
+- namespace `swarm-emu_S` is the swarm's switch: it holds the bridges `isl` and `ground`. Keeping the
+  bridges out of the host namespace means the host's firewall (e.g. Docker's FORWARD DROP with
+  br_netfilter) never sees swarm traffic, and future nftables fault rules live and die with the swarm;
+- namespace `swarm-emu_S_<node>` per node: eth0 on `ground`, eth1 on `isl` (Docker's order), same
+  addresses and MACs as the compose backend; its main process (the agent, or the node's command) is
+  started from the host with `ip netns exec`;
+- one veth in the host namespace, aliased `swarm-emu:S`, gives the host the ground gateway address.
+Removing the namespaces removes every veth and bridge; `wipe` finds namespaces by the `swarm-emu_`
+prefix and host links by the alias.
+"""
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from compose.render import NODE_SYSCTLS, node_environment
+from swarm.errors import SpecError
+from swarm.spec.model import NodePlan, SwarmSpec, gateway_address
+from swarm.runtime.backends.base import Backend, Progress, swarm_dir
+
+NS_PREFIX = "swarm-emu_"
+ALIAS_PREFIX = "swarm-emu:"
+GROUND_IF, ISL_IF = "eth0", "eth1"
+
+
+def node_python() -> str:
+    """The interpreter that runs node programs: the one running the framework, so the packages the node
+    software needs (pyproject's dependencies, e.g. cyclonedds and spacepackets for the swarm app) are
+    importable, as they are in the node image's /opt/venv."""
+    return sys.executable or "python3"
+
+
+def switch_ns(swarm: str) -> str:
+    return f"{NS_PREFIX}{swarm}"
+
+
+def node_ns(swarm: str, node: str) -> str:
+    return f"{NS_PREFIX}{swarm}_{node}"
+
+
+def host_link(swarm: str) -> str:
+    """Name of the host's veth to the swarm's ground bridge (15 characters at most)."""
+    return "swe" + hashlib.sha256(swarm.encode()).hexdigest()[:8] + "g"
+
+
+def plan_switch(spec: SwarmSpec) -> list[list[str]]:
+    """Commands that create the switch namespace, its bridges and the host's ground link."""
+    sw, host = switch_ns(spec.name), host_link(spec.name)
+    ground = ipaddress.IPv4Network(spec.networks.ground.subnet)
+    cmds = [["ip", "netns", "add", sw]]
+    for bridge, net in (("isl", spec.networks.isl), ("ground", spec.networks.ground)):
+        cmds += [
+            ["ip", "-n", sw, "link", "add", bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0"],
+            ["ip", "-n", sw, "link", "set", bridge, "mtu", str(net.mtu), "up"],
+        ]
+    cmds += [
+        ["ip", "link", "add", host, "mtu", str(spec.networks.ground.mtu), "type", "veth",
+         "peer", "name", "host", "netns", sw],
+        ["ip", "link", "set", host, "alias", f"{ALIAS_PREFIX}{spec.name}"],
+        ["ip", "addr", "add", f"{gateway_address(spec.networks.ground.subnet)}/{ground.prefixlen}", "dev", host],
+        ["ip", "link", "set", host, "up"],
+        ["ip", "-n", sw, "link", "set", "host", "master", "ground", "up"],
+    ]
+    return cmds
+
+
+def plan_node(spec: SwarmSpec, node: NodePlan) -> list[list[str]]:
+    """Commands that create one node's namespace, wire it to both bridges and set its sysctls."""
+    sw, ns = switch_ns(spec.name), node_ns(spec.name, node.name)
+    cmds = [["ip", "netns", "add", ns], ["ip", "-n", ns, "link", "set", "lo", "up"]]
+    wiring = (
+        (GROUND_IF, f"g{node.index}", "ground", spec.networks.ground, node.ground_ip, node.ground_mac),
+        (ISL_IF, f"i{node.index}", "isl", spec.networks.isl, node.isl_ip, node.isl_mac),
+    )
+    for ifname, port, bridge, net, ip, mac in wiring:
+        prefix = ipaddress.IPv4Network(net.subnet).prefixlen
+        cmds += [
+            ["ip", "link", "add", ifname, "netns", ns, "address", mac, "mtu", str(net.mtu), "type", "veth",
+             "peer", "name", port, "netns", sw, "mtu", str(net.mtu)],
+            ["ip", "-n", ns, "addr", "add", f"{ip}/{prefix}", "brd", "+", "dev", ifname],
+            ["ip", "-n", ns, "link", "set", ifname, "up"],
+            ["ip", "-n", sw, "link", "set", port, "master", bridge, "up"],
+        ]
+    cmds += [
+        ["ip", "-n", ns, "route", "add", "default", "via", gateway_address(spec.networks.ground.subnet)],
+        ["ip", "netns", "exec", ns, "sysctl", "-q", "-w", *(f"{k}={v}" for k, v in NODE_SYSCTLS.items())],
+    ]
+    return cmds
+
+
+class NetnsBackend(Backend):
+    """Network namespaces on this host, no container runtime."""
+
+    name = "netns"
+
+    def check_available(self) -> None:
+        if not self.caps.root:
+            raise SpecError("backend 'netns': needs root (network namespaces); run as root or use --backend compose")
+        if not self.caps.netns:
+            raise SpecError("backend 'netns': cannot create network namespaces here (unshare --net failed)")
+
+    def state_dir(self, swarm: str) -> Path:
+        return swarm_dir(self.workdir, swarm)
+
+    def agent_path(self) -> Path:
+        return self.workdir / "flightsw" / "agent.py"
+
+    def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress) -> None:
+        total = len(nodes)
+        logs = self.state_dir(spec.name) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self._run_all(plan_switch(spec))
+        pids: dict[str, int] = {}
+        launch: dict[str, dict] = {}
+        for done, node in enumerate(nodes):
+            progress(done, total, f"creating {node.name}")
+            self._run_all(plan_node(spec, node))
+            launch[node.name] = self.launch_plan(spec, node)
+            pids[node.name] = self._start_node(spec.name, node.name, launch[node.name])
+        (self.state_dir(spec.name) / "launch.json").write_text(json.dumps(launch))
+        (self.state_dir(spec.name) / "pids.json").write_text(json.dumps(pids))
+        progress(total, total, "namespaces created")
+
+    def launch_plan(self, spec: SwarmSpec, node: NodePlan) -> dict:
+        """How a node's main process is started (pure), kept in launch.json so `restart` starts it again."""
+        command = node.spec.command or [node_python(), str(self.agent_path()), "run"]
+        env = [f"{k}={v}" for k, v in node_environment(spec, node).items()]
+        env.append(f"SWARM_RUN_DIR={self.node_run_dir(spec.name, node.name)}")
+        return {"argv": ["ip", "netns", "exec", node_ns(spec.name, node.name), "env", *env, *command],
+                "gateway": gateway_address(spec.networks.ground.subnet)}
+
+    def _start_node(self, swarm: str, node: str, launch: dict) -> int:
+        """Start a node's main process, its output appended to the node's log; returns its pid."""
+        log = self.state_dir(swarm) / "logs" / f"{node}.log"
+        return self.runner.start(launch["argv"], stdout_path=str(log)).pid
+
+    def node_action(self, swarm: str, node: str, action: str) -> None:
+        """Processes of a namespace: stop (SIGTERM, then SIGKILL) / kill (SIGKILL) also take the node's links
+        down, as a stopped container has no network; pause / unpause: SIGSTOP / SIGCONT every process;
+        restart: stop, links up again (addresses and default route restored), main process started again."""
+        ns = node_ns(swarm, node)
+        if ns not in self._swarm_namespaces(swarm):
+            raise SpecError(f"node {node!r}: swarm {swarm!r} has no such node (namespace {ns} missing)")
+        if action in ("pause", "unpause"):
+            sig = signal.SIGSTOP if action == "pause" else signal.SIGCONT
+            for pid in self._pids_in(ns):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            return
+        if action not in ("stop", "kill", "restart"):
+            raise SpecError(f"node action {action!r}: expected one of stop, kill, pause, unpause, restart")
+        if action == "kill":
+            for pid in self._pids_in(ns):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self._kill_all([ns])  # SIGTERM, then SIGKILL for what is left (SIGKILL also ends a paused process)
+        if action != "restart":
+            for ifname in (ISL_IF, GROUND_IF):
+                self.runner.run(["ip", "-n", ns, "link", "set", ifname, "down"], timeout=30)
+            return
+        launch = json.loads((self.state_dir(swarm) / "launch.json").read_text())[node]
+        for ifname in (GROUND_IF, ISL_IF):
+            self.runner.run(["ip", "-n", ns, "link", "set", ifname, "up"], timeout=30)
+        self.runner.run(["ip", "-n", ns, "route", "replace", "default", "via", launch["gateway"]], timeout=30)
+        pid = self._start_node(swarm, node, launch)
+        pids_file = self.state_dir(swarm) / "pids.json"
+        pids = json.loads(pids_file.read_text()) if pids_file.exists() else {}
+        pids_file.write_text(json.dumps({**pids, node: pid}))
+
+    def _run_all(self, cmds: list[list[str]]) -> None:
+        for argv in cmds:
+            self.runner.run(argv, timeout=30)
+
+    def _namespaces(self) -> list[str]:
+        res = self.runner.run(["ip", "netns", "list"], timeout=30)
+        return [line.split()[0] for line in res.stdout.splitlines() if line.startswith(NS_PREFIX)]
+
+    def _swarm_namespaces(self, swarm: str) -> list[str]:
+        sw = switch_ns(swarm)
+        return [ns for ns in self._namespaces() if ns == sw or ns.startswith(sw + "_")]
+
+    def _pids_in(self, ns: str) -> list[int]:
+        res = self.runner.run(["ip", "netns", "pids", ns], check=False, timeout=30)
+        return [int(p) for p in res.stdout.split()]
+
+    def node_states(self, swarm: str) -> dict[str, str]:
+        prefix = switch_ns(swarm) + "_"
+        states = {}
+        for ns in self._swarm_namespaces(swarm):
+            if ns.startswith(prefix):
+                states[ns[len(prefix):]] = "running" if self._pids_in(ns) else "exited"
+        return states
+
+    def netns_ids(self, swarm: str) -> set[str]:
+        prefix = switch_ns(swarm) + "_"
+        return {f"net:[{os.stat(f'/run/netns/{ns}').st_ino}]" for ns in self._swarm_namespaces(swarm)
+                if ns.startswith(prefix)}
+
+    def exec_prefix(self, swarm: str, node: str, interactive: bool = False) -> list[str]:
+        return ["ip", "netns", "exec", node_ns(swarm, node)]
+
+    def node_run_dir(self, swarm: str, node: str) -> Path:
+        """The node's private scratch directory (namespaces share the host's /run)."""
+        return self.state_dir(swarm) / "nodes" / node
+
+    def private_run_prefix(self, swarm: str, node: str) -> list[str]:
+        """`ip netns exec` gives the command a mount namespace of its own; the node's run/ directory is bound
+        over /run in it (positional arguments of `sh -c`, nothing interpolated into the script)."""
+        run = self.node_run_dir(swarm, node) / "run"
+        return self.exec_prefix(swarm, node) + ["sh", "-c", 'mount --bind "$0" /run && exec "$@"', str(run)]
+
+    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str) -> None:
+        (self.node_run_dir(swarm, node) / "run").mkdir(parents=True, exist_ok=True)
+        log = self.state_dir(swarm) / "logs" / f"{node}.{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.runner.start(self.private_run_prefix(swarm, node) + list(argv), stdout_path=str(log))
+
+    def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
+        return self.exec_prefix(swarm, node) + [
+            "env", f"SWARM_RUN_DIR={self.node_run_dir(swarm, node)}", node_python(), str(self.agent_path()), *args]
+
+    def logs(self, swarm: str, node: str, tail: int = 50) -> str:
+        path = self.state_dir(swarm) / "logs" / f"{node}.log"
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-tail:])
+
+    def _kill_all(self, namespaces: list[str]) -> int:
+        """SIGTERM, then SIGKILL, every process inside the given namespaces (only those: we made them).
+
+        Listed again until none is left: an agent still running may start processes (e.g. iperf3
+        servers) after a listing, and those would outlive the namespace's name.
+        """
+        count = 0
+        for _round in range(5):
+            victims = [pid for ns in namespaces for pid in self._pids_in(ns)]
+            if not victims:
+                break
+            count += len(victims)
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                for pid in victims:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+                deadline = time.monotonic() + (3 if sig == signal.SIGTERM else 1)
+                while time.monotonic() < deadline and any(self._alive(p) for p in victims):
+                    time.sleep(0.05)
+        return count
+
+    @staticmethod
+    def _alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        try:  # a zombie child of ours counts as gone once reaped
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            return done == 0
+        except ChildProcessError:
+            return True
+
+    def _remove(self, namespaces: list[str], links: list[str]) -> list[str]:
+        removed = []
+        if not self.caps.root:
+            return removed
+        killed = self._kill_all(namespaces)
+        if killed:
+            removed.append(f"{killed} process(es)")
+        for ns in namespaces:
+            self.runner.run(["ip", "netns", "del", ns], timeout=30)
+        if namespaces:
+            removed.append(f"{len(namespaces)} namespace(s)")
+        for link in links:  # normally gone with the switch namespace (its veth peer); leftovers only
+            if self.runner.run(["ip", "link", "del", link], check=False, timeout=30).ok:
+                removed.append(f"link {link}")
+        return removed
+
+    def _host_links(self, swarm: str | None) -> list[str]:
+        res = self.runner.run(["ip", "-j", "link", "show"], timeout=30)
+        links = []
+        for link in json.loads(res.stdout or "[]"):
+            alias = link.get("ifalias", "")
+            if alias.startswith(ALIAS_PREFIX) and (swarm is None or alias == ALIAS_PREFIX + swarm):
+                links.append(link["ifname"])
+        return links
+
+    def down(self, swarm: str) -> list[str]:
+        if not self.caps.root:
+            return []
+        return self._remove(self._swarm_namespaces(swarm), self._host_links(swarm))
+
+    def wipe(self) -> list[str]:
+        if not self.caps.root:
+            return []
+        return self._remove(self._namespaces(), self._host_links(None))
+

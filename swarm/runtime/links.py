@@ -1,0 +1,346 @@
+"""Link conditions and faults of a running swarm: the link controller, which applies the plans of the
+link engines (netem/engines.py) to the running nodes and keeps their state (netem/state.py).
+
+Everything applied lives inside the nodes (a root qdisc with handle 5eed: on the ISL interface, an nft table
+`netdev swarm_emu`): removing a namespace or container removes it; `clear` removes exactly those and nothing
+else (a root qdisc with another handle is left alone).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator
+
+from netem.engines import TC_MAJOR, Engine, choose_engine, nft_clear_script
+from netem.model import NONE, DirectedLinks, Impairment, LinkOverride, resolve_links
+from netem.state import (LINKS_FILE, LinkRow, LinkState, check_partition, node_links, node_needs_visit, parts_to_apply,
+                         signature, with_cuts)
+from swarm.errors import CommandError, RuntimeFailure, SpecError
+from swarm.mesh.plan import BATADV_IF, enslaved_interfaces
+from swarm.runtime.backends import swarm_dir
+from swarm.runtime.backends.base import NODE_ACTIONS
+
+if TYPE_CHECKING:
+    from swarm.runtime.swarm import Swarm
+
+DEFAULT_QDISCS = {"noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "pfifo", "bfifo", "sfq", "cake"}
+EXEC_TIMEOUT = 60
+
+
+class LinkController:
+    """Applies link conditions and faults to one running swarm."""
+
+    def __init__(self, swarm: "Swarm", workers: int = 8):
+        self.swarm = swarm
+        links = swarm.spec.links
+        self.engine: Engine = choose_engine(swarm.caps, links.engine if links else None)
+        self.workers = workers
+        self.dir = swarm_dir(swarm.workdir, swarm.name)
+        self.names = [n.name for n in swarm.nodes]
+
+    # ---------------------------------------------------------------------------------- state file
+    @property
+    def path(self):
+        return self.dir / LINKS_FILE
+
+    def load(self) -> LinkState:
+        if self.path.exists():
+            return LinkState.from_json(json.loads(self.path.read_text()))
+        return LinkState(engine=self.engine.name)
+
+    def _save(self, state: LinkState) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        state.engine = self.engine.name
+        state.changed = time.time()
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state.to_json(), indent=1))
+        tmp.replace(self.path)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[LinkState]:
+        """The state, locked against other writers; saved on exit, also after a failure while applying (which
+        marks the nodes concerned stale), but not after a SpecError (raised before anything is applied)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / "links.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = self.load()
+            try:
+                yield state
+            except SpecError:
+                raise
+            except BaseException:
+                self._save(state)
+                raise
+            self._save(state)
+
+    # ------------------------------------------------------------------------------- conditions
+    def spec_links(self) -> DirectedLinks:
+        """The conditions the swarm's spec asks for (validated against the engine)."""
+        links = resolve_links(self.swarm.spec.links, self.names)
+        self.engine.check(links)
+        return links
+
+    def apply_spec(self) -> None:
+        """Set the spec's `links:` on every node (called by `Swarm.up`)."""
+        links = self.spec_links()
+        with self._transaction() as state:
+            state.base = links
+            self._push(state)
+
+    def impair(self, values: Impairment, *, between: list[str] | None = None, direction: str = "both",
+               node: str | None = None, all_links: bool = False) -> list[tuple[str, str]]:
+        """Lay `values` over the configured conditions of the selected directed links (other parameters kept).
+        Validated in full before anything is applied. Returns the links changed."""
+        targets = self.select(between=between, direction=direction, node=node, all_links=all_links)
+        with self._transaction() as state:
+            new = dict(state.base)
+            for pair in targets:
+                merged = new.get(pair, NONE).merge(values)
+                merged.check_consistent(f"link {pair[0]}->{pair[1]}")
+                new[pair] = merged
+            self.engine.check(with_cuts(new, state.cuts), "impair")
+            state.base = {p: imp for p, imp in new.items() if imp.values()}
+            self._push(state)
+        return targets
+
+    def reset(self, *, between: list[str] | None = None, direction: str = "both", node: str | None = None) -> None:
+        """Forget the configured conditions of the selected links (cuts stay)."""
+        targets = set(self.select(between=between, direction=direction, node=node, all_links=between is None and node is None))
+        with self._transaction() as state:
+            state.base = {p: imp for p, imp in state.base.items() if p not in targets}
+            self._push(state)
+
+    def clear(self) -> list[str]:
+        """Remove every condition and cut, and everything of the framework's from every running node."""
+        with self._transaction() as state:
+            state.base, state.cuts = {}, set()
+            return self._push(state, clearing=True)
+
+    def select(self, *, between: list[str] | None = None, direction: str = "both", node: str | None = None,
+               all_links: bool = False) -> list[tuple[str, str]]:
+        """The directed links a selection names (SpecError for unknown nodes or a bad direction)."""
+        given = sum(x for x in (between is not None, node is not None, all_links))
+        if given != 1:
+            raise SpecError("impair: select the links with exactly one of --between A B, --node N or --all")
+        if all_links:
+            return [(s, d) for s in self.names for d in self.names if s != d]
+        try:
+            sel = LinkOverride(between=list(between) if between is not None else None, node=node, direction=direction)
+        except Exception as exc:  # pydantic ValidationError: one line
+            msg = exc.errors()[0]["msg"].removeprefix("Value error, ") if hasattr(exc, "errors") else str(exc)
+            raise SpecError(f"impair: {msg}") from None
+        for name in sel.named_nodes():
+            self.swarm.node(name)
+        return sel.targets(self.names)
+
+    # ------------------------------------------------------------------------------------ faults
+    def cut(self, a: str, b: str) -> None:
+        """Cut the link between a and b, both ways."""
+        self._check_pair(a, b, "cut")
+        with self._transaction() as state:
+            cuts = state.cuts | {(a, b), (b, a)}
+            self.engine.check(with_cuts(state.base, cuts), "cut")
+            state.cuts = cuts
+            self._push(state)
+
+    def heal(self, a: str | None = None, b: str | None = None) -> None:
+        """Heal the link between a and b (both ways), or every cut and partition when no pair is given."""
+        if (a is None) != (b is None):
+            raise SpecError("heal: give two nodes (heal one link) or none (heal all)")
+        if a is not None:
+            self._check_pair(a, b, "heal")
+        with self._transaction() as state:
+            state.cuts = set() if a is None else state.cuts - {(a, b), (b, a)}
+            self._push(state)
+
+    def partition(self, groups: list[list[str]]) -> None:
+        """Cut every link between nodes of different groups (groups must cover every node exactly once)."""
+        check_partition(groups, self.names, "partition")
+        where = {n: i for i, g in enumerate(groups) for n in g}
+        cuts = {(s, d) for s in self.names for d in self.names if s != d and where[s] != where[d]}
+        with self._transaction() as state:
+            cuts |= state.cuts
+            self.engine.check(with_cuts(state.base, cuts), "partition")
+            state.cuts = cuts
+            self._push(state)
+
+    def node_action(self, node: str, action: str, ready_timeout: float = 60) -> None:
+        """stop | kill | pause | unpause | restart one node; a restarted or unpaused node gets its links back."""
+        self.swarm.node(node)
+        if action not in NODE_ACTIONS:
+            raise SpecError(f"node action {action!r}: expected one of {', '.join(NODE_ACTIONS)}")
+        self.swarm.backend.node_action(self.swarm.name, node, action)
+        with self._transaction() as state:
+            rec = state.nodes.setdefault(node, {})
+            if action in ("stop", "kill", "pause"):
+                state.node_faults[node] = action
+                if action != "pause":  # a container's network namespace goes with it: find and set again
+                    rec.pop("iface", None)
+                rec["stale"] = True
+                return
+            state.node_faults.pop(node, None)
+            if action == "restart":
+                rec.pop("iface", None)
+            rec["stale"] = True
+            self._wait_running(node, ready_timeout)
+            self._push(state, nodes=[node], force=True)
+            if action == "restart" and self.swarm.spec.mesh.enabled:  # the node's processes were all ended
+                self.swarm.mesh.start([node])
+
+    def restore(self) -> None:
+        """Back to the spec's conditions: heal everything, drop run-time changes, bring faulted nodes back."""
+        state = self.load()
+        for node, fault in sorted(state.node_faults.items()):
+            self.node_action(node, "unpause" if fault == "pause" else "restart")
+        links = self.spec_links()
+        with self._transaction() as state:
+            state.base, state.cuts = links, set()
+            self._push(state)
+
+    def _check_pair(self, a: str, b: str, what: str) -> None:
+        self.swarm.node(a)
+        self.swarm.node(b)
+        if a == b:
+            raise SpecError(f"{what}: {a!r} twice: give two different nodes")
+
+    def _wait_running(self, node: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.swarm.backend.node_states(self.swarm.name).get(node) != "running":
+            if time.monotonic() > deadline:
+                raise RuntimeFailure(f"node {node!r}: not running {timeout:.0f} s after the fault")
+            time.sleep(0.2)
+
+    # ------------------------------------------------------------------------------------ showing
+    def rows(self) -> list[LinkRow]:
+        """Every directed link with a condition or a cut, in node order."""
+        state = self.load()
+        eff = state.effective()
+        order = {n: i for i, n in enumerate(self.names)}
+        pairs = sorted(set(state.base) | state.cuts, key=lambda p: (order.get(p[0], 1e9), order.get(p[1], 1e9)))
+        return [LinkRow(s, d, state.base.get((s, d), NONE).describe(), (s, d) in state.cuts,
+                        eff.get((s, d), NONE).describe()) for s, d in pairs]
+
+    def summary(self) -> dict:
+        state = self.load()
+        notes = [f"{n}: {rec['gso_note']}; loss hits its TCP in bursts of segments"
+                 for n, rec in sorted(state.nodes.items()) if rec.get("gso_note")]
+        return {"swarm": self.swarm.name, "engine": self.engine.name, "engine_description": self.engine.describe(),
+                "links": [vars(r) for r in self.rows()], "cuts": len(state.cuts), "node_faults": state.node_faults,
+                "notes": notes, "changed": state.changed}
+
+    # ------------------------------------------------------------------------------------ applying
+    def _push(self, state: LinkState, nodes: list[str] | None = None, force: bool = False,
+              clearing: bool = False) -> list[str]:
+        """Make every (or the given) running node's qdiscs and nft table match the state. Nodes whose plan is
+        unchanged are not touched unless `force`; nodes not running are marked stale and done when they come
+        back; `clearing` also removes the framework's qdisc and table where the state says there are none.
+        Raises RuntimeFailure naming the nodes that failed (after trying all)."""
+        eff = state.effective()
+        states = self.swarm.backend.node_states(self.swarm.name)
+        todo = [n for n in self.swarm.nodes if nodes is None or n.name in nodes]
+        by_mac = {n.name: n.isl_mac for n in self.swarm.nodes}  # links are selected by link-layer address
+
+        def one(node) -> tuple[str, str]:
+            rec = state.nodes.setdefault(node.name, {})
+            if states.get(node.name) != "running":
+                rec["stale"] = True
+                return node.name, ""
+            try:
+                self._apply_node(node, rec, eff, by_mac, force or rec.get("stale", False), clearing)
+                rec.pop("stale", None)
+                return node.name, ""
+            except (CommandError, RuntimeFailure) as exc:
+                rec["stale"] = True
+                return node.name, str(exc)
+
+        with ThreadPoolExecutor(max(1, min(self.workers, len(todo)))) as pool:
+            results = list(pool.map(one, todo))
+        failed = [(n, e) for n, e in results if e]
+        if failed:
+            raise RuntimeFailure(f"link conditions not applied on {len(failed)} node(s): {failed[0][0]}: {failed[0][1]}")
+        return [n for n, _ in results]
+
+    def _apply_node(self, node, rec: dict, eff: DirectedLinks, by_mac: dict[str, str], force: bool,
+                    clearing: bool = False) -> None:
+        """Apply one node's plan: only the parts (tc, nft) that changed, see netem.state.parts_to_apply."""
+        egress, ingress, labels = node_links(eff, node.name, by_mac)
+        if not node_needs_visit(rec, bool(egress or ingress), clearing):
+            return
+        unknown = clearing and "tc" not in rec  # no record (e.g. state lost in a crash): look, but tolerate no tools
+        iface = rec.get("iface") or self.isl_iface(node)
+        rec["iface"] = iface
+        cmds = self.engine.plan_node(iface, egress, ingress, labels)
+        do_tc, do_nft = parts_to_apply(rec, cmds, self.engine.name, force, clearing)
+        try:
+            if do_tc:
+                self._apply_tc(node.name, iface, cmds.tc)
+            rec["tc"] = signature(cmds.tc)
+            if do_nft:
+                self._apply_nft(node.name, cmds.nft)
+            rec["nft"] = signature(cmds.nft)
+            self._apply_segmentation(node.name, iface, rec, cmds.segment, force)
+        except CommandError as exc:
+            if not (unknown and exc.returncode in (126, 127)):  # the node's image has no tc / nft: nothing of ours
+                raise
+
+    def _apply_segmentation(self, node: str, iface: str, rec: dict, wanted: bool, force: bool) -> None:
+        """gso_max_segs 1 on the ISL interface while the node sends on a lossy link (engines.needs_segmentation);
+        the previous value is kept in the state and put back. A kernel that cannot change it is recorded, not
+        fatal: loss then hits TCP in bursts, and `impair --show` says so."""
+        if wanted and ("gso_saved" not in rec or force):
+            if "gso_saved" not in rec:
+                res = self._run(node, ["ip", "-j", "-d", "link", "show", "dev", iface])
+                rec["gso_saved"] = json.loads(res.stdout or "[{}]")[0].get("gso_max_segs", 65535)
+            res = self._run(node, ["ip", "link", "set", "dev", iface, "gso_max_segs", "1"], check=False)
+            rec["gso_note"] = "" if res.ok else f"gso_max_segs not set ({(res.stderr or res.stdout).strip()[:80]})"
+        elif not wanted and "gso_saved" in rec:
+            self._run(node, ["ip", "link", "set", "dev", iface, "gso_max_segs", str(rec["gso_saved"])], check=False)
+            rec.pop("gso_saved")
+            rec.pop("gso_note", None)
+
+    def _run(self, node: str, argv: list[str], input: str | None = None, check: bool = True):
+        prefix = self.swarm.backend.exec_prefix(self.swarm.name, node, interactive=input is not None)
+        return self.swarm.runner.run(prefix + argv, input=input, check=check, timeout=EXEC_TIMEOUT)
+
+    def isl_iface(self, node) -> str:
+        """The interface holding the node's ISL address (compose may put it on eth0 or eth1)."""
+        deadline = time.monotonic() + 10
+        while True:
+            res = self._run(node.name, ["ip", "-o", "-4", "addr", "show", "to", f"{node.isl_ip}/32"], check=False)
+            fields = res.stdout.split()
+            if res.ok and len(fields) > 1:
+                iface = fields[1].split("@")[0]
+                return self._hard_iface(node.name, iface)
+            if time.monotonic() > deadline:
+                raise RuntimeFailure(f"node {node.name!r}: no interface holds its ISL address {node.isl_ip}")
+            time.sleep(0.2)
+
+    def _hard_iface(self, node: str, iface: str) -> str:
+        """Under batman-adv the ISL address sits on bat0; links are impaired on the interface under it."""
+        if iface != BATADV_IF:
+            return iface
+        res = self._run(node, ["ip", "-o", "link", "show", "master", BATADV_IF], check=False)
+        under = enslaved_interfaces(res.stdout) if res.ok else []
+        return under[0] if under else iface
+
+    def _apply_tc(self, node: str, iface: str, cmds: list[list[str]]) -> None:
+        res = self._run(node, ["tc", "-j", "qdisc", "show", "dev", iface, "root"])
+        roots = json.loads(res.stdout or "[]")
+        root = roots[0] if roots else {}
+        lines = []
+        if root.get("handle") == f"{TC_MAJOR}:":
+            lines.append(f"qdisc del dev {iface} root")
+        elif cmds and root.get("kind") not in DEFAULT_QDISCS | {None}:
+            raise RuntimeFailure(f"node {node!r}: {iface} has a root qdisc {root.get('kind')} {root.get('handle')} "
+                                 "that swarm-emu did not make; not replacing it")
+        lines += [" ".join(argv[1:]) for argv in cmds]
+        if lines:
+            self._run(node, ["tc", "-batch", "-"], input="\n".join(lines) + "\n")
+
+    def _apply_nft(self, node: str, script: str | None) -> None:
+        if script is None and not self.swarm.caps.nftables:
+            return
+        self._run(node, ["nft", "-f", "-"], input=script or nft_clear_script())

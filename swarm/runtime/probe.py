@@ -1,0 +1,80 @@
+"""Capability probe: what this host can do, found by trying it (never by trusting a list).
+
+Kernel features are tried inside a throwaway network namespace made with `unshare --net`, so the probe
+creates nothing that outlives it. The result says which path the framework will use (kernel NetEm or the
+nftables/TBF fallback, batman-adv or batmand) and is shown by `swarm probe` and stored with results.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+from functools import lru_cache
+
+from swarm.caps import Capabilities
+from swarm.errors import CommandError
+from swarm.runtime.runner import Runner
+
+
+def _ok(runner: Runner, argv: list[str], timeout: float = 15) -> bool:
+    try:
+        return runner.run(argv, check=False, timeout=timeout).ok
+    except CommandError:
+        return False
+
+
+def _out(runner: Runner, argv: list[str], timeout: float = 15) -> str:
+    try:
+        res = runner.run(argv, check=False, timeout=timeout)
+    except CommandError:
+        return ""
+    return (res.stdout or res.stderr).strip() if res.ok else ""
+
+
+def compose_command(runner: Runner) -> tuple[list[str], str]:
+    """The Compose CLI to use and its version: `$SWARM_COMPOSE` if set, else v2 plugin, else v1."""
+    override = os.environ.get("SWARM_COMPOSE")
+    candidates = [override.split()] if override else [["docker", "compose"], ["docker-compose"]]
+    for argv in candidates:
+        version = _out(runner, argv + ["version", "--short"])
+        if version:
+            return argv, version.splitlines()[0]
+    return [], ""
+
+
+def in_scratch_netns(argv: list[str]) -> list[str]:
+    """argv run inside a fresh, unnamed network namespace that disappears when it exits."""
+    return ["unshare", "--net", "--"] + argv
+
+
+def probe(runner: Runner | None = None) -> Capabilities:
+    """Probe this host (a few seconds; cached per process by `capabilities()`)."""
+    runner = runner or Runner()
+    root = os.geteuid() == 0
+    docker_version = _out(runner, ["docker", "version", "--format", "{{.Server.Version}}"], timeout=20)
+    compose, compose_version = compose_command(runner) if docker_version else ([], "")
+    netns = root and _ok(runner, in_scratch_netns(["ip", "link", "set", "lo", "up"]))
+    iperf = _out(runner, ["iperf3", "--version"])
+    return Capabilities(
+        kernel=platform.release(),
+        root=root,
+        docker=bool(docker_version),
+        docker_version=docker_version,
+        compose=compose,
+        compose_version=compose_version,
+        netns=netns,
+        sch_netem=netns and _ok(runner, in_scratch_netns(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"])),
+        batman_adv=netns and _ok(runner, in_scratch_netns(["ip", "link", "add", "bat0", "type", "batadv"])),
+        nftables=netns and _ok(runner, in_scratch_netns(["nft", "add", "table", "bridge", "swarm_probe"])),
+        tbf=netns and _ok(runner, in_scratch_netns(["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "1mbit", "burst", "32k", "latency", "50ms"])),
+        iperf3_version=iperf.splitlines()[0] if iperf else "",
+        batmand=shutil.which("batmand") is not None,
+        ddsperf=shutil.which("ddsperf") is not None,
+        htb=netns and _ok(runner, in_scratch_netns(["tc", "qdisc", "add", "dev", "lo", "root", "htb"])),
+    )
+
+
+@lru_cache(maxsize=1)
+def capabilities() -> Capabilities:
+    """The probe of this host, run once per process."""
+    return probe()

@@ -1,0 +1,118 @@
+"""The one subprocess runner: every external command of the framework goes through `Runner.run`.
+
+Commands are argv lists (never a shell string), each is logged with `shlex.join`, and a failure raises
+`CommandError` carrying argv, exit code, stdout and stderr. Tests hand in `RecordingRunner` to check the
+commands a piece of code would run without running them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from swarm.errors import CommandError
+
+log = logging.getLogger("swarm.run")
+
+
+@dataclass
+class Result:
+    """Outcome of one command."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+class Runner:
+    """Runs argv lists with subprocess; raises CommandError on failure when `check` is true."""
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float | None = None,
+        capture: bool = True,
+        env_extra: dict[str, str] | None = None,
+    ) -> Result:
+        argv = [str(a) for a in argv]
+        log.debug("run: %s", shlex.join(argv))
+        try:
+            proc = subprocess.run(
+                argv,
+                input=input,
+                text=True,
+                capture_output=capture,
+                timeout=timeout,
+                env={**os.environ, **env_extra} if env_extra else None,
+            )
+        except FileNotFoundError as exc:
+            raise CommandError(argv, 127, "", f"{argv[0]}: not found ({exc.strerror})") from None
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            raise CommandError(argv, 124, out, f"timed out after {timeout} s") from None
+        result = Result(argv, proc.returncode, proc.stdout or "", proc.stderr or "")
+        if check and proc.returncode != 0:
+            raise CommandError(argv, proc.returncode, result.stdout, result.stderr)
+        return result
+
+    def popen(self, argv: Sequence[str]) -> subprocess.Popen:
+        """Start a command with pipes on stdin and stdout (text mode), for a conversation with it."""
+        argv = [str(a) for a in argv]
+        log.debug("popen: %s", shlex.join(argv))
+        try:
+            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, bufsize=1)
+        except FileNotFoundError as exc:
+            raise CommandError(argv, 127, "", f"{argv[0]}: not found ({exc.strerror})") from None
+
+    def start(self, argv: Sequence[str], *, stdout_path: str | None = None,
+              env_extra: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start a long-running process in its own session (so it survives our Ctrl-C) and return it."""
+        argv = [str(a) for a in argv]
+        log.debug("start: %s", shlex.join(argv))
+        out = open(stdout_path, "ab") if stdout_path else subprocess.DEVNULL
+        try:
+            return subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, **env_extra} if env_extra else None,
+            )
+        except FileNotFoundError as exc:
+            raise CommandError(argv, 127, "", f"{argv[0]}: not found ({exc.strerror})") from None
+        finally:
+            if stdout_path:
+                out.close()
+
+
+@dataclass
+class RecordingRunner(Runner):
+    """A runner for unit tests: records argv lists and answers from a table instead of running them.
+
+    `answers` maps a predicate on argv to a Result factory; unmatched commands succeed with no output.
+    """
+
+    calls: list[list[str]] = field(default_factory=list)
+    answers: list[tuple[Callable[[list[str]], bool], Callable[[list[str]], Result]]] = field(default_factory=list)
+
+    def run(self, argv, *, check=True, input=None, timeout=None, capture=True, env_extra=None) -> Result:
+        argv = [str(a) for a in argv]
+        self.calls.append(argv)
+        for match, answer in self.answers:
+            if match(argv):
+                result = answer(argv)
+                break
+        else:
+            result = Result(argv, 0)
+        if check and result.returncode != 0:
+            raise CommandError(argv, result.returncode, result.stdout, result.stderr)
+        return result

@@ -1,0 +1,423 @@
+"""The Swarm API: bring a spec up, look at it, run commands in it, take it down.
+
+`with Swarm.from_yaml("my-swarm.yaml") as s: s.exec("sat01", ["ip", "addr"])` brings the swarm up and
+tears it down on exit, whatever happens inside. The CLI is a thin layer over this class.
+
+State lives in <workdir>/.swarm/<name>/state.json, written before anything is created, so `down` works
+after a crash; backends can also find what they made from labels and name prefixes alone.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from swarm.spec.apps import check_runnable, with_backend_defaults
+from swarm.runtime.backends import REGISTRY, Backend, Progress, get_backend, no_progress, swarm_dir
+from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs, ensure_cfs_image, host_ulimits
+from swarm.errors import RuntimeFailure, SpecError
+from swarm.mesh.runtime import Mesh
+from swarm.runtime.host import ensure_neighbour_capacity
+from swarm.runtime.image import ensure_image
+from swarm.runtime.links import LinkController
+from swarm.caps import Capabilities
+from swarm.runtime.probe import capabilities
+from swarm.runtime.runner import Result, Runner
+from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
+
+
+def default_workdir() -> Path:
+    """The project checkout (holds images/, flightsw/, compose/): $SWARM_WORKDIR, the source tree, or cwd."""
+    if os.environ.get("SWARM_WORKDIR"):
+        return Path(os.environ["SWARM_WORKDIR"]).resolve()
+    src = Path(__file__).resolve().parents[2]
+    return src if (src / "flightsw").is_dir() else Path.cwd()
+
+
+@dataclass
+class NodeStatus:
+    """One row of `swarm status`."""
+
+    name: str
+    index: int
+    isl_ip: str
+    ground_ip: str
+    state: str
+    health: str
+
+
+class NodeFailed(RuntimeFailure):
+    """A node did not become ready; carries its logs."""
+
+    def __init__(self, node: str, reason: str, logs: str):
+        self.node = node
+        self.logs = logs
+        super().__init__(f"node {node!r} failed to start: {reason}")
+
+
+def fping_alive(runner_result: Result) -> set[str]:
+    """Addresses `fping -a` reported alive."""
+    return {line.strip() for line in runner_result.stdout.splitlines() if line.strip()}
+
+
+class Swarm:
+    """A swarm described by a spec, on one backend."""
+
+    def __init__(
+        self,
+        spec: SwarmSpec,
+        *,
+        backend: str | None = None,
+        runner: Runner | None = None,
+        caps: Capabilities | None = None,
+        workdir: Path | None = None,
+        progress: Progress = no_progress,
+        keep_on_failure: bool = False,
+        message: Callable[[str], None] = lambda _msg: None,
+    ):
+        self.spec = spec
+        self.runner = runner or Runner()
+        self.caps = caps or capabilities()
+        self.workdir = workdir or default_workdir()
+        self.backend: Backend = get_backend(backend or spec.backend, self.runner, self.caps, self.workdir)
+        self.spec = spec = with_backend_defaults(spec, self.backend.name)
+        self.nodes: list[NodePlan] = plan_nodes(spec)
+        self.progress = progress
+        self.keep_on_failure = keep_on_failure
+        self.message = message
+        self.image = ""
+        self.mesh_result: dict | None = None  # convergence after `up` when the swarm has a mesh
+
+    # ----------------------------------------------------------------------------------------- loading
+    @classmethod
+    def from_yaml(cls, path: str | Path, **kwargs) -> "Swarm":
+        """A Swarm for the spec file at `path` (validated; nothing is started)."""
+        return cls(load_spec(path), **kwargs)
+
+    @classmethod
+    def attach(cls, name: str, *, workdir: Path | None = None, **kwargs) -> "Swarm":
+        """The swarm `name` that `up` started earlier (from its state file)."""
+        workdir = workdir or default_workdir()
+        state = read_state(workdir, name)
+        if state is None:
+            raise SpecError(f"swarm {name!r}: not up (no state in {swarm_dir(workdir, name)}); see `swarm list`")
+        swarm = cls(spec_from_dict(state["spec"], f"state of {name}"), backend=state["backend"], workdir=workdir, **kwargs)
+        swarm.image = state.get("image", "")
+        return swarm
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def node(self, name: str) -> NodePlan:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise SpecError(f"node {name!r}: no such node in swarm {self.name!r} (nodes: {self.nodes[0].name}..{self.nodes[-1].name})")
+
+    @property
+    def mesh(self):
+        """The swarm's mesh (swarm.mesh.Mesh): implementation, routes, convergence. SpecError if this host
+        cannot run the implementation the spec pins."""
+        return Mesh(self)
+
+    @property
+    def links(self):
+        """The swarm's link conditions and faults (swarm.faults.LinkController): impair, cut, heal, partition,
+        node_action, rows (what is set now)."""
+        return LinkController(self)
+
+    # ------------------------------------------------------------------------------------------ up/down
+    def up(self, ready_timeout: float | None = None) -> float:
+        """Create, start and wait for every node; returns seconds taken. Rolls back on any failure."""
+        check_cfs(self.spec, self.nodes, self.backend.name)
+        self.backend.check_available()
+        check_runnable(self.spec.apps, self.backend.name,
+                       lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
+        self._check_conflicts()
+        links = self.links if self.spec.links else None
+        if links:
+            links.spec_links()  # a parameter this host's impairment engine cannot apply: SpecError, nothing created
+        mesh = self.mesh if self.spec.mesh.enabled else None  # an implementation this host lacks: SpecError here
+        started = time.monotonic()
+        ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
+        if self.backend.name == "compose":
+            self.image = self._ensure_images()
+            self._prepare_cfs()
+        write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
+                                               "spec": self.spec.model_dump(mode="json", exclude_none=True),
+                                               "image": self.image, "created": time.time(),
+                                               "mesh": mesh.implementation if mesh else None})
+        previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+        try:
+            self.backend.up(self.spec, self.nodes, self.image, self.progress)
+            self._wait_ready(ready_timeout or 60 + 0.5 * len(self.nodes))
+            self._wait_cfs_operational(ready_timeout or 60 + 0.5 * len(self.nodes))
+            if links:
+                links.apply_spec()
+            if mesh:
+                self.start_mesh(mesh)
+        except BaseException:
+            if not self.keep_on_failure:
+                self._rollback()
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        return time.monotonic() - started
+
+    def start_mesh(self, mesh) -> None:
+        """Start the mesh on every node and wait until its routes have converged (swarm.mesh); the result is
+        kept in `mesh_result` (and mesh.json in the swarm's state directory). Not converging in time is
+        reported, not fatal: the swarm is up, its mesh is slow, and that is worth measuring."""
+        started = time.time()
+        mesh.start()
+        self.mesh_result = mesh.wait_converged(started, progress=self.progress)
+        (swarm_dir(self.workdir, self.name) / "mesh.json").write_text(json.dumps({"up": self.mesh_result}))
+        if not self.mesh_result["converged"] and self.mesh_result["polls"]:
+            self.message(f"mesh {mesh.implementation}: not converged {mesh.spec.converge_timeout:g} s after start "
+                         f"({self.mesh_result.get('problem', '')})")
+
+    def _rollback(self) -> None:
+        """Remove what a failed or interrupted `up` made, ignoring further Ctrl-C while doing so."""
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            self.message(f"rolling back swarm {self.name!r}")
+            self.down()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def down(self) -> list[str]:
+        """Remove everything of this swarm; an empty list means there was nothing to remove."""
+        removed = self.backend.down(self.name)
+        if forget_state(self.workdir, self.name):
+            removed.append("state")
+        return removed
+
+    def __enter__(self) -> "Swarm":
+        self.up()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._rollback()
+
+    def _check_conflicts(self) -> None:
+        if read_state(self.workdir, self.name) is not None or self.backend.node_states(self.name):
+            raise SpecError(f"swarm {self.name!r}: already up; run `swarm down {self.name}` first")
+        mine = [ipaddress.IPv4Network(n.subnet) for n in (self.spec.networks.isl, self.spec.networks.ground)]
+        for label, net in zip(("isl", "ground"), mine):
+            for ifname, theirs in host_networks(self.runner):
+                if theirs.overlaps(net):
+                    raise SpecError(f"networks.{label}.subnet {str(net)!r}: overlaps {theirs} on host interface "
+                                    f"{ifname}; choose another subnet")
+        for other, state in all_states(self.workdir):
+            spec = spec_from_dict(state["spec"], f"state of {other}")
+            for label in ("isl", "ground"):
+                theirs = ipaddress.IPv4Network(getattr(spec.networks, label).subnet)
+                if any(theirs.overlaps(m) for m in mine):
+                    raise SpecError(
+                        f"networks: subnets overlap swarm {other!r}'s {label} subnet {theirs}; give this swarm other subnets"
+                    )
+
+    def _ensure_images(self) -> str:
+        for node in self.nodes:
+            if node.spec.image and not self.runner.run(["docker", "image", "inspect", node.spec.image], check=False).ok:
+                raise SpecError(f"node {node.name!r}: image {node.spec.image!r} not found locally (no registry to pull from)")
+        return ensure_image(self.runner, self.workdir, progress=self.message)
+
+    def _prepare_cfs(self) -> None:
+        """Build (or find) the cFS image of each install tree and hand them, with the ulimits this host
+        allows, to the compose backend."""
+        installs = sorted({n.spec.cfs.install for n in cfs_nodes(self.nodes)})
+        if not installs:
+            return
+        images = {inst: ensure_cfs_image(self.runner, self.workdir, self.image, inst, self.message) for inst in installs}
+        ulimits, lowered = host_ulimits()
+        if lowered:
+            self.message(f"cFS nodes: this host cannot raise resource limits (no CAP_SYS_RESOURCE); "
+                         f"lowered {', '.join(lowered)}")
+        self.backend.cfs = CfsRuntime(images=images, ulimits=ulimits)
+
+    def _wait_cfs_operational(self, timeout: float) -> None:
+        """Wait until every cFS node's log shows CFE_ES_Main entering OPERATIONAL state; raise NodeFailed
+        with the log tail when a node's process ends or the time is up."""
+        pending = cfs_nodes(self.nodes)
+        total = len(pending)
+        deadline = time.monotonic() + timeout
+        while pending:
+            self.progress(total - len(pending), total, "cFS nodes OPERATIONAL")
+            states = self.backend.node_states(self.name)
+            for node in list(pending):
+                if OPERATIONAL_LINE in self.backend.logs(self.name, node.name, tail=100_000):
+                    pending.remove(node)
+                elif states.get(node.name) != "running":
+                    raise NodeFailed(node.name, f"cFS process {states.get(node.name, 'missing')} before OPERATIONAL",
+                                     self.backend.logs(self.name, node.name))
+            if pending and time.monotonic() > deadline:
+                raise NodeFailed(pending[0].name, f"cFS not OPERATIONAL after {timeout:.0f} s",
+                                 self.backend.logs(self.name, pending[0].name))
+            if pending:
+                time.sleep(0.5)
+        if total:
+            self.progress(total, total, "cFS nodes OPERATIONAL")
+
+    def _prober(self) -> NodePlan | None:
+        """A node that can run fping: any node with netns (host tools), else one on the framework image."""
+        if self.backend.name == "netns":
+            return self.nodes[0]
+        return next((n for n in self.nodes if not n.spec.image), None)
+
+    def _wait_ready(self, timeout: float) -> None:
+        """Wait until every node's process runs and every ISL address answers; raise NodeFailed if not.
+
+        ISL addresses are pinged from one node (the ISL network is internal, the host cannot reach it);
+        when every node runs a user image, which may lack fping, readiness is the processes running.
+        """
+        total = len(self.nodes)
+        prober = self._prober()
+        if prober is None:
+            self.message("no node runs the framework image: ready means every node's process runs")
+        deadline = time.monotonic() + timeout
+        alive: set[str] = set()
+        while True:
+            states = self.backend.node_states(self.name)
+            for node in self.nodes:
+                if states.get(node.name) in ("exited", "dead"):
+                    raise NodeFailed(node.name, f"its process {states[node.name]}", self.backend.logs(self.name, node.name))
+            running = [n for n in self.nodes if states.get(n.name) == "running"]
+            self.progress(len(running), total, "nodes running")
+            if len(running) == total:
+                if prober is None:
+                    return
+                alive = self._isl_alive_from(prober)
+                self.progress(len(alive), total, "ISL addresses answering")
+                if len(alive) == total:
+                    return
+            if time.monotonic() > deadline:
+                late = next(n for n in self.nodes if states.get(n.name) != "running" or n.isl_ip not in alive)
+                raise NodeFailed(late.name, f"not ready after {timeout:.0f} s", self.backend.logs(self.name, late.name))
+            time.sleep(0.3)
+
+    def _isl_alive_from(self, src: NodePlan, targets: list[NodePlan] | None = None) -> set[str]:
+        ips = [n.isl_ip for n in (targets or self.nodes)]
+        res = self.backend.exec(self.name, src.name, ["fping", "-a", "-r", "1", "-t", "300", *ips], check=False, timeout=60)
+        return fping_alive(res)
+
+    # ------------------------------------------------------------------------------------------ looking
+    def status(self, health: bool = True) -> list[NodeStatus]:
+        """One row per node: addresses, backend state, and whether its ground address answers the host."""
+        states = self.backend.node_states(self.name)
+        alive: set[str] = set()
+        if health and states:
+            res = self.runner.run(["fping", "-a", "-r", "1", "-t", "300", *(n.ground_ip for n in self.nodes)], check=False, timeout=60)
+            alive = fping_alive(res)
+        return [
+            NodeStatus(n.name, n.index, n.isl_ip, n.ground_ip, states.get(n.name, "missing"),
+                       ("ok" if n.ground_ip in alive else "no answer") if health else "-")
+            for n in self.nodes
+        ]
+
+    def exec(self, node: str, argv: list[str], *, check: bool = True, timeout: float | None = None) -> Result:
+        """Run `argv` inside one node."""
+        self.node(node)
+        return self.backend.exec(self.name, node, argv, check=check, timeout=timeout)
+
+    def exec_all(self, argv: list[str], *, timeout: float | None = None, workers: int = 8) -> dict[str, Result]:
+        """Run `argv` on every node, a few at a time; results by node name (failures included)."""
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            results = pool.map(lambda n: self.backend.exec(self.name, n.name, argv, check=False, timeout=timeout), self.nodes)
+            return {n.name: r for n, r in zip(self.nodes, results)}
+
+    def reachability(self) -> dict[str, dict[str, bool]]:
+        """All-pairs ISL reachability: matrix[src][dst] is True when dst's ISL address answered src."""
+        def row(src: NodePlan) -> tuple[str, set[str]]:
+            others = [n for n in self.nodes if n is not src]
+            return src.name, self._isl_alive_from(src, others)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            alive = dict(pool.map(row, self.nodes))
+        return {s.name: {d.name: d.isl_ip in alive[s.name] for d in self.nodes if d is not s} for s in self.nodes}
+
+
+def host_networks(runner: Runner) -> list[tuple[str, ipaddress.IPv4Network]]:
+    """(interface, network) of every IPv4 address on the host, Docker bridges included."""
+    res = runner.run(["ip", "-j", "-4", "addr", "show"], check=False, timeout=30)
+    out = []
+    for link in json.loads(res.stdout or "[]"):
+        for addr in link.get("addr_info", []):
+            if addr.get("family") == "inet" and addr.get("scope") != "host":
+                out.append((link["ifname"], ipaddress.IPv4Network(f"{addr['local']}/{addr['prefixlen']}", strict=False)))
+    return out
+
+
+def raise_keyboard_interrupt(signum, _frame):
+    """Signal handler: turn SIGTERM into KeyboardInterrupt, so a kill rolls back like Ctrl-C."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# ------------------------------------------------------------------------------------------------ state
+def _state_file(workdir: Path, name: str) -> Path:
+    return swarm_dir(workdir, name) / "state.json"
+
+
+def write_state(workdir: Path, name: str, state: dict) -> None:
+    path = _state_file(workdir, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=1))
+    tmp.replace(path)
+
+
+def read_state(workdir: Path, name: str) -> dict | None:
+    path = _state_file(workdir, name)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def all_states(workdir: Path) -> Iterator[tuple[str, dict]]:
+    """(name, state) of every swarm with a state file."""
+    root = workdir / ".swarm"
+    for path in sorted(root.glob("*/state.json")) if root.exists() else []:
+        yield path.parent.name, json.loads(path.read_text())
+
+
+def forget_state(workdir: Path, name: str) -> bool:
+    """Delete the swarm's state directory; True if there was one."""
+    d = swarm_dir(workdir, name)
+    if not d.exists():
+        return False
+    for attempt in range(5):  # a node process that is still exiting may write one last file
+        try:
+            shutil.rmtree(d)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            time.sleep(0.2 * (attempt + 1))
+    shutil.rmtree(d)
+    return True
+
+
+def wipe(runner: Runner | None = None, workdir: Path | None = None) -> list[str]:
+    """Remove everything every backend made for any swarm, and all swarm state."""
+    runner = runner or Runner()
+    caps = capabilities()
+    workdir = workdir or default_workdir()
+    removed: list[str] = []
+    failures: list[str] = []
+    for name in REGISTRY:  # one backend failing must not keep the others' leftovers in place
+        try:
+            removed += [f"{name}: {r}" for r in get_backend(name, runner, caps, workdir).wipe()]
+        except RuntimeFailure as exc:
+            failures.append(f"{name}: {exc}")
+    for other, _ in list(all_states(workdir)):
+        forget_state(workdir, other)
+        removed.append(f"state of {other}")
+    if failures:
+        raise RuntimeFailure(f"wipe removed {', '.join(removed) or 'nothing'} but failed: {'; '.join(failures)}")
+    return removed

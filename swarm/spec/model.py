@@ -1,0 +1,419 @@
+"""Swarm spec: the validated description of a swarm, and its deterministic addressing.
+
+A spec names the swarm, its nodes (a count, explicit nodes, or groups of nodes that may differ in image,
+role and environment), its two networks (`ground`: commanding and telemetry, reachable from the host;
+`isl`: inter-satellite links, internal) and resource limits. Loading never starts anything; every error
+is a `SpecError` whose one line names the field and the value.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from swarm.spec.apps import AppSettings, app_environment, app_image, check_apps
+from swarm.errors import SpecError
+from netem.model import LinksSpec, resolve_links
+from swarm.mesh.spec import MeshSpec
+
+MAX_NODES = 1000
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
+NAME_RULE = "must match [a-z0-9-]+ (lowercase letters, digits and inner dashes, 1-32 characters)"
+BACKENDS = ("compose", "netns")  # kept in step with swarm.backends.REGISTRY (a test checks it)
+
+
+def _check_name(kind: str, value: str) -> str:
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise ValueError(f"{kind} {value!r}: name {NAME_RULE}")
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NetworkSpec(_Strict):
+    """One bridge network: its IPv4 subnet and MTU."""
+
+    subnet: str
+    mtu: int = Field(1500, ge=576, le=9000)
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet(cls, v: str) -> str:
+        try:
+            net = ipaddress.IPv4Network(v, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"subnet {v!r}: {exc}") from None
+        if net.prefixlen > 29:
+            raise ValueError(f"subnet {v!r}: prefix /{net.prefixlen} is too small (at most /29)")
+        return v
+
+
+class Networks(_Strict):
+    """The two networks every swarm has."""
+
+    isl: NetworkSpec = NetworkSpec(subnet="10.77.0.0/16")
+    ground: NetworkSpec = NetworkSpec(subnet="10.78.0.0/16")
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> "Networks":
+        a, b = ipaddress.IPv4Network(self.isl.subnet), ipaddress.IPv4Network(self.ground.subnet)
+        if a.overlaps(b):
+            raise ValueError(f"networks.ground.subnet {self.ground.subnet!r} overlaps networks.isl.subnet {self.isl.subnet!r}")
+        return self
+
+
+class Resources(_Strict):
+    """Optional per-node limits (Compose `cpus` and `mem_limit`)."""
+
+    cpus: Optional[float] = Field(None, gt=0, le=1024)
+    memory: Optional[str] = None
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not re.fullmatch(r"[1-9][0-9]*[kmg]?", str(v).lower()):
+            raise ValueError(f"memory {v!r}: expected a size like 256m or 1g")
+        return v
+
+
+MAX_CFS_CPU_ID = 65535 - 1234 + 1  # CI_LAB listens on UDP 1234 + CPU ID - 1
+
+
+class CfsSpec(_Strict):
+    """A user's natively built cFS install tree (build/exe/cpu1) run on the node (swarm.cfs).
+
+    Node i (1-based, swarm-wide) gets CPU ID `cpu_id + i - 1` and spacecraft ID `spacecraft_id + i - 1`.
+    `install` is made absolute (relative to the current directory); that it holds core-cpu1 is checked
+    when the swarm comes up.
+    """
+
+    install: str
+    cpu_id: int = Field(1, ge=1, le=MAX_CFS_CPU_ID)
+    spacecraft_id: int = Field(0x42, ge=0, le=0xFFFFFFFF)  # 0x42: the cFS sample mission's
+    reset: Literal["PO", "PR"] = "PO"  # power-on or processor reset at start
+
+    @field_validator("install")
+    @classmethod
+    def _install(cls, v: str) -> str:
+        if not isinstance(v, str) or not v.strip():
+            raise ValueError(f"install {v!r}: expected the path of a cFS install tree (build/exe/cpu1)")
+        return str(Path(os.path.abspath(Path(v).expanduser())))
+
+
+class NodeTemplate(_Strict):
+    """What nodes of one group share."""
+
+    image: Optional[str] = None
+    role: str = "spacecraft"
+    env: dict[str, str] = Field(default_factory=dict)
+    command: Optional[list[str]] = None
+    resources: Resources = Resources()
+    cfs: Optional[CfsSpec] = None  # run a cFS build as the main process (compose backend)
+
+    @model_validator(mode="after")
+    def _cfs_alone(self) -> "NodeTemplate":
+        if self.cfs is not None:
+            for other in ("image", "command"):
+                if getattr(self, other) is not None:
+                    raise ValueError(f"cfs and {other} {getattr(self, other)!r}: a cFS node runs the framework's "
+                                     f"cFS image and core-cpu1; give one of them")
+        return self
+
+    @field_validator("role")
+    @classmethod
+    def _role(cls, v: str) -> str:
+        return _check_name("role", v)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"env key {key!r}: must be a shell variable name")
+        return v
+
+
+class NodeSpec(NodeTemplate):
+    """One explicitly named node."""
+
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name("node", v)
+
+
+class GroupSpec(NodeTemplate):
+    """`count` nodes named <prefix>01, <prefix>02, ... sharing one template."""
+
+    prefix: str = "sat"
+    count: int = Field(..., ge=1, le=MAX_NODES)
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        return _check_name("group prefix", v + "0")[:-1]
+
+
+class SwarmSpec(_Strict):
+    """A whole swarm. Exactly one of `nodes` (a count), `node_list` or `groups` says which nodes exist."""
+
+    name: str
+    nodes: Optional[int] = None
+    node_list: Optional[list[NodeSpec]] = None
+    groups: Optional[list[GroupSpec]] = None
+    defaults: NodeTemplate = NodeTemplate()
+    networks: Networks = Networks()
+    backend: Optional[Literal["compose", "netns"]] = None
+    links: Optional[LinksSpec] = None  # ISL link conditions (swarm.impair): default + per-link/per-node overrides
+    apps: list[str] = Field(default_factory=list)  # apps in every node (swarm.apps): swarm-app, or a user's image
+    app: AppSettings = AppSettings()  # their settings: rate_hz, domain_id, targets, window_s
+    mesh: MeshSpec = MeshSpec()  # routing on the ISL network (swarm.mesh): `batman` or `none`
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name("swarm", v)
+
+    @field_validator("apps")
+    @classmethod
+    def _apps(cls, v: list[str]) -> list[str]:
+        return check_apps(v)
+
+    @field_validator("nodes")
+    @classmethod
+    def _count(cls, v: Optional[int]) -> Optional[int]:
+        if v is not None and not 2 <= v <= MAX_NODES:
+            raise ValueError(f"nodes {v}: a swarm has 2 to {MAX_NODES} nodes")
+        return v
+
+    @model_validator(mode="after")
+    def _membership(self) -> "SwarmSpec":
+        given = [k for k in ("nodes", "node_list", "groups") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of nodes, node_list, groups (got {', '.join(given) or 'none'})")
+        resolved = self.resolved_nodes()
+        if not 2 <= len(resolved) <= MAX_NODES:
+            raise ValueError(f"nodes {len(resolved)}: a swarm has 2 to {MAX_NODES} nodes")
+        seen: set[str] = set()
+        for node in resolved:
+            if node.name in seen:
+                raise ValueError(f"node {node.name!r}: duplicate node name")
+            seen.add(node.name)
+        for label, net in (("isl", self.networks.isl), ("ground", self.networks.ground)):
+            room = ipaddress.IPv4Network(net.subnet).num_addresses - 3  # network, gateway, broadcast
+            if len(resolved) > room:
+                raise ValueError(
+                    f"networks.{label}.subnet {net.subnet!r}: too small for {len(resolved)} nodes (room for {room})"
+                )
+        _check_cfs_ids(resolved)
+        if self.links is not None:  # node names, profiles and consistency (the engine is checked at `up`)
+            try:
+                resolve_links(self.links, [n.name for n in resolved])
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+    def resolved_nodes(self) -> list[NodeSpec]:
+        """The nodes in index order, with group and default settings applied (and the apps' image and env)."""
+        nodes = self._member_nodes()
+        if not self.apps:
+            return nodes
+        isl_ips = [node_address(self.networks.isl.subnet, i) for i in range(1, len(nodes) + 1)]
+        env, image = app_environment(self.apps, self.app, [n.name for n in nodes], isl_ips), app_image(self.apps)
+        return [n.model_copy(update={"env": {**env, **n.env}, "image": n.image or image}) for n in nodes]
+
+    def _member_nodes(self) -> list[NodeSpec]:
+        base = self.defaults.model_dump()
+        if self.nodes is not None:
+            width = max(2, len(str(self.nodes)))
+            return [NodeSpec(name=f"sat{i:0{width}d}", **base) for i in range(1, self.nodes + 1)]
+        if self.node_list is not None:
+            return [NodeSpec(**_merge(base, n.model_dump(exclude_unset=True))) for n in self.node_list]
+        out: list[NodeSpec] = []
+        for g in self.groups or []:
+            fields = _merge(base, g.model_dump(exclude_unset=True, exclude={"prefix", "count"}))
+            width = max(2, len(str(g.count)))
+            out += [NodeSpec(name=f"{g.prefix}{i:0{width}d}", **fields) for i in range(1, g.count + 1)]
+        return out
+
+
+def _check_cfs_ids(nodes: list["NodeSpec"]) -> None:
+    """cFS CPU and spacecraft IDs (base + node index - 1) must fit and differ between nodes."""
+    seen: dict[str, dict[int, str]] = {"cpu_id": {}, "spacecraft_id": {}}
+    limits = {"cpu_id": MAX_CFS_CPU_ID, "spacecraft_id": 0xFFFFFFFF}
+    for index, node in enumerate(nodes, start=1):
+        if node.cfs is None:
+            continue
+        for key, ids in seen.items():
+            value = getattr(node.cfs, key) + index - 1
+            if value > limits[key]:
+                raise ValueError(f"node {node.name!r}: cfs.{key} {getattr(node.cfs, key)} + index {index} - 1 = {value} "
+                                 f"is above {limits[key]}")
+            if value in ids:
+                raise ValueError(f"node {node.name!r}: cfs.{key} {value} is already node {ids[value]!r}'s; "
+                                 "give the groups bases that do not overlap")
+            ids[value] = node.name
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if key == "env":
+            merged["env"] = {**base.get("env", {}), **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+# ---------------------------------------------------------------------------------------------------
+# Addressing (pure): node i (1-based) gets host address network+1+i on each network; the gateway is +1.
+
+
+def node_address(subnet: str, index: int) -> str:
+    """IPv4 address of the node with 1-based `index` on `subnet` (the gateway holds the first host)."""
+    net = ipaddress.IPv4Network(subnet)
+    return str(net.network_address + 1 + index)
+
+
+def gateway_address(subnet: str) -> str:
+    """The first host address of `subnet`, held by the bridge."""
+    return str(ipaddress.IPv4Network(subnet).network_address + 1)
+
+
+def node_mac(ip: str) -> str:
+    """The MAC for an interface holding `ip`: 02:42 then the four address bytes.
+
+    This is the scheme Docker's bridge driver uses for containers, so the compose and netns backends give
+    a node the same, locally administered, MAC addresses without setting them explicitly.
+    """
+    return "02:42:" + ":".join(f"{b:02x}" for b in ipaddress.IPv4Address(ip).packed)
+
+
+class NodePlan(BaseModel):
+    """A resolved node: its index, names and addresses. What backends, status and sweeps work from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    name: str
+    isl_ip: str
+    ground_ip: str
+    isl_mac: str
+    ground_mac: str
+    spec: NodeSpec
+
+
+def plan_nodes(spec: SwarmSpec) -> list[NodePlan]:
+    """Resolve every node of `spec` to its deterministic addresses."""
+    return [
+        NodePlan(
+            index=i,
+            name=n.name,
+            isl_ip=node_address(spec.networks.isl.subnet, i),
+            ground_ip=node_address(spec.networks.ground.subnet, i),
+            isl_mac=node_mac(node_address(spec.networks.isl.subnet, i)),
+            ground_mac=node_mac(node_address(spec.networks.ground.subnet, i)),
+            spec=n,
+        )
+        for i, n in enumerate(spec.resolved_nodes(), start=1)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loading: YAML text -> SwarmSpec, with one-line errors.
+
+
+def _location(loc: tuple[Any, ...], data: Any) -> str:
+    """Turn a pydantic error location into a readable path, naming list items by their `name`."""
+    parts: list[str] = []
+    cur = data
+    for key in loc:
+        if isinstance(key, int) and isinstance(cur, list) and key < len(cur):
+            item = cur[key]
+            label = item.get("name") if isinstance(item, dict) else None
+            parts[-1] = f"{parts[-1]}[{key}]" + (f" ({label!r})" if label else "") if parts else f"[{key}]"
+            cur = item
+            continue
+        if isinstance(key, str) and key.startswith(("function-", "value_error")):
+            continue
+        parts.append(str(key))
+        cur = cur.get(key) if isinstance(cur, dict) else None
+    return ".".join(parts)
+
+
+def format_validation_error(exc: ValidationError, data: Any, source: str) -> str:
+    """One line: where, which field, what value, what is wrong (the first error only)."""
+    err = exc.errors()[0]
+    where = _location(tuple(err["loc"]), data)
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = f"unknown field {err['loc'][-1]!r}"
+        where = ".".join(str(p) for p in err["loc"][:-1] if not isinstance(p, int)) or "top level"
+    elif err["type"] in ("int_parsing", "float_parsing", "literal_error", "missing", "int_type", "string_type"):
+        msg = f"{msg} (got {err.get('input')!r})" if err["type"] != "missing" else msg
+    prefix = f"{source}: " if source else ""
+    return f"{prefix}{where + ': ' if where else ''}{msg}"
+
+
+def validate_document(model: type[BaseModel], data: Any, source: str, what: str) -> Any:
+    """Validate a parsed YAML/JSON mapping into `model`, raising SpecError with one line."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source or what}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, data, source)) from None
+    except SpecError as exc:  # raised by a nested spec (e.g. an experiment's swarm template)
+        raise SpecError(f"{source}: {exc}" if source and not str(exc).startswith(source) else str(exc)) from None
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """Parse a YAML file; unreadable or malformed files are one-line SpecErrors."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read {what} file ({exc.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{p}:{where}: malformed YAML: {problem}") from None
+
+
+def spec_from_dict(data: Any, source: str = "") -> SwarmSpec:
+    """Validate a parsed YAML/JSON document into a SwarmSpec, raising SpecError with one line."""
+    return validate_document(SwarmSpec, data, source, "spec")
+
+
+def swarm_from_template(template: dict, experiment: str, name: str, nodes: int, backend: str | None = None,
+                        **fields: Any) -> SwarmSpec:
+    """The swarm an experiment runs on: its `swarm:` template, then name, node count, `fields` and the
+    experiment's backend (if it pins one); validated, errors naming the experiment."""
+    data = {**template, "name": name, "nodes": nodes, **fields}
+    if backend:
+        data["backend"] = backend
+    return spec_from_dict(data, f"{experiment}: swarm")
+
+
+def load_spec(path: str | Path) -> SwarmSpec:
+    """Read and validate a swarm spec file."""
+    return spec_from_dict(read_yaml(path, "spec"), str(path))
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of the spec, for editors."""
+    schema = SwarmSpec.model_json_schema()
+    schema["title"] = "swarm-emu swarm spec"
+    return schema

@@ -1,0 +1,139 @@
+"""Every unit the specs and the CLI accept, parsed in one place (pure).
+
+- durations of a link (delay, jitter): parse_time_ms -> milliseconds; format_time back
+- durations of an experiment (duration, warmup, fault times): parse_duration -> seconds
+- percentages (loss, corrupt, ...): parse_percent
+- link rates (`rate:` of a link): parse_link_rate -> bit/s (0: unlimited); format_rate back
+- sweep rates (the thesis's '10k', '1Mbps'): parse_rate -> bit/s; rate_label back ('10kbps')
+- sample rates ('100Hz', '2kHz', 'inf'): rate_hz -> samples per second
+
+Link parsers raise ValueError (they run inside pydantic validators, which name the field); the sweep's
+rate parser raises SpecError (it is called on already-validated lists).
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from swarm.errors import SpecError
+
+_TIME_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(us|ms|s)?$")
+_PERCENT_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*%?$")
+_RATE_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*([kmgt]?)(bit/s|bit|bps)?$", re.IGNORECASE)
+_RATE_MULT = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+MAX_DELAY_MS = 3_600_000.0  # an hour: beyond this a number is a typo, not a link
+
+
+# -------------------------------------------------------------------------------- link conditions
+def parse_time_ms(value: Any, field: str = "delay") -> float:
+    """'250ms', '1.3s', '500us', 250 (ms) -> milliseconds (>= 0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{field} {value!r}: expected a duration like 250ms or 1.3s")
+    match = _TIME_RE.match(str(value).strip().lower())
+    if not match:
+        raise ValueError(f"{field} {value!r}: expected a duration like 250ms, 1.3s or 500us")
+    ms = float(match.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[match.group(2) or "ms"]
+    if ms < 0:
+        raise ValueError(f"{field} {value!r}: must not be negative")
+    if ms > MAX_DELAY_MS:
+        raise ValueError(f"{field} {value!r}: more than an hour")
+    return round(ms, 6)
+
+
+def parse_percent(value: Any, field: str = "loss") -> float:
+    """'1%', '0.5%', 1 -> percent in [0, 100]."""
+    if isinstance(value, bool):
+        raise ValueError(f"{field} {value!r}: expected a percentage like 1%")
+    match = _PERCENT_RE.match(str(value).strip())
+    if not match:
+        raise ValueError(f"{field} {value!r}: expected a percentage like 1% or 0.5%")
+    pct = float(match.group(1))
+    if not 0 <= pct <= 100:
+        raise ValueError(f"{field} {value!r}: must be between 0 and 100 %")
+    return pct
+
+
+def parse_link_rate(value: Any, field: str = "rate") -> int:
+    """'10Mbit', '10M', '10Mbps', '500k', '1.5G', 0 -> bit/s (0: unlimited). Decimal units, bits."""
+    if isinstance(value, bool):
+        raise ValueError(f"{field} {value!r}: expected a rate like 10Mbit, 10M or 500k")
+    text = str(value).strip()
+    if text.lower() in ("unlimited", "none", "off"):
+        return 0
+    match = _RATE_RE.match(text)
+    if not match:
+        raise ValueError(f"{field} {value!r}: expected a rate like 10Mbit, 10M, 500k or 0 (unlimited)")
+    bps = float(match.group(1)) * _RATE_MULT[match.group(2).lower()]
+    if bps < 0:
+        raise ValueError(f"{field} {value!r}: must not be negative")
+    if 0 < bps < 8:
+        raise ValueError(f"{field} {value!r}: below 8 bit/s")
+    if bps > 10**13:
+        raise ValueError(f"{field} {value!r}: above 10 Tbit/s")
+    return int(round(bps))
+
+
+def format_time(ms: float) -> str:
+    if ms >= 1000 and (ms / 1000) == round(ms / 1000, 3):
+        return f"{ms / 1000:g}s"
+    if ms < 1:
+        return f"{ms * 1000:g}us"
+    return f"{ms:g}ms"
+
+
+def format_rate(bps: int) -> str:
+    for mult, unit in ((10**9, "Gbit"), (10**6, "Mbit"), (10**3, "kbit")):
+        if bps >= mult:
+            return f"{bps / mult:g}{unit}"
+    return f"{bps}bit"
+
+
+# ---------------------------------------------------------------------------- experiments and sweeps
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m)?$")
+
+
+def parse_duration(value: Any, field: str = "duration") -> float:
+    """'10s', '500ms', '2m', 10 -> seconds (> 0)."""
+    match = _DURATION_RE.match(str(value).strip())
+    if not match:
+        raise ValueError(f"{field} {value!r}: expected seconds, e.g. 10, 10s, 500ms or 2m")
+    number, unit = float(match.group(1)), match.group(2) or "s"
+    seconds = number * {"ms": 0.001, "s": 1, "m": 60}[unit]
+    if seconds <= 0:
+        raise ValueError(f"{field} {value!r}: must be positive")
+    return seconds
+
+
+_SWEEP_RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmg]?)(?:bps|bit/s)?$", re.IGNORECASE)
+_MULTIPLIERS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
+_UNITS = ((10**9, "Gbps"), (10**6, "Mbps"), (10**3, "kbps"))
+
+
+def parse_rate(text: str) -> int:
+    """'10k', '10kbps', '1M', '1Mbps', '1G', '500k', '2.5M', '100' -> bits per second (decimal units)."""
+    match = _SWEEP_RATE_RE.match(str(text).strip())
+    if not match:
+        raise SpecError(f"rate {text!r}: expected a number with optional k/M/G suffix (e.g. 10k, 1Mbps, 1G)")
+    number, prefix = match.groups()
+    return round(float(number) * _MULTIPLIERS[prefix.lower()])
+
+
+def rate_label(bps: float) -> str:
+    """Bits per second -> label as in the thesis tables: 10000 -> '10kbps', 1e9 -> '1Gbps'; NaN -> ''."""
+    if bps is None or (isinstance(bps, float) and math.isnan(bps)):
+        return ""
+    for multiplier, unit in _UNITS:
+        if bps >= multiplier:
+            return f"{bps / multiplier:g}{unit}"
+    return f"{bps:g}bps"
+
+
+def rate_hz(value: str) -> float:
+    """'100Hz', '2kHz', '500' -> samples per second; 'inf' -> inf."""
+    v = str(value)
+    if v == "inf":
+        return math.inf
+    if v.endswith("kHz"):
+        return float(v[:-3]) * 1000
+    return float(v.removesuffix("Hz"))
