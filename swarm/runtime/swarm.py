@@ -51,6 +51,7 @@ class NodeStatus:
     ground_ip: str
     state: str
     health: str
+    host: str = ""  # the Docker host running the node (swarm backend); "" on one-host backends
 
 
 class NodeFailed(RuntimeFailure):
@@ -86,13 +87,14 @@ class Swarm:
         self.runner = runner or Runner()
         self.caps = caps or capabilities()
         self.workdir = workdir or default_workdir()
-        self.backend: Backend = get_backend(backend or spec.backend, self.runner, self.caps, self.workdir)
+        self.backend: Backend = get_backend(backend or spec.backend or ("swarm" if spec.hosts else None), self.runner, self.caps, self.workdir)
         self.spec = spec = with_backend_defaults(spec, self.backend.name)
         self.nodes: list[NodePlan] = plan_nodes(spec)
         self.progress = progress
         self.keep_on_failure = keep_on_failure
         self.message = message
         self.image = ""
+        self.clocks: dict = {}  # {host: ClockOffset} measured at `up` on multi-host backends
         self.mesh_result: dict | None = None  # convergence after `up` when the swarm has a mesh
 
     # ----------------------------------------------------------------------------------------- loading
@@ -139,6 +141,7 @@ class Swarm:
         """Create, start and wait for every node; returns seconds taken. Rolls back on any failure."""
         check_cfs(self.spec, self.nodes, self.backend.name)
         self.backend.check_available()
+        self.backend.check_spec(self.spec, self.nodes)  # on every host it will use, before creating anything
         check_runnable(self.spec.apps, self.backend.name,
                        lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
         self._check_conflicts()
@@ -148,7 +151,7 @@ class Swarm:
         mesh = self.mesh if self.spec.mesh.enabled else None  # an implementation this host lacks: SpecError here
         started = time.monotonic()
         ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
-        if self.backend.name == "compose":
+        if self.backend.name in ("compose", "swarm"):
             self.image = self._ensure_images()
             self._prepare_cfs()
         write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
@@ -159,6 +162,7 @@ class Swarm:
         try:
             self.backend.up(self.spec, self.nodes, self.image, self.progress)
             self._wait_ready(ready_timeout or 60 + 0.5 * len(self.nodes))
+            self.clocks = self.backend.clock_offsets(self.name)  # hosts with a clock of their own (swarm backend)
             self._wait_cfs_operational(ready_timeout or 60 + 0.5 * len(self.nodes))
             if links:
                 links.apply_spec()
@@ -315,13 +319,25 @@ class Swarm:
         states = self.backend.node_states(self.name)
         alive: set[str] = set()
         if health and states:
-            res = self.runner.run(["fping", "-a", "-r", "1", "-t", "300", *(n.ground_ip for n in self.nodes)], check=False, timeout=60)
-            alive = fping_alive(res)
+            ground = [n.ground_ip for n in self.nodes]
+            if self.backend.host_reaches_ground:
+                res = self.runner.run(["fping", "-a", "-r", "1", "-t", "300", *ground], check=False, timeout=60)
+            else:  # the orchestrator is on no overlay: ask a running node (its own address answers too)
+                prober = next((n for n in self.nodes if not n.spec.image and states.get(n.name) == "running"), None)
+                res = self.backend.exec(self.name, prober.name, ["fping", "-a", "-r", "1", "-t", "300", *ground],
+                                        check=False, timeout=60) if prober else None
+            alive = fping_alive(res) if res is not None else set()
+        hosts = self.backend.node_hosts(self.name)
         return [
             NodeStatus(n.name, n.index, n.isl_ip, n.ground_ip, states.get(n.name, "missing"),
-                       ("ok" if n.ground_ip in alive else "no answer") if health else "-")
+                       ("ok" if n.ground_ip in alive else "no answer") if health else "-", hosts.get(n.name, ""))
             for n in self.nodes
         ]
+
+    def backend_facts(self) -> list[str]:
+        """Lines about where the swarm runs (multi-host backends: hosts, node MTU, clocks); [] on one host."""
+        facts = getattr(self.backend, "facts", None)
+        return facts(self.name) if facts else []
 
     def exec(self, node: str, argv: list[str], *, check: bool = True, timeout: float | None = None) -> Result:
         """Run `argv` inside one node."""

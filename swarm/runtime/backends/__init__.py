@@ -9,10 +9,12 @@ from swarm.runtime.runner import Runner
 from swarm.runtime.backends.base import Backend, Progress, no_progress, swarm_dir
 from swarm.runtime.backends.compose import ComposeBackend
 from swarm.runtime.backends.netns import NetnsBackend
+from swarm.runtime.backends.swarm import SwarmBackend
 
 REGISTRY: dict[str, type[Backend]] = {
     ComposeBackend.name: ComposeBackend,
     NetnsBackend.name: NetnsBackend,
+    SwarmBackend.name: SwarmBackend,
 }
 
 

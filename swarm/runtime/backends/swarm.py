@@ -449,6 +449,31 @@ class SwarmBackend(Backend):
             self._save(swarm, plan)
         return out
 
+    def facts(self, swarm: str) -> list[str]:
+        """Lines for `up` and `status`: hosts and their share, what a node sees of the overlays, images
+        copied, clock offsets."""
+        plan = self.plan(swarm)
+        if not plan:
+            return []
+        placement = plan["placement"]
+        lines = ["hosts: " + ", ".join(f"{h['name']} ({h.get('endpoint', 'local')}, "
+                                       f"{sum(1 for v in placement.values() if v == h['name'])} nodes)"
+                                       for h in plan["hosts"]) + f"; Swarm manager {plan['manager']}"]
+        mtu = plan["mtu"]
+        parts = []
+        for w in ("isl", "ground"):
+            m = mtu[w]
+            note = "" if m["node"] == m["spec"] else f", less than the spec's {m['spec']}: the hosts' underlay carries {m['node'] + 50}"
+            parts.append(f"{w} MTU {m['node']} in the nodes (overlay {m['overlay']} less VXLAN's 50 bytes{note})")
+        lines.append("overlays: " + "; ".join(parts))
+        for img in plan.get("images", []):
+            lines.append(f"image {img['tag']} copied to host {img['host']} (docker save | docker load) in {img['seconds']} s")
+        clocks = plan.get("clocks", {})
+        if clocks:
+            lines.append("clocks vs this machine: " + ", ".join(
+                f"{h} {c['offset_s'] * 1e3:+.3f} ms ± {c['uncertainty_s'] * 1e3:.3f} ms" for h, c in clocks.items()))
+        return lines
+
     def audit(self, swarm: str | None = None) -> dict[str, list[str]]:
         """What carries the framework's label on each host: {host: ['container x', 'network y', ...]}
         ('unreachable' when the host does not answer)."""
