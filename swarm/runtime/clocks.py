@@ -77,3 +77,39 @@ def correct(stamps: Mapping[str, float], node_host: Mapping[str, str], offsets: 
         off = offsets.get(node_host.get(node, ""))
         out[node] = ts - off.offset_s if off is not None and not math.isnan(off.offset_s) else ts
     return out
+
+
+@dataclass
+class NodeClocks:
+    """Per-node view of the host offsets, for code that sends instants to nodes and reads their stamps.
+
+    `to_node` turns an orchestrator instant into the node's clock (what to send it); `from_node` and
+    `fix` turn what the node stamped back into the orchestrator's clock. `resolution_s` is the finest
+    difference between two nodes' stamps the offsets resolve (0 when every node shares one clock).
+    """
+
+    offsets: dict[str, float]
+    resolution_s: float = 0.0
+    hosts: dict[str, ClockOffset] | None = None
+
+    def to_node(self, node: str, ts: float) -> float:
+        return ts + self.offsets.get(node, 0.0)
+
+    def from_node(self, node: str, ts):
+        if isinstance(ts, (int, float)) and not isinstance(ts, bool):
+            return ts - self.offsets.get(node, 0.0)
+        return ts
+
+    def fix(self, node: str, record: dict) -> dict:
+        """`record` with every numeric `*_ts` field moved to the orchestrator's clock (a copy)."""
+        return {k: (self.from_node(node, v) if k.endswith("_ts") else v) for k, v in record.items()}
+
+
+def node_clocks(offsets: Mapping[str, ClockOffset], node_host: Mapping[str, str]) -> NodeClocks:
+    """NodeClocks from host offsets and the node placement (nodes on unmeasured hosts: offset 0)."""
+    per_node = {}
+    for node, host in node_host.items():
+        off = offsets.get(host)
+        if off is not None and not math.isnan(off.offset_s):
+            per_node[node] = off.offset_s
+    return NodeClocks(per_node, resolution(offsets.values()) if len(offsets) > 1 else 0.0, dict(offsets))

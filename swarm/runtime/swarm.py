@@ -29,6 +29,7 @@ from swarm.runtime.image import ensure_image
 from swarm.runtime.links import LinkController
 from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
+from swarm.runtime.clocks import NodeClocks, node_clocks
 from swarm.runtime.runner import Result, Runner
 from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
 
@@ -333,6 +334,17 @@ class Swarm:
                        ("ok" if n.ground_ip in alive else "no answer") if health else "-", hosts.get(n.name, ""))
             for n in self.nodes
         ]
+
+    def node_clocks(self) -> NodeClocks:
+        """Each node's clock offset against this machine, measured now (multi-host backends; on one host
+        every node shares this machine's clock and the offsets are all 0)."""
+        self.clocks = self.backend.clock_offsets(self.name)
+        return node_clocks(self.clocks, self.backend.node_hosts(self.name))
+
+    def host_facts(self) -> list[dict]:
+        """Facts about every host the swarm runs on (multi-host backends); [] on one host."""
+        describe = getattr(self.backend, "describe_hosts", None)
+        return describe(self.name) if describe else []
 
     def backend_facts(self) -> list[str]:
         """Lines about where the swarm runs (multi-host backends: hosts, node MTU, clocks); [] on one host."""

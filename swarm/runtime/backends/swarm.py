@@ -613,6 +613,10 @@ class SwarmBackend(Backend):
         return removed
 
 
+    def describe_hosts(self, swarm: str) -> list[dict[str, Any]]:
+        return describe_hosts(self, swarm)
+
+
 def describe_hosts(backend: SwarmBackend, swarm: str) -> list[dict[str, Any]]:
     """Host facts for results and reports: name, endpoint, engine version, CPUs, memory, nodes, clock."""
     plan = backend.plan(swarm) or {}
