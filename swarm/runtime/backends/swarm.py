@@ -519,7 +519,10 @@ class SwarmBackend(Backend):
             nets = self.runner.run([*self._docker(mgr), "network", "ls", "-q", "--filter", f"label={LABEL_SWARM}={swarm}"],
                                    timeout=60).stdout.split()
             if nets:
-                for attempt in range(10):
+                # Right after the containers go, the Swarm may still hold their attachments for a moment;
+                # with a host unreachable its attachments stay, so one try is enough to know.
+                attempts = 1 if remaining else 10
+                for attempt in range(attempts):
                     res = self.runner.run([*self._docker(mgr), "network", "rm", *nets], check=False, timeout=120)
                     nets = [n for n in nets if self.runner.run([*self._docker(mgr), "network", "inspect", n],
                                                                check=False, timeout=30).ok]
@@ -527,8 +530,10 @@ class SwarmBackend(Backend):
                         break
                     time.sleep(0.5 * (attempt + 1))
                 if nets:
-                    remaining.append(f"host {mgr.name}: overlays {', '.join(nets)} still in use "
-                                     f"({(res.stderr or '').strip().splitlines()[-1:] or ['?']})")
+                    names = self.runner.run([*self._docker(mgr), "network", "inspect", "--format", "{{.Name}}", *nets],
+                                            check=False, timeout=30).stdout.split() or nets
+                    why = next((ln for ln in (res.stderr or "").splitlines() if "Error" in ln), "still in use")
+                    remaining.append(f"host {mgr.name}: overlays {', '.join(names)} kept ({why.strip()[:160]})")
                 else:
                     removed.append(f"{mgr.name}: 2 overlay network(s)")
             removed += self._release_swarm(mgr, hosts, reach, plan, remaining)
