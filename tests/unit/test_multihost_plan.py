@@ -105,3 +105,74 @@ def test_resolution_and_correction():
     three = [*offs.values(), ClockOffset("c", -1.0, 0.002, 0.004, 9)]
     assert resolution(three) == pytest.approx(0.0025)
     assert correct({"s1": 10.0, "s2": 12.0}, {"s1": "a", "s2": "b"}, offs) == {"s1": 10.0, "s2": 10.0}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The spec piece and the per-host Compose files (no daemon: a recording runner)
+
+import yaml  # noqa: E402
+
+from swarm.caps import Capabilities  # noqa: E402
+from swarm.runtime.backends.swarm import HostCompose, SwarmBackend  # noqa: E402
+from swarm.runtime.runner import RecordingRunner, Result  # noqa: E402
+from swarm.spec.model import plan_nodes, spec_from_dict  # noqa: E402
+
+CAPS = Capabilities(kernel="x", root=True, docker=True, docker_version="20.10", compose=["docker-compose"],
+                    compose_version="1.29", netns=True, sch_netem=False, batman_adv=False, nftables=True, tbf=True,
+                    iperf3_version="iperf 3.12", batmand=True, ddsperf=True, htb=True)
+HOSTS = [{"name": "main", "endpoint": "local"}, {"name": "lab2", "endpoint": "ssh://ops@lab2", "capacity": 3}]
+NETS = {"isl": {"subnet": "10.241.0.0/24"}, "ground": {"subnet": "10.242.0.0/24"}}
+
+
+def swarm_spec(**extra):
+    return spec_from_dict({"name": "mh2-u", "nodes": 4, "backend": "swarm", "hosts": HOSTS, "networks": NETS, **extra})
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"backend": "compose"}, "hosts: given with backend 'compose'; hosts are for backend 'swarm'"),
+    ({"hosts": []}, "hosts: empty"),
+    ({"hosts": HOSTS + [{"name": "main", "endpoint": "ssh://x"}]}, "hosts[2] ('main').name: duplicate of hosts[0]"),
+    ({"nodes": None, "node_list": [{"name": "a", "host": "nowhere"}, {"name": "b"}]},
+     "node_list[0] ('a').host 'nowhere': no such host (hosts: main, lab2)"),
+    ({"nodes": None, "groups": [{"prefix": "r", "count": 4, "host": "lab2"}]},
+     "hosts[1] ('lab2').capacity: 4 nodes pinned to it (r01..r04) exceed its capacity 3"),
+])
+def test_bad_hosts_in_the_spec_are_one_line(doc, message):
+    with pytest.raises(SpecError) as err:
+        swarm_spec(**doc)
+    assert message in str(err.value)
+
+
+def test_a_pin_without_hosts_is_refused():
+    with pytest.raises(SpecError, match=r"defaults.host 'lab2': pins a node to a host, but the spec lists no hosts"):
+        spec_from_dict({"name": "x", "nodes": 2, "defaults": {"host": "lab2"}})
+
+
+def test_each_host_gets_its_share_on_external_overlays(tmp_path):
+    spec = swarm_spec()
+    host = spec.hosts[1]
+    hc = HostCompose(RecordingRunner(), CAPS, tmp_path, host, ["sat03", "sat04"])
+    doc = yaml.safe_load(hc.write_compose(spec, "swarm-emu/node:abc").read_text())
+    assert list(doc["services"]) == ["sat03", "sat04"]
+    assert doc["networks"] == {"isl": {"external": True, "name": "mh2-u-isl"},
+                               "ground": {"external": True, "name": "mh2-u-ground"}}
+    assert doc["services"]["sat04"]["networks"]["isl"] == {"ipv4_address": "10.241.0.5"}
+    assert hc.compose_argv("mh2-u", "up", "-d")[:3] == ["docker-compose", "-H", "ssh://ops@lab2"]
+    v2 = HostCompose(RecordingRunner(), Capabilities(**{**CAPS.as_dict(), "compose": ["docker", "compose"]}), tmp_path, host)
+    assert v2.compose_argv("mh2-u", "ps")[:4] == ["docker", "-H", "ssh://ops@lab2", "compose"]
+
+
+def test_preflight_names_the_unreachable_host_and_creates_nothing(tmp_path):
+    runner = RecordingRunner(answers=[
+        (lambda a: a[:3] == ["docker", "-H", "ssh://ops@lab2"] and "version" in a,
+         lambda a: Result(a, 1, "", "error during connect: ssh: connect to host lab2 port 22: No route to host")),
+        (lambda a: "version" in a, lambda a: Result(a, 0, "20.10.24\n")),
+    ])
+    backend = SwarmBackend(runner, CAPS, tmp_path)
+    spec = swarm_spec()
+    with pytest.raises(SpecError) as err:
+        backend.check_spec(spec, plan_nodes(spec))
+    assert str(err.value) == ("hosts[1] ('lab2').endpoint 'ssh://ops@lab2': unreachable: "
+                              "error during connect: ssh: connect to host lab2 port 22: No route to host")
+    assert all(a[-2:] == ["--format", "{{.Server.Version}}"] for a in runner.calls)  # asked, created nothing
+    assert not (tmp_path / ".swarm").exists()
