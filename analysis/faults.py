@@ -4,7 +4,7 @@ time since the traffic's release, with a vertical line where each fault of the t
 Inputs are the run folder's raw iperf3 JSON (raw/<test>/<src>__<dst>.json, receiver intervals), flows.csv
 (each flow's release instant, or its data start, which places its intervals in time),
 tests.csv (release instant), faults.csv
-(swarm.faults.FaultTimeline: planned `at_s` and actual `offset_s` of each fault) and, for a swarm with a mesh,
+(experiments.timeline.FaultTimeline: planned `at_s` and actual `offset_s` of each fault) and, for a swarm with a mesh,
 mesh.csv (swarm.mesh.MeshWatcher: when the routes had converged after each fault, a dotted line).
 
 UDP loss is shown two ways: against the offered rate (1 - received / offered, per interval), which shows a

@@ -121,7 +121,7 @@ def _network(spec: SwarmSpec, which: str) -> dict[str, Any]:
 
 def render_compose(spec: SwarmSpec, image: str, cfs: CfsRuntime | None = None) -> dict[str, Any]:
     """The Compose document for `spec`, with `image` for nodes that name none; cFS nodes get the image
-    and ulimits in `cfs` (swarm.cfs)."""
+    and ulimits in `cfs` (swarm.cfs.node)."""
     return {
         "version": "2.4",
         "services": {n.name: _service(spec, n, image, cfs) for n in plan_nodes(spec)},

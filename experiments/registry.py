@@ -1,43 +1,23 @@
 """The experiment-type registry: every kind of experiment the CLI can run, found by the `type:` of its
 file (default `traffic`) or of the experiment.yaml stored in its run folder.
 
-Each type is an `ExperimentType` defined in its own folder (experiments/<type>/entry.py): its model
+Each type is an `ExperimentType` (experiments/kind.py) defined in its own folder (experiments/<type>/entry.py): its model
 (`from_dict`), the swarm its first test needs (`first_swarm`, checked before a run folder is made), how
 it runs into a run folder (`run`), and its report (`report`, in analysis/). Adding a type is one new
 folder and one line in TYPES below.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from swarm.errors import SpecError
-from swarm.spec.model import SwarmSpec, read_yaml
+from swarm.spec.model import read_yaml
 
-Message = Callable[[str], None]
-Progress = Callable[[float, float, str], None]
-
-
-@dataclass(frozen=True)
-class ExperimentType:
-    """One experiment type. `command` is the CLI command that runs it (`sweep` or `run`); `resumable`
-    says whether `sweep --resume` can finish an interrupted run; `unit` labels its progress counts."""
-
-    name: str
-    summary: str
-    command: str
-    from_dict: Callable[[Any, str], Any]
-    first_swarm: Callable[[Any], SwarmSpec]
-    run: Callable[..., Path]  # (exp, store, *, backend, message, progress, abort_on_error) -> run folder
-    report: Callable[[Path], dict[str, Path]]
-    resumable: bool = True
-    unit: str = ""
-
-
-from experiments.app.entry import TYPE as APP  # noqa: E402  (the types import ExperimentType from here)
-from experiments.ddsperf.entry import TYPE as DDSPERF  # noqa: E402
-from experiments.traffic.entry import TYPE as TRAFFIC  # noqa: E402
+from experiments.app.entry import TYPE as APP
+from experiments.ddsperf.entry import TYPE as DDSPERF
+from experiments.kind import ExperimentType
+from experiments.traffic.entry import TYPE as TRAFFIC
 
 TYPES: dict[str, ExperimentType] = {t.name: t for t in (TRAFFIC, DDSPERF, APP)}
 DEFAULT = TRAFFIC.name

@@ -108,7 +108,7 @@ class ResultsStore:
             os.fsync(f.fileno())
 
     def append(self, name: str, columns: list[str], rows: list[dict]) -> None:
-        """Append rows to the CSV file `name` of the run (other sweep types' tables, e.g. swarm.ddsperf)."""
+        """Append rows to the CSV file `name` of the run (other sweep types' tables, e.g. experiments.ddsperf)."""
         self._append(name, columns, rows)
 
     def append_flows(self, rows: list[dict]) -> None:

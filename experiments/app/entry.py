@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from analysis.app import write_app_report
 from experiments.app.run import experiment_from_dict, run_app_experiment
-from experiments.registry import ExperimentType
+from experiments.kind import ExperimentType
 
 
 def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d, t, w: None, abort_on_error=False):

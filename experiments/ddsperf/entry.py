@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from analysis.ddsperf import write_ddsperf_report
 from experiments.ddsperf.sweep import experiment_from_dict, run_ddsperf_sweep
-from experiments.registry import ExperimentType
+from experiments.kind import ExperimentType
 
 
 def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d, t, w: None, abort_on_error=False):

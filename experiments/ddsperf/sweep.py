@@ -9,7 +9,7 @@ domain 0 is not disturbed). Each test is one measure on one swarm size, sample s
 - latency: the first node pings (`ping RATE size S`, `inf`: the next ping when every pong came back), every
   other node answers (`pong`); one row per answering node: round-trip mean and percentiles.
 ddsperf's output is kept verbatim under raw/<test>/<node>.txt as it is written; rows go to ddsperf.csv and
-tests.csv of the results store (swarm.sweep.ResultsStore) when each test ends, so `--resume` runs only the
+tests.csv of the results store (experiments.store.ResultsStore) when each test ends, so `--resume` runs only the
 rest. Both ends are ddsperf (C, Cyclone 0.10); the Python binding of the reference app (Cyclone 11.0.1) is
 never a party, so the two need not interoperate on the wire, and that was not tested. Checked here: a ddsperf
 `sub` started in the app's domain next to running app nodes listed no app participant (ddsperf reports only
@@ -305,7 +305,7 @@ def run_test(swarm, exp: DdsperfExperiment, test: DdsTest, raw_dir: Path, run_id
 def run_ddsperf_sweep(exp: DdsperfExperiment, store, *, backend: str | None = None,
                       progress: Callable[[int, int, str], None] = lambda d, t, w: None,
                       message: Callable[[str], None] = lambda m: None) -> list[dict]:
-    """Run every test of `exp` missing from `store` (swarm.sweep.ResultsStore); returns the test rows written."""
+    """Run every test of `exp` missing from `store` (experiments.store.ResultsStore); returns the test rows written."""
 
     previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     try:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from analysis.traffic import write_sweep_report
-from experiments.registry import ExperimentType
+from experiments.kind import ExperimentType
 from experiments.traffic.model import experiment_from_dict
 from experiments.traffic.run import run_sweep
 

@@ -43,7 +43,7 @@ class IperfOptions(_Strict):
 class ExperimentSpec(_Strict):
     """A bandwidth/loss sweep."""
 
-    type: Literal["traffic"] = "traffic"  # bandwidth/loss sweep; `ddsperf` and `app` are swarm.ddsperf / swarm.app_run
+    type: Literal["traffic"] = "traffic"  # bandwidth/loss sweep; `ddsperf` and `app` are experiments.ddsperf / experiments.app
     name: str
     sizes: list[int]
     protocols: list[Literal["tcp", "udp"]]
@@ -60,7 +60,7 @@ class ExperimentSpec(_Strict):
     iperf3: IperfOptions = IperfOptions()
     backend: Optional[Literal["compose", "netns", "swarm"]] = None
     swarm: dict[str, Any] = Field(default_factory=dict)  # swarm spec fields (networks, defaults, ...)
-    links: Optional[LinksSpec] = None  # link conditions of every test's swarm (swarm.impair)
+    links: Optional[LinksSpec] = None  # link conditions of every test's swarm (netem.model)
     faults: list[FaultEvent] = Field(default_factory=list)  # timeline per test, from the traffic's release
 
     @field_validator("name")

@@ -21,7 +21,8 @@ from typing import Callable, Iterator
 
 from swarm.spec.apps import check_runnable, with_backend_defaults
 from swarm.runtime.backends import REGISTRY, Backend, Progress, get_backend, no_progress, swarm_dir
-from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs, ensure_cfs_image, host_ulimits
+from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs
+from swarm.cfs.image import ensure_cfs_image, host_ulimits
 from swarm.errors import RuntimeFailure, SpecError
 from swarm.mesh.runtime import Mesh
 from swarm.runtime.host import ensure_neighbour_capacity
@@ -133,7 +134,7 @@ class Swarm:
 
     @property
     def links(self):
-        """The swarm's link conditions and faults (swarm.faults.LinkController): impair, cut, heal, partition,
+        """The swarm's link conditions and faults (swarm.runtime.links.LinkController): impair, cut, heal, partition,
         node_action, rows (what is set now)."""
         return LinkController(self)
 

@@ -88,7 +88,7 @@ MAX_CFS_CPU_ID = 65535 - 1234 + 1  # CI_LAB listens on UDP 1234 + CPU ID - 1
 
 
 class CfsSpec(_Strict):
-    """A user's natively built cFS install tree (build/exe/cpu1) run on the node (swarm.cfs).
+    """A user's natively built cFS install tree (build/exe/cpu1) run on the node (swarm.cfs.node).
 
     Node i (1-based, swarm-wide) gets CPU ID `cpu_id + i - 1` and spacecraft ID `spacecraft_id + i - 1`.
     `install` is made absolute (relative to the current directory); that it holds core-cpu1 is checked
@@ -177,7 +177,7 @@ class SwarmSpec(_Strict):
     backend: Optional[Literal["compose", "netns", "swarm"]] = None
     hosts: Optional[list[HostSpec]] = None  # swarm backend: the Docker Engines (the first is the Swarm manager)
     placement: PlacementSpec = PlacementSpec()  # swarm backend: spread nodes evenly, or each group on one host
-    links: Optional[LinksSpec] = None  # ISL link conditions (swarm.impair): default + per-link/per-node overrides
+    links: Optional[LinksSpec] = None  # ISL link conditions (netem.model): default + per-link/per-node overrides
     apps: list[str] = Field(default_factory=list)  # apps in every node (swarm.apps): swarm-app, or a user's image
     app: AppSettings = AppSettings()  # their settings: rate_hz, domain_id, targets, window_s
     mesh: MeshSpec = MeshSpec()  # routing on the ISL network (swarm.mesh): `batman` or `none`

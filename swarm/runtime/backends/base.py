@@ -16,7 +16,7 @@ from swarm.runtime.runner import Result, Runner
 from swarm.spec.model import NodePlan, SwarmSpec
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is happening)
-NODE_ACTIONS = ("stop", "kill", "pause", "unpause", "restart")  # faults on one node (swarm.faults)
+NODE_ACTIONS = ("stop", "kill", "pause", "unpause", "restart")  # faults on one node (experiments.timeline)
 
 
 def swarm_dir(workdir: Path, swarm: str) -> Path:
@@ -86,7 +86,7 @@ class Backend(ABC):
     @abstractmethod
     def node_action(self, swarm: str, node: str, action: str) -> None:
         """Fault on one node, one of NODE_ACTIONS: stop (graceful), kill, pause, unpause, restart (the node
-        comes back with its addresses and main process; link conditions are re-applied by swarm.faults)."""
+        comes back with its addresses and main process; link conditions are re-applied by swarm.runtime.links)."""
 
     @abstractmethod
     def wipe(self) -> list[str]:

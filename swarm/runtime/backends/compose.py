@@ -28,7 +28,7 @@ class ComposeBackend(Backend):
     name = "compose"
     #: The docker CLI and its global options: the swarm backend aims one instance at each of its hosts.
     docker: tuple[str, ...] | list[str] = ("docker",)
-    #: Images and ulimits of cFS nodes, set by Swarm.up before `up` (swarm.cfs); empty without cFS nodes.
+    #: Images and ulimits of cFS nodes, set by Swarm.up before `up` (swarm.cfs.node); empty without cFS nodes.
     cfs: CfsRuntime = CfsRuntime()
 
     def check_available(self) -> None:

@@ -1,0 +1,165 @@
+"""The layering test: every module's imports point down the pipeline
+
+    cli -> experiments -> runtime -> compose / netem planners -> spec -> base
+
+and analysis reads result files (and the pure parsers of experiments), never the runtime. It reads the
+imports of every module of the five packages with `ast` and checks them against the table below, so the
+shape the README's map describes stays the shape of the code.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("swarm", "netem", "compose", "experiments", "analysis")
+
+# (module prefix, layer). The longest matching prefix wins.
+LAYER_OF = [
+    ("swarm.errors", "base"), ("swarm.units", "base"), ("swarm.caps", "base"),
+    ("swarm.spec", "spec"), ("swarm.mesh.spec", "spec"), ("netem.model", "spec"),
+    ("netem", "plan"), ("compose", "plan"), ("swarm.mesh.plan", "plan"), ("swarm.cfs.node", "plan"),
+    ("swarm.cfs.ground", "plan"),
+    ("swarm.runtime", "runtime"), ("swarm.mesh.runtime", "runtime"), ("swarm.cfs.image", "runtime"),
+    ("swarm.dtn", "runtime"),
+    ("experiments", "experiments"),
+    ("analysis", "analysis"),
+    ("swarm.cli", "cli"), ("swarm.__main__", "cli"), ("swarm", "cli"),
+]
+RANK = {"base": 0, "spec": 1, "plan": 2, "runtime": 3, "experiments": 4, "analysis": 4, "cli": 5}
+
+# Arrows allowed against the ranks above, each with its reason.
+ALLOWED = {
+    # An experiment type's entry (experiments/<type>/entry.py) names its report in analysis/.
+    ("experiments", "analysis"): lambda src, dst: src.endswith(".entry"),
+    # analysis reads result files with the experiments' pure parsers (raw iperf3 JSON, the app's records).
+    ("analysis", "experiments"): lambda src, dst: dst in PURE_EXPERIMENT_MODULES,
+}
+PURE_EXPERIMENT_MODULES = {"experiments.traffic.iperf3", "experiments.app.parse"}
+RUNTIME_PREFIXES = ("swarm.runtime", "swarm.mesh.runtime", "swarm.cfs.image", "swarm.cli")
+
+# Imports inside functions: only these, for the CLI's start-up time (pandas, matplotlib) and the package's
+# lazy `Swarm` attribute (PEP 562).
+FUNCTION_LEVEL_OK = {("swarm.cli.main", "experiments.runs"), ("swarm.cli.main", "experiments"),
+                     ("swarm", "swarm.runtime.swarm")}
+
+
+def layer(module: str) -> str:
+    best = max((p for p, _ in LAYER_OF if module == p or module.startswith(p + ".")), key=len)
+    return dict(LAYER_OF)[best]
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            rel = path.relative_to(REPO).with_suffix("")
+            if "bench" in rel.parts:  # scripts, not modules of the pipeline
+                continue
+            name = ".".join(rel.parts).removesuffix(".__init__")
+            out[name] = path
+    return out
+
+
+def project_imports(tree: ast.Module, top_level: bool) -> set[str]:
+    """The project modules imported at the top of the module (`if TYPE_CHECKING:` blocks excluded: they are
+    for annotations only), or else inside its functions."""
+    if top_level:
+        nodes = tree.body
+    else:
+        funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        nodes = [n for f in funcs for n in ast.walk(f)]
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found |= {n for n in names if n.split(".")[0] in PACKAGES}
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return {name: project_imports(ast.parse(path.read_text()), top_level=True) for name, path in modules().items()}
+
+
+def test_every_module_has_a_layer():
+    assert all(layer(m) in RANK for m in modules())
+
+
+def test_imports_point_down_the_pipeline(graph):
+    wrong = []
+    for src, targets in graph.items():
+        for dst in targets:
+            ls, ld = layer(src), layer(dst)
+            downward = RANK[ld] < RANK[ls] and not (ls == "analysis" and ld == "runtime")
+            if ls == ld or downward or ALLOWED.get((ls, ld), lambda s, d: False)(src, dst):
+                continue
+            wrong.append(f"{src} ({ls}) -> {dst} ({ld})")
+    assert wrong == []
+
+
+def test_analysis_never_reaches_the_runtime(graph):
+    def closure(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            m = todo.pop()
+            for dst in graph.get(m, ()):
+                if dst not in seen:
+                    seen.add(dst)
+                    todo.append(dst)
+        return seen
+
+    reached = {src: sorted(d for d in closure(src) if d.startswith(RUNTIME_PREFIXES))
+               for src in graph if layer(src) == "analysis"}
+    assert {k: v for k, v in reached.items() if v} == {}
+
+
+def test_no_import_cycles(graph):
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+def test_imports_inside_functions_only_where_said(graph):
+    inside = {(name, dst) for name, path in modules().items()
+              for dst in project_imports(ast.parse(path.read_text()), top_level=False)}
+    assert inside - FUNCTION_LEVEL_OK == set()
+
+
+def test_the_link_model_names_every_engine_of_the_registry():
+    from netem.engines import ENGINES
+    from netem.model import ENGINE_NAMES
+
+    assert set(ENGINE_NAMES) == set(ENGINES)
