@@ -36,7 +36,7 @@ from swarm.runtime.swarm import Swarm  # noqa: E402
 from swarm.spec.model import spec_from_dict  # noqa: E402
 
 NETS = {"isl": {"subnet": "10.246.0.0/24", "mtu": 1400}, "ground": {"subnet": "10.246.128.0/24", "mtu": 1400}}
-UDP_STEPS_MBIT = [50, 100, 200, 400, 700, 1000, 1500, 2000]
+UDP_STEPS_MBIT = [50, 75, 100, 125, 150, 175, 200, 250, 300, 400, 500, 700, 1000]
 
 
 def hosts(eng: SecondEngine) -> list[dict]:
@@ -93,11 +93,15 @@ def node_cost(swarm: Swarm) -> dict:
             "idle_mem_mib": round(sum(mem) / len(mem), 1) if mem else None}
 
 
-def sweep(eng: SecondEngine, n: int, seconds: int, tmp: Path) -> dict:
-    exp = tmp / "mh2-bench-mux.yaml"
-    exp.write_text(json.dumps({"name": "mh2-bench-mux", "sizes": [n], "protocols": ["udp"], "rates": ["1M"],
-                               "duration": f"{seconds}s", "engine": "mux",
-                               "swarm": {"backend": "swarm", "hosts": hosts(eng), "networks": NETS}}))
+def sweep(eng: SecondEngine | None, n: int, seconds: int, tmp: Path) -> dict:
+    """The mux full-mesh UDP test over both engines (eng given) or on the main engine alone (compose)."""
+    name = "mh2-bench-mux" if eng else "mh2-bench-mux1"
+    exp = tmp / f"{name}.yaml"
+    swarm = ({"backend": "swarm", "hosts": hosts(eng), "networks": NETS} if eng else
+             {"backend": "compose", "networks": {w: {"subnet": v["subnet"]} for w, v in NETS.items()}})
+    exp.write_text(json.dumps({"name": name, "sizes": [n], "protocols": ["udp"], "rates": ["1M"],
+                               "duration": f"{seconds}s", "engine": "mux", "swarm": swarm}))
+    tmp = tmp / name
     proc = subprocess.run([sys.executable, "-m", "swarm", "sweep", str(exp), "--results", str(tmp / "results"),
                            "--no-report"], capture_output=True, text=True, cwd=REPO)
     if proc.returncode:
@@ -148,13 +152,13 @@ def main() -> None:
         fig["one_down_s"] = round(timed(one.down), 2)
         with tempfile.TemporaryDirectory(prefix="mh2-bench-") as tmp:
             fig["sweep"] = sweep(eng, n, args.sweep_seconds, Path(tmp))
+            fig["sweep_one"] = sweep(None, n, args.sweep_seconds, Path(tmp))
     finally:
         if own_engine:
             eng.stop()
     print(json.dumps(fig, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(fig, indent=1))
-    sw = fig.get("sweep", {})
     print(f"\nmachine: {fig['machine']}")
     print("| figure | two engines (8/8, swarm) | one engine (compose) | ratio |")
     print("|---|---|---|---|")
@@ -166,10 +170,15 @@ def main() -> None:
     print(f"| TCP Mbit/s | {fig['tcp_cross_mbit']} | {fig['tcp_same_mbit']} | {fig['tcp_cross_mbit'] / max(fig['tcp_same_mbit'], 1e-9):.2f} |")
     print(f"| UDP envelope Mbit/s (< 1 % loss) | {fig['udp_cross_mbit']} | {fig['udp_same_mbit']} | "
           f"{fig['udp_cross_mbit'] / max(fig['udp_same_mbit'], 1e-9):.2f} |")
-    if "skew_s" in sw:
-        print(f"\nmux sweep n={n} UDP 1M {sw['duration_s']} s: {sw['flows_ok']}/{sw['flows']} flows, skew {float(sw['skew_s']) * 1e3:.1f} ms "
-              f"= {100 * float(sw['skew_s']) / float(sw['duration_s']):.2f} % of the test, clock uncertainty "
-              f"{float(sw['clock_uncertainty_s']) * 1e3:.3f} ms, window fraction {sw['window_fraction']}")
+    for label, sw in (("two engines", fig.get("sweep", {})), ("one engine", fig.get("sweep_one", {}))):
+        if "skew_s" in sw:
+            print(f"mux sweep n={n} UDP 1M {sw['duration_s']} s, {label}: {sw['flows_ok']}/{sw['flows']} flows, skew "
+                  f"{float(sw['skew_s']) * 1e3:.1f} ms = {100 * float(sw['skew_s']) / float(sw['duration_s']):.2f} % of the "
+                  f"test, release spread {float(sw['release_spread_s']) * 1e3:.1f} ms, clock uncertainty "
+                  f"{float(sw['clock_uncertainty_s'] or 0) * 1e3:.3f} ms, window fraction {sw['window_fraction']}, "
+                  f"host CPU {sw['cpu_busy_pct']} %")
+        else:
+            print(f"mux sweep, {label}: {sw}")
 
 
 if __name__ == "__main__":

@@ -115,6 +115,7 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
         if swarm.spec.links:
             swarm.links.spec_links()  # every condition possible with this host's impairment engine
         mesh = swarm.mesh.implementation or "none"  # a pinned implementation this host lacks: SpecError
+        swarm.backend.check_spec(swarm.spec, swarm.nodes)  # multi-host: every host answers, rights, subnets
         out.print(f"{spec_file}: valid ({len(swarm.nodes)} nodes, backend {swarm.backend.name}, impairment engine "
                   f"{engine.name}, mesh {mesh})")
         return

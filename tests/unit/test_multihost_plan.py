@@ -176,3 +176,15 @@ def test_preflight_names_the_unreachable_host_and_creates_nothing(tmp_path):
                               "error during connect: ssh: connect to host lab2 port 22: No route to host")
     assert all(a[-2:] == ["--format", "{{.Server.Version}}"] for a in runner.calls)  # asked, created nothing
     assert not (tmp_path / ".swarm").exists()
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"mesh": {"protocol": "batman"}}, "mesh.protocol 'batman': the swarm backend's overlays carry no broadcast"),
+    ({"apps": ["swarm-app"], "app": {"multicast": True}}, "app.multicast true: the swarm backend's overlays carry no multicast"),
+])
+def test_broadcast_needs_refused_across_hosts_before_any_host_is_asked(doc, message, tmp_path):
+    runner = RecordingRunner()
+    spec = swarm_spec(**doc)
+    with pytest.raises(SpecError, match=message):
+        SwarmBackend(runner, CAPS, tmp_path).check_spec(spec, plan_nodes(spec))
+    assert runner.calls == []

@@ -170,6 +170,15 @@ class SwarmBackend(Backend):
         for n in nodes:
             if n.spec.cfs is not None:
                 raise SpecError(f"node {n.name!r}: cfs: the swarm backend does not run cFS nodes (use backend compose)")
+        if len(set(placement.values())) > 1:
+            # Checked here: a UDP broadcast from a node reached its own host's nodes only. Docker's overlay
+            # does not flood broadcast or multicast to other hosts' VTEPs.
+            if spec.mesh.enabled:
+                raise SpecError("mesh.protocol 'batman': the swarm backend's overlays carry no broadcast between hosts, "
+                                "so the mesh cannot form across them (pin every node to one host, or use mesh: none)")
+            if spec.apps and spec.app.multicast:
+                raise SpecError("app.multicast true: the swarm backend's overlays carry no multicast between hosts "
+                                "(leave it unset: the swarm backend uses unicast to every peer)")
         ranges = {w: dynamic_range(getattr(spec.networks, w).subnet, len(nodes), len(hosts), w) for w in ("isl", "ground")}
         labels = [f"hosts[{i}] ({h.name!r})" for i, h in enumerate(hosts)]
         with ThreadPoolExecutor(max(1, min(8, len(hosts)))) as pool:
@@ -344,7 +353,10 @@ class SwarmBackend(Backend):
         """Stream every image a host's nodes need to that host when it lacks the tag (no registry needed)."""
         local = LOCAL_HOST
         for h in hosts:
-            wanted = sorted({n.spec.image or image for n in nodes if plan["placement"][n.name] == h.name})
+            wanted = {n.spec.image or image for n in nodes if plan["placement"][n.name] == h.name}
+            if wanted and h.name != plan["manager"]:
+                wanted.add(image)  # the anchor that attaches the overlays on a worker runs the node image
+            wanted = sorted(wanted)
             for tag in wanted:
                 if self.runner.run([*self._docker(h), "image", "inspect", "--format", "{{.Id}}", tag],
                                    check=False, timeout=60).ok:
