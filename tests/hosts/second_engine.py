@@ -3,7 +3,8 @@
 `dockerd` runs in its own network namespace and UTS namespace (its own hostname, so `docker node ls`
 tells the two nodes apart), with its own config file, data root, exec root, socket and pid file, no
 iptables and no default bridge, and the same storage driver as the main Engine. A veth pair joins the
-namespace to the host: the host side gets `.1` of a /30, the engine `.2`; the engine routes everything
+namespace to the host: the host side gets `.1` of a /30, the engine `.2`, where it also listens on
+tcp://.2:2376 with TLS (a throw-away CA and client certificate in its run dir, `client_tls`); the engine routes everything
 else through the host, so it reaches the main Engine (a Swarm manager advertising the host's veth
 address) exactly as a machine on a LAN would.
 
@@ -57,6 +58,7 @@ DEFAULT_LINK = "10.249.255.0/30"
 BASE_DIR = Path("/var/lib/swarm-emu-hosts")  # data roots (images, containers)
 RUN_DIR = Path("/run/swarm-emu-hosts")  # config, socket, pid file, exec root, log, state
 NETNS_DIR = Path("/var/run/netns")
+TLS_PORT = 2376
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 Progress = Callable[[str], None]
@@ -119,6 +121,7 @@ class SecondEngine:
         self.state_file = self.dir / "state.json"
         self.cgroup_parent = f"/{name}"
         self.hostname = name
+        self.tls_dir = self.dir / "tls"  # CA, server and client certificates of the tcp:// listener
 
     @classmethod
     def attach(cls, name: str, **kw) -> "SecondEngine":
@@ -131,6 +134,32 @@ class SecondEngine:
     def host(self) -> str:
         """The Docker endpoint (what a `hosts:` entry or DOCKER_HOST names)."""
         return f"unix://{self.socket}"
+
+    @property
+    def tcp_endpoint(self) -> str:
+        """The engine's TLS listener on its own address (a `hosts:` entry with `tls: self.client_tls`)."""
+        return f"tcp://{self.address}:{TLS_PORT}"
+
+    @property
+    def client_tls(self) -> dict[str, str]:
+        """Paths of the CA and the client certificate and key for `tcp_endpoint` (the spec's `tls:`)."""
+        return {"ca": str(self.tls_dir / "ca.pem"), "cert": str(self.tls_dir / "cert.pem"), "key": str(self.tls_dir / "key.pem")}
+
+    def _make_certificates(self) -> None:
+        """A throw-away CA, a server certificate for the engine's address and a client certificate (openssl)."""
+        d = self.tls_dir
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "server.ext").write_text(f"subjectAltName=IP:{self.address}\nextendedKeyUsage=serverAuth\n")
+        (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+        r = self.runner.run
+        r(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d / "ca-key.pem", "-out", d / "ca.pem",
+           "-days", "2", "-subj", f"/CN={self.name}-test-ca"], timeout=60)
+        for who, key, cert, ext in (("server", "server-key.pem", "server-cert.pem", "server.ext"),
+                                    ("client", "key.pem", "cert.pem", "client.ext")):
+            r(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", d / key, "-out", d / f"{who}.csr",
+               "-subj", f"/CN={self.name}-{who}"], timeout=60)
+            r(["openssl", "x509", "-req", "-in", d / f"{who}.csr", "-CA", d / "ca.pem", "-CAkey", d / "ca-key.pem",
+               "-CAcreateserial", "-out", d / cert, "-days", "2", "-extfile", d / ext], timeout=60)
 
     def docker(self, *args: str, check: bool = True, timeout: float | None = 60, input: str | None = None):
         return self.runner.run(["docker", "-H", self.host, *args], check=check, timeout=timeout, input=input)
@@ -186,12 +215,16 @@ class SecondEngine:
             "bridge": "none", "log-driver": "json-file", "log-opts": {"max-size": "10m", "max-file": "2"},
             "shutdown-timeout": 3,
         }, indent=1) + "\n")
+        self._make_certificates()
         self._save(st, "dockerd")
         argv = ["nsenter", f"--net={NETNS_DIR / self.netns}", "unshare", "--uts", "--",
                 "sh", "-c", 'hostname "$0" && exec "$@"', self.hostname,
                 "dockerd", "--config-file", str(self.config), "--data-root", str(self.data_root),
                 "--exec-root", str(self.exec_root), "-H", self.host, "--pidfile", str(self.pidfile),
-                "--cgroup-parent", self.cgroup_parent]
+                "--cgroup-parent", self.cgroup_parent,
+                # and a TLS listener on its own address, as a remote host's daemon would have
+                "-H", self.tcp_endpoint, "--tlsverify", "--tlscacert", str(self.tls_dir / "ca.pem"),
+                "--tlscert", str(self.tls_dir / "server-cert.pem"), "--tlskey", str(self.tls_dir / "server-key.pem")]
         proc = self.runner.start(argv, stdout_path=str(self.log))
         st.pid = proc.pid
         self._save(st)

@@ -64,7 +64,7 @@ def clean_main(second_engine):  # noqa: F811
 
 def test_up_sweep_down_across_two_engines(clean_main, tmp_path):
     eng = clean_main
-    swarm = make("mh2-it", eng, 245)
+    swarm = make("mh2-it", eng, 243)
     try:
         swarm.up()
         rows = swarm.status()
@@ -75,7 +75,7 @@ def test_up_sweep_down_across_two_engines(clean_main, tmp_path):
         matrix = swarm.reachability()
         assert all(all(row.values()) for row in matrix.values())
         link = json.loads(swarm.exec("sat04", ["ip", "-j", "addr", "show"]).stdout)
-        isl = next(i for i in link if any(a.get("local") == "10.245.0.5" for a in i["addr_info"]))
+        isl = next(i for i in link if any(a.get("local") == "10.243.0.5" for a in i["addr_info"]))
         assert isl["address"] == swarm.node("sat04").isl_mac and isl["mtu"] == 1400
         # a cut between hosts, then healed; a fault on the remote host keeps the node's address
         swarm.links.cut("sat01", "sat03")
@@ -118,13 +118,13 @@ def test_bad_input_names_host_and_field_and_creates_nothing(clean_main, case):
         bad = hosts(eng)
         bad[1]["endpoint"] = "unix:///run/mh2-no-such-engine.sock"
         with pytest.raises(SpecError, match=r"^hosts\[1\] \('host2'\)\.endpoint 'unix:///run/mh2-no-such-engine.sock': unreachable"):
-            make(name, eng, 245, hosts=bad).up()
+            make(name, eng, 243, hosts=bad).up()
     elif case == "overlap":
-        sh("docker", "-H", eng.host, "network", "create", "--subnet", "10.245.0.0/25", "mh2-clash")
+        sh("docker", "-H", eng.host, "network", "create", "--subnet", "10.243.0.0/25", "mh2-clash")
         try:
-            with pytest.raises(SpecError, match=r"^hosts\[1\] \('host2'\): networks\.isl\.subnet '10\.245\.0\.0/24' "
+            with pytest.raises(SpecError, match=r"^hosts\[1\] \('host2'\): networks\.isl\.subnet '10\.243\.0\.0/24' "
                                                 r"overlaps network 'mh2-clash'"):
-                make(name, eng, 245).up()
+                make(name, eng, 243).up()
         finally:
             sh("docker", "-H", eng.host, "network", "rm", "mh2-clash")
     elif case == "capacity":
@@ -132,19 +132,19 @@ def test_bad_input_names_host_and_field_and_creates_nothing(clean_main, case):
         capped[1]["capacity"] = 1
         with pytest.raises(SpecError, match=r"hosts\[1\] \('host2'\)\.capacity: 2 nodes pinned to it \(x1\.\.x2\) "
                                             r"exceed its capacity 1"):
-            make(name, eng, 245, n=None, node_list=[{"name": "x1", "host": "host2"}, {"name": "x2", "host": "host2"},
+            make(name, eng, 243, n=None, node_list=[{"name": "x1", "host": "host2"}, {"name": "x2", "host": "host2"},
                                                       {"name": "x3"}], hosts=capped)
     else:  # the second engine, a worker of the main Engine's Swarm, listed first (as the manager)
         with SwarmPair(eng):
             with pytest.raises(SpecError, match=r"^hosts\[0\] \('host2'\)\.endpoint .*: is a worker in a Swarm"):
-                make(name, eng, 245, hosts=list(reversed(hosts(eng)))).up()
+                make(name, eng, 243, hosts=list(reversed(hosts(eng)))).up()
             assert main_swarm_state() == "active"  # SwarmPair's, untouched
     nothing_left(name, eng)
 
 
 def test_down_with_an_unreachable_host_says_what_it_holds_and_can_be_rerun(clean_main):
     eng = clean_main
-    swarm = make("mh2-gone", eng, 245)
+    swarm = make("mh2-gone", eng, 243)
     away = eng.socket.with_name("docker.sock.away")
     try:
         swarm.up()
@@ -163,3 +163,19 @@ def test_down_with_an_unreachable_host_says_what_it_holds_and_can_be_rerun(clean
     assert any(r.startswith("host2: 2 container(s)") for r in removed)
     nothing_left("mh2-gone", eng)
     assert SwarmBackend  # the registry's class is what Swarm used
+
+
+def test_a_host_over_tcp_with_tls(clean_main):
+    """The second engine addressed as a remote daemon is: tcp://<its address>:2376, client certificates."""
+    eng = clean_main
+    over_tls = hosts(eng)
+    over_tls[1] = {**over_tls[1], "endpoint": eng.tcp_endpoint, "tls": eng.client_tls}
+    swarm = make("mh2-tls", eng, 243, n=2, hosts=over_tls)
+    try:
+        swarm.up()
+        assert [(r.host, r.state) for r in swarm.status(health=False)] == [("main", "running"), ("host2", "running")]
+        assert swarm.reachability() == {"sat01": {"sat02": True}, "sat02": {"sat01": True}}
+        assert swarm.exec("sat02", ["hostname"]).stdout.strip() == "sat02"
+    finally:
+        swarm.down()
+    nothing_left("mh2-tls", eng)

@@ -28,6 +28,7 @@ class ComposeBackend(Backend):
     name = "compose"
     #: The docker CLI and its global options: the swarm backend aims one instance at each of its hosts.
     docker: tuple[str, ...] | list[str] = ("docker",)
+    up_log = "compose-up.log"  # in the swarm's state folder
     #: Images and ulimits of cFS nodes, set by Swarm.up before `up` (swarm.cfs.node); empty without cFS nodes.
     cfs: CfsRuntime = CfsRuntime()
 
@@ -58,7 +59,7 @@ class ComposeBackend(Backend):
         batch, and turn a hang into one retry of that batch (`up` is idempotent) rather than a failure.
         """
         self.write_compose(spec, image)
-        log = swarm_dir(self.workdir, spec.name) / "compose-up.log"
+        log = swarm_dir(self.workdir, spec.name) / self.up_log
         log.parent.mkdir(parents=True, exist_ok=True)
         names = [n.name for n in nodes]
         for i in range(0, len(names), UP_BATCH):

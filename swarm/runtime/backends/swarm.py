@@ -67,6 +67,7 @@ class HostCompose(ComposeBackend):
         self.host = host
         self.docker = ["docker", *host.docker_args()]
         self.node_names = node_names or []
+        self.up_log = f"compose-up@{host.name}.log"
 
     def compose_file(self, swarm: str) -> Path:
         return self.workdir / "compose" / f"{swarm}@{self.host.name}.yml"
@@ -77,6 +78,10 @@ class HostCompose(ComposeBackend):
             base = ["docker", *self.host.docker_args(), "compose"]
         else:
             base = [*base, *self.host.docker_args()]
+            if self.host.tls is not None:
+                # docker-compose v1 talks through Python requests, which lets REQUESTS_CA_BUNDLE (set on
+                # many machines, this one included) override the CA it was given: name the host's CA there.
+                base = ["env", f"REQUESTS_CA_BUNDLE={self.host.tls.ca}", *base]
         return [*base, "-f", str(self.compose_file(swarm)), "-p", swarm, *args]
 
     def write_compose(self, spec: SwarmSpec, image: str, source: str = "") -> Path:
