@@ -4,8 +4,8 @@
 The second engine is a real dockerd in its own network namespace (tests/hosts/second_engine.py),
 started here if none runs, joined to the main Engine's Swarm by the backend. Measured in one run:
 1. 16 nodes split 8/8 over the two engines: `up` (to ready) and `down` time, against 16 nodes on the
-   main engine alone with the compose backend; the first 8/8 `up` also copies the node image to the
-   fresh engine (docker save | docker load), timed on its own;
+   main engine alone with the compose backend, interleaved `--repeats` times (medians); the first 8/8
+   `up` also copies the node image to the fresh engine (docker save | docker load), timed on its own;
 2. ISL reachability of the 8/8 swarm (16 x 15 = 240 directed pairs);
 3. the cost of VXLAN: TCP bandwidth (iperf3, 5 s) and the UDP envelope (largest offered rate whose
    median loss over the repeats is < 1 %, 2 s per step, 1300-byte datagrams) between two nodes on the
@@ -117,7 +117,7 @@ def node_cost(swarm: Swarm) -> dict:
 
 def sweep(eng: SecondEngine | None, n: int, seconds: int, tmp: Path) -> dict:
     """The mux full-mesh UDP test over both engines (eng given) or on the main engine alone (compose)."""
-    name = "mh2-bench-mux" if eng else "mh2-bench-mux1"
+    name = ("mh2-bmux" if eng else "mh2-bmux1") + time.strftime("-%H%M%S")
     exp = tmp / f"{name}.yaml"
     swarm = ({"backend": "swarm", "hosts": hosts(eng), "networks": NETS} if eng else
              {"backend": "compose", "networks": {w: {"subnet": v["subnet"]} for w, v in NETS.items()}})
@@ -159,16 +159,18 @@ def main() -> None:
         fig["node_cost"] = node_cost(multi)
         fig["clocks"] = {h: o.as_dict() for h, o in multi.backend.clock_offsets(multi.name).items()}
         fig["first_down_s"] = round(timed(multi.down), 2)
-        time.sleep(2)
-        fig["multi_up_s"] = round(multi.up(ready_timeout=600), 2)
-        time.sleep(2)
-        fig["multi_down_s"] = round(timed(multi.down), 2)
-        time.sleep(2)
         one = Swarm(spec_from_dict({"name": "mh2-bench1", "nodes": n, "backend": "compose",
                                     "networks": {"isl": {"subnet": "10.240.0.0/24"}, "ground": {"subnet": "10.240.128.0/24"}}}))
-        fig["one_up_s"] = round(one.up(ready_timeout=600), 2)
-        time.sleep(2)
-        fig["one_down_s"] = round(timed(one.down), 2)
+        # Interleaved (two engines, one engine, two, one ...) so both see the same background load; medians.
+        runs: dict[str, list] = {"multi_up": [], "multi_down": [], "one_up": [], "one_down": []}
+        for _ in range(args.repeats):
+            for key, swarm in (("multi", multi), ("one", one)):
+                time.sleep(2)
+                runs[f"{key}_up"].append(round(swarm.up(ready_timeout=600), 2))
+                time.sleep(2)
+                runs[f"{key}_down"].append(round(timed(swarm.down), 2))
+        fig["updown_runs"] = runs
+        fig.update({f"{k}_s": statistics.median(v) for k, v in runs.items()})
         with tempfile.TemporaryDirectory(prefix="mh2-bench-") as tmp:
             fig["sweep"] = sweep(eng, n, args.sweep_seconds, Path(tmp))
             fig["sweep_one"] = sweep(None, n, args.sweep_seconds, Path(tmp))
@@ -181,8 +183,10 @@ def main() -> None:
     print(f"\nmachine: {fig['machine']}")
     print("| figure | two engines (8/8, swarm) | one engine (compose) | ratio |")
     print("|---|---|---|---|")
-    print(f"| up to ready, {n} nodes, s | {fig['multi_up_s']} | {fig['one_up_s']} | {fig['multi_up_s'] / fig['one_up_s']:.2f} |")
-    print(f"| down, s | {fig['multi_down_s']} | {fig['one_down_s']} | {fig['multi_down_s'] / fig['one_down_s']:.2f} |")
+    print(f"| up to ready, {n} nodes, s (median of {args.repeats}) | {fig['multi_up_s']} | {fig['one_up_s']} | "
+          f"{fig['multi_up_s'] / fig['one_up_s']:.2f} |")
+    print(f"| down, s (median of {args.repeats}) | {fig['multi_down_s']} | {fig['one_down_s']} | "
+          f"{fig['multi_down_s'] / fig['one_down_s']:.2f} |")
     print(f"| ISL pairs reachable | {fig['isl_pairs_ok']} | | |")
     print("| figure | cross-host (VXLAN) | same host | cross ÷ same |")
     print("|---|---|---|---|")

@@ -581,18 +581,24 @@ class SwarmBackend(Backend):
         ids = self.runner.run([*d, "node", "ls", "--format", "{{.ID}}"], timeout=60).stdout.split()
         nodes = json.loads(self.runner.run([*d, "node", "inspect", *ids], timeout=60).stdout or "[]") if ids else []
         self_id = info.get("NodeID")
-        created_here = False
-        gw_here = False
+        # This swarm's own record backs the labels up: an `up` interrupted between `swarm init`/`join` and
+        # the label it puts on the node still released what it made.
+        records = {(c["host"], c["what"]): c for c in plan.get("created", [])}
+        init = records.get((mgr.name, "swarm-init"))
+        created_here = init is not None
+        gw_here = init is not None and not init.get("gwbridge_before", True)
+        handled: set[str] = set()
         for node in nodes:
             labels = node.get("Spec", {}).get("Labels", {}) or {}
             if node["ID"] == self_id:
-                created_here = LABEL_CREATED in labels
-                gw_here = LABEL_GWBRIDGE in labels
+                created_here = created_here or LABEL_CREATED in labels
+                gw_here = gw_here or LABEL_GWBRIDGE in labels
                 continue
             if LABEL_JOINED not in labels:
                 continue
             args = json.loads(labels.get(LABEL_ENDPOINT, "[]"))
             host_name = next((h.name for h in hosts if h.docker_args() == args), node.get("Description", {}).get("Hostname", "?"))
+            handled.add(host_name)
             wd = ["docker", *args]
             if host_name in reach and reach[host_name]:
                 remaining.append(f"host {host_name}: still a member of the Swarm (it will be asked to leave on the next `down`)")
@@ -602,6 +608,17 @@ class SwarmBackend(Backend):
                 if LABEL_GWBRIDGE in labels and self.runner.run([*wd, "network", "rm", "docker_gwbridge"], check=False, timeout=60).ok:
                     removed.append(f"{host_name}: docker_gwbridge")
             self.runner.run([*d, "node", "rm", "--force", node["ID"]], check=False, timeout=60)
+        for h in hosts:  # joined by this swarm's `up` but never labelled (interrupted right after the join)
+            rec = records.get((h.name, "swarm-join"))
+            if rec is None or h.name in handled or reach.get(h.name):
+                continue
+            wd = self._docker(h)
+            node_id = self._swarm_info(h).get("NodeID", "")
+            if node_id and self.runner.run([*wd, "swarm", "leave", "--force"], check=False, timeout=120).ok:
+                removed.append(f"{h.name}: left the Swarm")
+                if not rec.get("gwbridge_before", True):
+                    self.runner.run([*wd, "network", "rm", "docker_gwbridge"], check=False, timeout=60)
+                self.runner.run([*d, "node", "rm", "--force", node_id], check=False, timeout=60)
         if created_here:
             self.runner.run([*d, "swarm", "leave", "--force"], timeout=120)
             removed.append(f"{mgr.name}: left the Swarm it initialised")
