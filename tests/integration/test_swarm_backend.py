@@ -179,3 +179,33 @@ def test_a_host_over_tcp_with_tls(clean_main):
     finally:
         swarm.down()
     nothing_left("mh2-tls", eng)
+
+
+@pytest.mark.parametrize("stage", ["swarm-join", "overlay"])
+def test_ctrl_c_during_up_undoes_the_swarm_too(clean_main, tmp_path, stage):
+    """Interrupted right after the backend recorded `stage` in hosts.json: the rollback removes what exists
+    on both engines and leaves the Docker Swarm as it found it (clean_main checks)."""
+    import os
+    import signal
+    import time
+
+    eng = clean_main
+    name = f"mh2-intr-{stage.split('-')[-1]}"
+    spec = tmp_path / "s.yaml"
+    spec.write_text(json.dumps({"name": name, "nodes": 4, "backend": "swarm", "hosts": hosts(eng),
+                                "networks": {"isl": {"subnet": "10.243.0.0/24"}, "ground": {"subnet": "10.244.0.0/24"}}}))
+    plan = REPO / ".swarm" / name / "hosts.json"
+    proc = subprocess.Popen([sys.executable, "-m", "swarm", "up", str(spec)], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "SWARM_WORKDIR": str(REPO)})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if any(c["what"] == stage for c in json.loads(plan.read_text())["created"]):
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    nothing_left(name, eng)
