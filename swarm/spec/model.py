@@ -22,11 +22,12 @@ from swarm.errors import SpecError
 from netem.model import LinksSpec, resolve_links
 from netem.orbits.spec import parse_orbits
 from swarm.mesh.spec import MeshSpec
+from swarm.spec.hosts import HostSpec, PlacementSpec, check_hosts, dynamic_range, place, placeables
 
 MAX_NODES = 1000
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 NAME_RULE = "must match [a-z0-9-]+ (lowercase letters, digits and inner dashes, 1-32 characters)"
-BACKENDS = ("compose", "netns")  # kept in step with swarm.backends.REGISTRY (a test checks it)
+BACKENDS = ("compose", "netns", "swarm")  # kept in step with swarm.backends.REGISTRY (a test checks it)
 
 
 def _check_name(kind: str, value: str) -> str:
@@ -119,6 +120,7 @@ class NodeTemplate(_Strict):
     resources: Resources = Resources()
     cfs: Optional[CfsSpec] = None  # run a cFS build as the main process (compose backend)
     dtn: Optional[DtnSpec] = None  # a Bundle Protocol agent (dtn7-rs) on the node (swarm.dtn)
+    host: Optional[str] = None  # swarm backend: the host (hosts[].name) this node or group is pinned to
 
     @model_validator(mode="after")
     def _cfs_alone(self) -> "NodeTemplate":
@@ -180,7 +182,9 @@ class SwarmSpec(_Strict):
     groups: Optional[list[GroupSpec]] = None
     defaults: NodeTemplate = NodeTemplate()
     networks: Networks = Networks()
-    backend: Optional[Literal["compose", "netns"]] = None
+    backend: Optional[Literal["compose", "netns", "swarm"]] = None
+    hosts: Optional[list[HostSpec]] = None  # swarm backend: the Docker Engines (the first is the Swarm manager)
+    placement: PlacementSpec = PlacementSpec()  # swarm backend: spread nodes evenly, or each group on one host
     links: Optional[LinksSpec] = None  # ISL link conditions (netem.model): default + per-link/per-node overrides
     apps: list[str] = Field(default_factory=list)  # apps in every node (swarm.apps): swarm-app, or a user's image
     app: AppSettings = AppSettings()  # their settings: rate_hz, domain_id, targets, window_s
@@ -226,6 +230,7 @@ class SwarmSpec(_Strict):
                 )
         _check_cfs_ids(resolved)
         check_dtn_nodes({n.name: n.dtn for n in resolved})
+        self._check_hosts(len(resolved))
         if self.links is not None:  # node names, profiles and consistency (the engine is checked at `up`)
             try:
                 resolve_links(self.links, [n.name for n in resolved])
@@ -241,6 +246,25 @@ class SwarmSpec(_Strict):
             if missing:
                 raise ValueError(f"orbits: node {missing[0]!r} is not a node of the swarm")
         return self
+
+    def _check_hosts(self, count: int) -> None:
+        """hosts/placement: only with the swarm backend; names, pins and capacities consistent (pure)."""
+        pinned = next((p for p in placeables(self) if p.host is not None), None) if self.hosts is None else None
+        if self.hosts is None:
+            if pinned is not None:
+                raise ValueError(f"{pinned.where} {pinned.host!r}: pins a node to a host, but the spec lists no hosts")
+            return
+        if self.backend not in (None, "swarm"):
+            raise ValueError(f"hosts: given with backend {self.backend!r}; hosts are for backend 'swarm'")
+        if not self.hosts:
+            raise ValueError("hosts: empty; list at least one Docker host (the first is the Swarm manager)")
+        check_hosts(self.hosts)
+        try:
+            place(placeables(self), self.hosts, self.placement.policy)
+            for label in ("isl", "ground"):
+                dynamic_range(getattr(self.networks, label).subnet, count, len(self.hosts), label)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
 
     def resolved_nodes(self) -> list[NodeSpec]:
         """The nodes in index order, with group and default settings applied (and the apps' image and env)."""
