@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from swarm.dtn.spec import DtnSpec, check_dtn_nodes
 from swarm.spec.apps import AppSettings, app_environment, app_image, check_apps
 from swarm.errors import SpecError
+from swarm.spec.validation import error_location
 from netem.model import LinksSpec, resolve_links
 from netem.orbits.spec import parse_orbits
 from swarm.mesh.spec import MeshSpec
@@ -376,28 +377,10 @@ def plan_nodes(spec: SwarmSpec) -> list[NodePlan]:
 # Loading: YAML text -> SwarmSpec, with one-line errors.
 
 
-def _location(loc: tuple[Any, ...], data: Any) -> str:
-    """Turn a pydantic error location into a readable path, naming list items by their `name`."""
-    parts: list[str] = []
-    cur = data
-    for key in loc:
-        if isinstance(key, int) and isinstance(cur, list) and key < len(cur):
-            item = cur[key]
-            label = item.get("name") if isinstance(item, dict) else None
-            parts[-1] = f"{parts[-1]}[{key}]" + (f" ({label!r})" if label else "") if parts else f"[{key}]"
-            cur = item
-            continue
-        if isinstance(key, str) and key.startswith(("function-", "value_error")):
-            continue
-        parts.append(str(key))
-        cur = cur.get(key) if isinstance(cur, dict) else None
-    return ".".join(parts)
-
-
 def format_validation_error(exc: ValidationError, data: Any, source: str) -> str:
     """One line: where, which field, what value, what is wrong (the first error only)."""
     err = exc.errors()[0]
-    where = _location(tuple(err["loc"]), data)
+    where = error_location(tuple(err["loc"]), data)
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = f"unknown field {err['loc'][-1]!r}"
