@@ -7,14 +7,14 @@ SWARM  := $(VENV)/bin/swarm
 APT_PACKAGES := iperf3 iproute2 nftables fping iputils-ping traceroute procps util-linux \
                 batmand batctl cyclonedds-tools debootstrap python3-venv
 
-.PHONY: setup linkd linkd-static linkd-test bench-linkd demo test unit integration image bench-up bench-sweep wipe clean help
+.PHONY: setup linkd linkd-static linkd-test bench-linkd dtn7 demo test unit integration image bench-up bench-sweep bench-dtn wipe clean help
 
 help:
 	@echo "make demo   - bring up a small swarm, status + ISL reachability, short TCP/UDP sweep, report, tear down"
 	@echo "make test   - unit and integration tests (real Docker / netns / iperf3 where present)"
 	@echo "make unit | integration | image | bench-up | bench-sweep | wipe | clean"
 
-setup: $(VENV)/.installed linkd
+setup: $(VENV)/.installed linkd dtn7
 
 # The userspace link engine (netem/linkd, Rust): built with cargo from the Cargo registry into a cache
 # outside the repository; nothing binary is committed. Without cargo the `userspace` engine is unavailable
@@ -38,6 +38,13 @@ linkd-static:
 linkd-test:
 	CARGO_TARGET_DIR="$(LINKD_TARGET)" cargo test -q --release --locked --manifest-path netem/linkd/Cargo.toml
 
+# dtn7-rs (Cargo crate dtn7 0.21.0: dtnd, dtnsend, dtnrecv, ...) for the DTN nodes, built once into
+# ~/.cache/swarm-emu/dtn7 (never into the repository); returns at once when built. ~9 min on 2 cores.
+# Without a Rust toolchain this says so and goes on: DTN swarms then stop with that message (exit 2).
+dtn7:
+	@if command -v cargo >/dev/null 2>&1 || [ -x "$$HOME/.cargo/bin/cargo" ]; then \
+	  bash images/dtn/build.sh >/dev/null; \
+	else echo "no Rust toolchain (cargo): DTN agents (dtn7-rs) not built; see https://rustup.rs"; fi
 
 $(VENV)/.installed: pyproject.toml
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -73,6 +80,9 @@ bench-linkd: setup
 
 bench-sweep: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) experiments/bench/bench_sweep.py
+
+bench-dtn: setup
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) experiments/bench/bench_dtn.py
 
 wipe: setup
 	$(SWARM) wipe

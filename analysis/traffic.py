@@ -97,9 +97,11 @@ def per_test_table(df: pd.DataFrame, tests: pd.DataFrame | None = None) -> pd.Da
     offered = df.assign(_offered=offered_fraction(df)).groupby(["run_id", "test_id"], sort=False)["_offered"].median()
     per_test["offered_fraction"] = offered.round(3).values
     per_test.insert(4, "rate", per_test.pop("rate_bps").map(rate_label))
-    if tests is not None and "cpu_busy_pct" in tests:
-        keys = [k for k in ("run_id", "test_id") if k in tests]
-        per_test = per_test.merge(tests[keys + ["cpu_busy_pct"]], on=keys, how="left")
+    if tests is not None:
+        extra = [c for c in ("cpu_busy_pct", "clock_uncertainty_s") if c in tests]
+        if extra:
+            keys = [k for k in ("run_id", "test_id") if k in tests]
+            per_test = per_test.merge(tests[keys + extra], on=keys, how="left")
     return per_test
 
 
@@ -120,6 +122,10 @@ def per_test_warnings(per_test: pd.DataFrame) -> list[str]:
                            "not offer the load, so these loss figures do not describe the offered rate")
         if row.flows_in_error:
             reasons.append(f"{row.flows_in_error} of {row.flows} flows failed")
+        clock = getattr(row, "clock_uncertainty_s", math.nan)
+        if clock > 0 and row.skew_s < clock:  # a multi-host swarm: hosts' clocks agree only to within this
+            reasons.append(f"start skew {row.skew_s * 1e3:.3f} ms is below the hosts' clock uncertainty "
+                           f"{clock * 1e3:.3f} ms: concurrency finer than that is not claimed")
         if reasons:
             rate = f" {row.rate}" if row.rate else ""
             warnings.append(f"test {row.test_id} ({row.protocol} n={row.size}{rate}, repeat {row.repeat}): "

@@ -32,7 +32,7 @@ FLOW_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "
                 "window_bits_per_second", "window_lost_percent", "skew_s", "window_s", "duration_s"]
 TEST_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "flows", "flows_ok", "duration_s",
                 "release_ts", "release_spread_s", "skew_s", "window_s", "window_fraction", "cpu_busy_pct", "cpu_busy_max_pct",
-                "mem_used_peak_mib", "setup_s", "wall_s"]
+                "mem_used_peak_mib", "setup_s", "wall_s", "clock_uncertainty_s"]
 
 # ------------------------------------------------------------------------------------------- the store
 class ResultsStore:
@@ -149,6 +149,9 @@ def host_facts(swarm: Swarm | None = None) -> dict:
             facts["tcp_buffers"] = swarm.links.tcp_buffers()
         facts["image"] = swarm.image
         facts["mesh"] = swarm.mesh.describe()
+        hosts = swarm.host_facts()
+        if hosts:  # a multi-host swarm: every host, its share of nodes and its clock against this machine
+            facts["hosts"] = hosts
     return facts
 
 

@@ -55,7 +55,7 @@ class AppExperiment(BaseModel):
     warmup: float = 5.0
     apps: list[str] = Field(default_factory=lambda: ["swarm-app"])
     app: AppSettings = AppSettings()
-    backend: Optional[Literal["compose", "netns"]] = None
+    backend: Optional[Literal["compose", "netns", "swarm"]] = None
     swarm: dict[str, Any] = Field(default_factory=dict)
     faults: list[FaultEvent] = Field(default_factory=list)
 

@@ -71,7 +71,7 @@ class DdsperfExperiment(BaseModel):
     reliable: bool = False
     domain_id: int = 1
     settle: float = Field(0.5, ge=0, le=600)
-    backend: Optional[Literal["compose", "netns"]] = None
+    backend: Optional[Literal["compose", "netns", "swarm"]] = None
     swarm: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -262,7 +262,7 @@ def run_test(swarm, exp: DdsperfExperiment, test: DdsTest, raw_dir: Path, run_id
     raw_dir.mkdir(parents=True, exist_ok=True)
     sender, receivers = swarm.nodes[0], swarm.nodes[1:test.size]
     prefix = lambda n: swarm.backend.exec_prefix(swarm.name, n.name)  # noqa: E731
-    unicast = [n.isl_ip for n in swarm.nodes[:test.size]] if swarm.backend.name == "compose" else None
+    unicast = [n.isl_ip for n in swarm.nodes[:test.size]] if swarm.backend.name in ("compose", "swarm") else None
     pidfile = lambda n: f"/tmp/swarm-emu-ddsperf-{swarm.name}-{n.name}.pid"  # noqa: E731
     procs = {n.name: swarm.runner.start(prefix(n) + remembering_pid(pidfile(n), ddsperf_argv(exp, test, n, False, unicast)),
                                         stdout_path=str(raw_dir / f"{n.name}.txt")) for n in receivers}

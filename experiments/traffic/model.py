@@ -58,7 +58,7 @@ class ExperimentSpec(_Strict):
     base_port: int = Field(5201, ge=1024, le=60000)
     settle: float = Field(1.0, ge=0, le=600)  # pause between tests, seconds
     iperf3: IperfOptions = IperfOptions()
-    backend: Optional[Literal["compose", "netns"]] = None
+    backend: Optional[Literal["compose", "netns", "swarm"]] = None
     swarm: dict[str, Any] = Field(default_factory=dict)  # swarm spec fields (networks, defaults, ...)
     links: Optional[LinksSpec] = None  # link conditions of every test's swarm (netem.model)
     faults: list[FaultEvent] = Field(default_factory=list)  # timeline per test, from the traffic's release

@@ -30,6 +30,7 @@ from swarm.errors import CommandError, RuntimeFailure
 from experiments.traffic.model import ExperimentSpec, Flow, TestCase, client_argv, plan_flows, plan_tests, server_ip
 from experiments.traffic.mux import engine_plans, flow_result
 from experiments.traffic.iperf3 import FlowResult, concurrent_window, parse_client_json, start_skew, window_figures
+from swarm.runtime.clocks import NodeClocks
 from swarm.runtime.runner import Runner
 from experiments.store import HostSampler, ResultsStore, host_facts
 from experiments.timeline import FaultTimeline
@@ -122,6 +123,11 @@ class TestRunner:
         self.message = message
         self.workers = max(4, min(32, len(swarm.nodes)))
         self.on_release: Callable[[float], None] | None = None  # called with the release instant (fault timeline)
+        self.clocks = NodeClocks({})  # node clocks against this machine's, measured per test (multi-host swarms)
+
+    def measure_clocks(self) -> None:
+        """Each node's clock offset, measured now (one probe conversation per host; nothing on one host)."""
+        self.clocks = self.swarm.node_clocks()
 
     def _agent(self, node: str, *args: str) -> list[str]:
         return self.swarm.backend.agent_argv(self.swarm.name, node, *args)
@@ -170,7 +176,7 @@ class TestRunner:
         for src, proc in procs.items():
             if src not in failed:
                 try:
-                    proc.stdin.write(f"{release}\n")
+                    proc.stdin.write(f"{self.clocks.to_node(src, release)}\n")
                     proc.stdin.close()
                 except BrokenPipeError:
                     failed[src] = f"agent on {src} went away before the release"
@@ -185,9 +191,9 @@ class TestRunner:
             got = []
             for line in proc.stdout:
                 if line.startswith('{"id"'):
-                    got.append(json.loads(line))
+                    got.append(self.clocks.fix(src, json.loads(line)))
                 elif line.startswith('{"release_ts"'):
-                    releases[src] = json.loads(line)["release_ts"]
+                    releases[src] = self.clocks.from_node(src, json.loads(line)["release_ts"])
             proc.wait()
             err = "" if proc.returncode == 0 else f"agent on {src} exited {proc.returncode}: {proc.stderr.read().strip()[-300:]}"
             return src, got, err
@@ -225,6 +231,7 @@ class TestRunner:
     def run(self, test: TestCase) -> dict:
         """Run one test end to end; rows go to the store before this returns."""
         t_start = time.monotonic()
+        self.measure_clocks()
         flows = plan_flows(self.swarm.nodes, self.exp.pattern, self.exp.base_port)
         server_errors = self.start_servers(flows)
         setup_s = time.monotonic() - t_start
@@ -309,7 +316,9 @@ class TestRunner:
                     "release_ts": round(release, 6), "release_spread_s": round(release_spread, 6),
                     "skew_s": round(skew, 6), "window_s": round(window_s, 6),
                     "window_fraction": round(window_s / self.exp.duration, 4), **sampler.summary(),
-                    "setup_s": round(setup_s, 3), "wall_s": round(wall_s, 3)}
+                    "setup_s": round(setup_s, 3), "wall_s": round(wall_s, 3),
+                    # stamps of different hosts compare only to within this: a smaller skew is not resolved
+                    "clock_uncertainty_s": round(self.clocks.resolution_s, 6)}
         self.store.append_test(test_row)
         return test_row
 
@@ -326,6 +335,7 @@ class MuxTestRunner(TestRunner):
 
     def run(self, test: TestCase) -> dict:
         t_start = time.monotonic()
+        self.measure_clocks()
         flows = plan_flows(self.swarm.nodes, self.exp.pattern, self.exp.base_port)
         plans = engine_plans(flows, self.exp, test)
         procs = {node: self.swarm.runner.popen(self._agent(node, "mux")) for node in plans}
@@ -351,7 +361,7 @@ class MuxTestRunner(TestRunner):
                     timeline.start(release)
                 for node, proc in procs.items():
                     if node not in failed:
-                        self._send(proc, node, f"{release} {self.exp.duration}", failed)
+                        self._send(proc, node, f"{self.clocks.to_node(node, release)} {self.exp.duration}", failed)
                 reports = self._collect(procs, failed, timeout=self.exp.duration + 60 + len(flows) * 0.01)
         finally:
             for proc in procs.values():
@@ -418,9 +428,9 @@ class MuxTestRunner(TestRunner):
             for line in proc.stdout:
                 doc = json.loads(line) if line.startswith("{") else {}
                 if "side" in doc:
-                    got[(doc["side"], doc["id"])] = doc
+                    got[(doc["side"], doc["id"])] = self.clocks.fix(node, doc)
                 elif "release_ts" in doc:
-                    got["release_ts"] = doc["release_ts"]
+                    got["release_ts"] = self.clocks.from_node(node, doc["release_ts"])
                 elif doc.get("done"):
                     break
                 if time.monotonic() > deadline:
@@ -485,7 +495,9 @@ def _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_
                 written.append(row)
                 finished += 1
                 progress(finished, len(tests), f"{test.test_id}: {row['flows_ok']}/{row['flows']} flows ok, "
-                                               f"skew {row['skew_s'] * 1000:.0f} ms")
+                                               f"skew {row['skew_s'] * 1000:.0f} ms"
+                                               + (f" (clocks of the hosts agree to ±{row['clock_uncertainty_s'] * 1000:.2f} ms)"
+                                                  if row.get("clock_uncertainty_s") else ""))
                 if abort_on_error and row["flows_ok"] < row["flows"]:
                     raise RuntimeFailure(f"test {test.test_id}: {row['flows'] - row['flows_ok']} flows failed (--abort-on-error)")
                 if exp.settle:

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 import swarm.units as units
 from swarm.errors import SpecError
+from swarm.spec.validation import error_location
 
 EARTH_RADIUS_KM = 6378.137  # WGS84 equatorial radius
 MU_KM3_S2 = 398600.8  # WGS72 (SGP4's constants)
@@ -501,23 +502,6 @@ class OrbitsSpec(_Strict):
 
 
 # -------------------------------------------------------------------------------------- loading
-def _where(loc: tuple, data: Any) -> str:
-    parts: list[str] = []
-    cur = data
-    for key in loc:
-        if isinstance(key, int) and isinstance(cur, list) and key < len(cur):
-            item = cur[key]
-            label = item.get("name") if isinstance(item, dict) else None
-            parts[-1] = f"{parts[-1]}[{key}]" + (f" ({label!r})" if label else "") if parts else f"[{key}]"
-            cur = item
-            continue
-        if isinstance(key, str) and key.startswith(("function-", "value_error")):
-            continue
-        parts.append(str(key))
-        cur = cur.get(key) if isinstance(cur, dict) else None
-    return ".".join(parts)
-
-
 def parse_orbits(data: Any, source: str = "orbits") -> OrbitsSpec:
     """Validate an `orbits:` mapping; bad input is one SpecError line naming the field and the value."""
     if not isinstance(data, dict):
@@ -526,11 +510,11 @@ def parse_orbits(data: Any, source: str = "orbits") -> OrbitsSpec:
         return OrbitsSpec.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = _where(tuple(err["loc"]), data)
+        where = error_location(tuple(err["loc"]), data)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown field {err['loc'][-1]!r}"
-            where = _where(tuple(err["loc"][:-1]), data)
+            where = error_location(tuple(err["loc"][:-1]), data)
         elif err["type"] not in ("value_error", "missing", "assertion_error"):
             msg = f"{msg} (got {err.get('input')!r})"
         raise SpecError(f"{source}{'.' + where if where else ''}: {msg}") from None

@@ -20,7 +20,8 @@ from rich.table import Table
 from swarm import __version__
 from swarm.cfs.node import check_cfs
 from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, forget_state, wipe as wipe_all
-from swarm.cli import cfs as cfs_commands, links as link_commands, mesh as mesh_commands, orbits as orbit_commands
+from swarm.cli import cfs as cfs_commands, dtn as dtn_commands, links as link_commands, mesh as mesh_commands, \
+    orbits as orbit_commands
 from swarm.cli.console import err, out
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
@@ -88,7 +89,7 @@ networks:
 @cli.command()
 @click.argument("name")
 @click.option("--nodes", "-n", default=4, show_default=True, help="Number of spacecraft.")
-@click.option("--backend", type=click.Choice(["compose", "netns"]), help="Pin a backend (default: chosen per host).")
+@click.option("--backend", type=click.Choice(["compose", "netns", "swarm"]), help="Pin a backend (default: chosen per host).")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def init(name: str, nodes: int, backend: str | None, force: bool) -> None:
     """Write NAME.yaml, a commented spec for a swarm of NODES spacecraft."""
@@ -119,6 +120,7 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
         if swarm.spec.links:
             swarm.links.spec_links()  # every condition possible with this host's impairment engine
         mesh = swarm.mesh.implementation or "none"  # a pinned implementation this host lacks: SpecError
+        swarm.backend.check_spec(swarm.spec, swarm.nodes)  # multi-host: every host answers, rights, subnets
         out.print(f"{spec_file}: valid ({len(swarm.nodes)} nodes, backend {swarm.backend.name}, impairment engine "
                   f"{engine.name}, mesh {mesh})")
         return
@@ -127,6 +129,8 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
                                 message=lambda m: err.print(m), engine=engine)
         seconds = swarm.up(ready_timeout=timeout)
     out.print(f"swarm {swarm.name!r}: {len(swarm.nodes)} nodes up with backend {swarm.backend.name} in {seconds:.1f} s")
+    for line in swarm.backend_facts():
+        out.print(line)
     if swarm.mesh_result is not None:
         out.print(convergence_line("start", swarm.mesh_result, swarm.mesh.implementation))
 
@@ -144,12 +148,16 @@ def status(name: str, as_json: bool) -> None:
                                "mesh": swarm.mesh.implementation, "nodes": [asdict(r) for r in rows]}, indent=1))
         return
     table = Table(title=f"swarm {name} ({swarm.backend.name})")
-    for col in ("node", "ISL address", "ground address", "state", "health"):
+    multi = any(r.host for r in rows)
+    for col in ("node", *(["host"] if multi else []), "ISL address", "ground address", "state", "health"):
         table.add_column(col)
     for r in rows:
         style = "green" if r.state == "running" and r.health == "ok" else "red"
-        table.add_row(r.name, r.isl_ip, r.ground_ip, f"[{style}]{r.state}[/]", f"[{style}]{r.health}[/]")
+        table.add_row(r.name, *([r.host] if multi else []), r.isl_ip, r.ground_ip,
+                      f"[{style}]{r.state}[/]", f"[{style}]{r.health}[/]")
     out.print(table)
+    for line in swarm.backend_facts():
+        out.print(line)
     out.print(f"impairment engine: {engine.describe()}; `swarm impair {name} --show` for the link conditions")
     out.print(f"mesh: {swarm.mesh.describe()}" + (f"; `swarm mesh {name}` for its routes" if swarm.spec.mesh.enabled else ""))
 
@@ -306,7 +314,7 @@ def report(run_dir: str) -> None:
     _write_report(Path(run_dir))
 
 
-for _commands in (link_commands, cfs_commands, mesh_commands, orbit_commands):  # impair, fault; cfs; mesh; orbits
+for _commands in (link_commands, cfs_commands, mesh_commands, orbit_commands, dtn_commands):  # impair, fault; cfs; mesh; orbits; dtn
     _commands.register(cli)
 
 

@@ -196,6 +196,8 @@ class LinkController:
             self._push(state, nodes=[node], force=True)
             if action == "restart" and self.swarm.spec.mesh.enabled:  # the node's processes were all ended
                 self.swarm.mesh.start([node])
+            if action == "restart" and self.swarm.node(node).spec.dtn is not None:  # its DTN agent too (an
+                self.swarm.dtn.start(ready_timeout, nodes=[node])  # empty store unless dtn.storage is persistent)
 
     def restore(self) -> None:
         """Back to the spec's conditions: heal everything, drop run-time changes, bring faulted nodes back."""

@@ -66,6 +66,40 @@ class Runner:
             raise CommandError(argv, proc.returncode, result.stdout, result.stderr)
         return result
 
+    def pipe(self, producer: Sequence[str], consumer: Sequence[str], *, timeout: float | None = None) -> Result:
+        """`producer | consumer` without a shell (e.g. `docker save` into another host's `docker load`);
+        the bytes never touch Python. Raises CommandError naming whichever side failed."""
+        a, b = [str(x) for x in producer], [str(x) for x in consumer]
+        log.debug("pipe: %s | %s", shlex.join(a), shlex.join(b))
+        try:
+            src = subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except FileNotFoundError as exc:
+            raise CommandError(a, 127, "", f"{a[0]}: not found ({exc.strerror})") from None
+        try:
+            dst = subprocess.Popen(b, stdin=src.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except FileNotFoundError as exc:
+            src.kill()
+            src.wait()
+            raise CommandError(b, 127, "", f"{b[0]}: not found ({exc.strerror})") from None
+        src.stdout.close()  # the consumer holds the only reader: a dying consumer stops the producer
+        try:
+            out, err = dst.communicate(timeout=timeout)
+            src_err = src.stderr.read()
+            src.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            src.kill()
+            dst.kill()
+            src.wait()
+            dst.wait()
+            raise CommandError(b, 124, "", f"timed out after {timeout} s") from None
+        finally:
+            src.stderr.close()
+        if src.returncode != 0:
+            raise CommandError(a, src.returncode, "", src_err.decode(errors="replace"))
+        if dst.returncode != 0:
+            raise CommandError(b, dst.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+        return Result(b, 0, out.decode(errors="replace"), err.decode(errors="replace"))
+
     def popen(self, argv: Sequence[str]) -> subprocess.Popen:
         """Start a command with pipes on stdin and stdout (text mode), for a conversation with it."""
         argv = [str(a) for a in argv]
@@ -103,6 +137,9 @@ class RecordingRunner(Runner):
 
     calls: list[list[str]] = field(default_factory=list)
     answers: list[tuple[Callable[[list[str]], bool], Callable[[list[str]], Result]]] = field(default_factory=list)
+
+    def pipe(self, producer, consumer, *, timeout=None) -> Result:
+        return self.run([*producer, "|", *consumer], timeout=timeout)
 
     def run(self, argv, *, check=True, input=None, timeout=None, capture=True, env_extra=None) -> Result:
         argv = [str(a) for a in argv]

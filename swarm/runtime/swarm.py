@@ -23,6 +23,7 @@ from swarm.spec.apps import check_runnable, with_backend_defaults
 from swarm.runtime.backends import REGISTRY, Backend, Progress, get_backend, no_progress, swarm_dir
 from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs
 from swarm.cfs.image import ensure_cfs_image, host_ulimits
+from swarm.dtn.runtime import DtnAgents, ensure_dtn_image
 from swarm.errors import RuntimeFailure, SpecError
 from swarm.mesh.runtime import Mesh
 from swarm.runtime.host import ensure_neighbour_capacity
@@ -30,6 +31,7 @@ from swarm.runtime.image import ensure_image
 from swarm.runtime.links import LinkController
 from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
+from swarm.runtime.clocks import NodeClocks, node_clocks
 from swarm.runtime.runner import Result, Runner
 from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
 from netem.model import links_with_engine
@@ -53,6 +55,7 @@ class NodeStatus:
     ground_ip: str
     state: str
     health: str
+    host: str = ""  # the Docker host running the node (swarm backend); "" on one-host backends
 
 
 class NodeFailed(RuntimeFailure):
@@ -96,14 +99,16 @@ class Swarm:
         self.runner = runner or Runner()
         self.caps = caps or capabilities()
         self.workdir = workdir or default_workdir()
-        self.backend: Backend = get_backend(backend or spec.backend, self.runner, self.caps, self.workdir)
+        self.backend: Backend = get_backend(backend or spec.backend or ("swarm" if spec.hosts else None), self.runner, self.caps, self.workdir)
         self.spec = spec = with_backend_defaults(spec, self.backend.name)
         self.nodes: list[NodePlan] = plan_nodes(spec)
         self.progress = progress
         self.keep_on_failure = keep_on_failure
         self.message = message
         self.image = ""
+        self.clocks: dict = {}  # {host: ClockOffset} measured at `up` on multi-host backends
         self.mesh_result: dict | None = None  # convergence after `up` when the swarm has a mesh
+        self.dtn_seconds: float | None = None  # how long the DTN agents took to be ready after the nodes
 
     # ----------------------------------------------------------------------------------------- loading
     @classmethod
@@ -139,6 +144,11 @@ class Swarm:
         return Mesh(self)
 
     @property
+    def dtn(self) -> DtnAgents:
+        """The swarm's DTN agents (swarm.dtn): start, stop, status, logs; `enabled` is False without `dtn:`."""
+        return DtnAgents(self)
+
+    @property
     def links(self):
         """The swarm's link conditions and faults (swarm.runtime.links.LinkController): impair, cut, heal, partition,
         node_action, rows (what is set now)."""
@@ -149,6 +159,7 @@ class Swarm:
         """Create, start and wait for every node; returns seconds taken. Rolls back on any failure."""
         check_cfs(self.spec, self.nodes, self.backend.name)
         self.backend.check_available()
+        self.backend.check_spec(self.spec, self.nodes)  # on every host it will use, before creating anything
         check_runnable(self.spec.apps, self.backend.name,
                        lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
         self._check_conflicts()
@@ -156,10 +167,14 @@ class Swarm:
         if links:
             links.spec_links()  # a parameter this host's impairment engine cannot apply: SpecError, nothing created
         mesh = self.mesh if self.spec.mesh.enabled else None  # an implementation this host lacks: SpecError here
+        dtn = self.dtn
+        dtn.check()  # netns: the dtn7-rs binaries exist or are built now (SpecError without a Rust toolchain)
         started = time.monotonic()
         ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
-        if self.backend.name == "compose":
+        if self.backend.name in ("compose", "swarm"):
             self.image = self._ensure_images()
+            if dtn.enabled:
+                self.image = ensure_dtn_image(self.runner, self.workdir, self.image, self.message)
             self._prepare_cfs()
         write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
                                                "spec": self.spec.model_dump(mode="json", exclude_none=True),
@@ -169,11 +184,14 @@ class Swarm:
         try:
             self.backend.up(self.spec, self.nodes, self.image, self.progress)
             self._wait_ready(ready_timeout or 60 + 0.5 * len(self.nodes))
+            self.clocks = self.backend.clock_offsets(self.name)  # hosts with a clock of their own (swarm backend)
             self._wait_cfs_operational(ready_timeout or 60 + 0.5 * len(self.nodes))
             if links:
                 links.apply_spec()
             if mesh:
                 self.start_mesh(mesh)
+            if dtn.enabled:
+                self.dtn_seconds = dtn.start(ready_timeout or 30 + 0.5 * len(self.nodes))
         except BaseException:
             if not self.keep_on_failure:
                 self._rollback()
@@ -325,13 +343,36 @@ class Swarm:
         states = self.backend.node_states(self.name)
         alive: set[str] = set()
         if health and states:
-            res = self.runner.run(["fping", "-a", "-r", "1", "-t", "300", *(n.ground_ip for n in self.nodes)], check=False, timeout=60)
-            alive = fping_alive(res)
+            ground = [n.ground_ip for n in self.nodes]
+            if self.backend.host_reaches_ground:
+                res = self.runner.run(["fping", "-a", "-r", "1", "-t", "300", *ground], check=False, timeout=60)
+            else:  # the orchestrator is on no overlay: ask a running node (its own address answers too)
+                prober = next((n for n in self.nodes if not n.spec.image and states.get(n.name) == "running"), None)
+                res = self.backend.exec(self.name, prober.name, ["fping", "-a", "-r", "1", "-t", "300", *ground],
+                                        check=False, timeout=60) if prober else None
+            alive = fping_alive(res) if res is not None else set()
+        hosts = self.backend.node_hosts(self.name)
         return [
             NodeStatus(n.name, n.index, n.isl_ip, n.ground_ip, states.get(n.name, "missing"),
-                       ("ok" if n.ground_ip in alive else "no answer") if health else "-")
+                       ("ok" if n.ground_ip in alive else "no answer") if health else "-", hosts.get(n.name, ""))
             for n in self.nodes
         ]
+
+    def node_clocks(self) -> NodeClocks:
+        """Each node's clock offset against this machine, measured now (multi-host backends; on one host
+        every node shares this machine's clock and the offsets are all 0)."""
+        self.clocks = self.backend.clock_offsets(self.name)
+        return node_clocks(self.clocks, self.backend.node_hosts(self.name))
+
+    def host_facts(self) -> list[dict]:
+        """Facts about every host the swarm runs on (multi-host backends); [] on one host."""
+        describe = getattr(self.backend, "describe_hosts", None)
+        return describe(self.name) if describe else []
+
+    def backend_facts(self) -> list[str]:
+        """Lines about where the swarm runs (multi-host backends: hosts, node MTU, clocks); [] on one host."""
+        facts = getattr(self.backend, "facts", None)
+        return facts(self.name) if facts else []
 
     def exec(self, node: str, argv: list[str], *, check: bool = True, timeout: float | None = None) -> Result:
         """Run `argv` inside one node."""

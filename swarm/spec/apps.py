@@ -96,7 +96,7 @@ def with_backend_defaults(spec, backend: str):
     pass it), unicast on compose (Docker's internal networks drop multicast with br_netfilter on)."""
     if not spec.apps or spec.app.multicast is not None:
         return spec
-    return spec.model_copy(update={"app": spec.app.model_copy(update={"multicast": backend != "compose"})})
+    return spec.model_copy(update={"app": spec.app.model_copy(update={"multicast": backend not in ("compose", "swarm")})})
 
 
 def check_runnable(apps: list[str], backend: str, image_exists: Callable[[str], bool]) -> None:
@@ -104,7 +104,7 @@ def check_runnable(apps: list[str], backend: str, image_exists: Callable[[str], 
     image = app_image(apps)
     if image is None:
         return
-    if backend != "compose":
+    if backend not in ("compose", "swarm"):
         raise SpecError(f"apps: image {image!r} needs the compose backend (backend {backend!r} runs no images)")
     if not image_exists(image):
         raise SpecError(f"apps: image {image!r} not found locally (no registry to pull from; build or load it first)")

@@ -16,16 +16,19 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from swarm.dtn.spec import DtnSpec, check_dtn_nodes
 from swarm.spec.apps import AppSettings, app_environment, app_image, check_apps
 from swarm.errors import SpecError
+from swarm.spec.validation import error_location
 from netem.model import LinksSpec, resolve_links
 from netem.orbits.spec import parse_orbits
 from swarm.mesh.spec import MeshSpec
+from swarm.spec.hosts import HostSpec, PlacementSpec, check_hosts, dynamic_range, place, placeables
 
 MAX_NODES = 1000
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 NAME_RULE = "must match [a-z0-9-]+ (lowercase letters, digits and inner dashes, 1-32 characters)"
-BACKENDS = ("compose", "netns")  # kept in step with swarm.backends.REGISTRY (a test checks it)
+BACKENDS = ("compose", "netns", "swarm")  # kept in step with swarm.backends.REGISTRY (a test checks it)
 
 
 def _check_name(kind: str, value: str) -> str:
@@ -117,6 +120,8 @@ class NodeTemplate(_Strict):
     command: Optional[list[str]] = None
     resources: Resources = Resources()
     cfs: Optional[CfsSpec] = None  # run a cFS build as the main process (compose backend)
+    dtn: Optional[DtnSpec] = None  # a Bundle Protocol agent (dtn7-rs) on the node (swarm.dtn)
+    host: Optional[str] = None  # swarm backend: the host (hosts[].name) this node or group is pinned to
 
     @model_validator(mode="after")
     def _cfs_alone(self) -> "NodeTemplate":
@@ -125,6 +130,11 @@ class NodeTemplate(_Strict):
                 if getattr(self, other) is not None:
                     raise ValueError(f"cfs and {other} {getattr(self, other)!r}: a cFS node runs the framework's "
                                      f"cFS image and core-cpu1; give one of them")
+            if self.dtn is not None:
+                raise ValueError("cfs and dtn: a DTN agent on a cFS node is not supported yet (the cFS image has no dtnd)")
+        if self.dtn is not None and self.image is not None:
+            raise ValueError(f"dtn and image {self.image!r}: the DTN agent runs on the framework's image "
+                             "(swarm-emu/dtn), not on a user's image")
         return self
 
     @field_validator("role")
@@ -173,7 +183,9 @@ class SwarmSpec(_Strict):
     groups: Optional[list[GroupSpec]] = None
     defaults: NodeTemplate = NodeTemplate()
     networks: Networks = Networks()
-    backend: Optional[Literal["compose", "netns"]] = None
+    backend: Optional[Literal["compose", "netns", "swarm"]] = None
+    hosts: Optional[list[HostSpec]] = None  # swarm backend: the Docker Engines (the first is the Swarm manager)
+    placement: PlacementSpec = PlacementSpec()  # swarm backend: spread nodes evenly, or each group on one host
     links: Optional[LinksSpec] = None  # ISL link conditions (netem.model): default + per-link/per-node overrides
     apps: list[str] = Field(default_factory=list)  # apps in every node (swarm.apps): swarm-app, or a user's image
     app: AppSettings = AppSettings()  # their settings: rate_hz, domain_id, targets, window_s
@@ -218,6 +230,8 @@ class SwarmSpec(_Strict):
                     f"networks.{label}.subnet {net.subnet!r}: too small for {len(resolved)} nodes (room for {room})"
                 )
         _check_cfs_ids(resolved)
+        check_dtn_nodes({n.name: n.dtn for n in resolved})
+        self._check_hosts(len(resolved))
         if self.links is not None:  # node names, profiles and consistency (the engine is checked at `up`)
             try:
                 resolve_links(self.links, [n.name for n in resolved])
@@ -233,6 +247,25 @@ class SwarmSpec(_Strict):
             if missing:
                 raise ValueError(f"orbits: node {missing[0]!r} is not a node of the swarm")
         return self
+
+    def _check_hosts(self, count: int) -> None:
+        """hosts/placement: only with the swarm backend; names, pins and capacities consistent (pure)."""
+        pinned = next((p for p in placeables(self) if p.host is not None), None) if self.hosts is None else None
+        if self.hosts is None:
+            if pinned is not None:
+                raise ValueError(f"{pinned.where} {pinned.host!r}: pins a node to a host, but the spec lists no hosts")
+            return
+        if self.backend not in (None, "swarm"):
+            raise ValueError(f"hosts: given with backend {self.backend!r}; hosts are for backend 'swarm'")
+        if not self.hosts:
+            raise ValueError("hosts: empty; list at least one Docker host (the first is the Swarm manager)")
+        check_hosts(self.hosts)
+        try:
+            place(placeables(self), self.hosts, self.placement.policy)
+            for label in ("isl", "ground"):
+                dynamic_range(getattr(self.networks, label).subnet, count, len(self.hosts), label)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
 
     def resolved_nodes(self) -> list[NodeSpec]:
         """The nodes in index order, with group and default settings applied (and the apps' image and env)."""
@@ -344,28 +377,10 @@ def plan_nodes(spec: SwarmSpec) -> list[NodePlan]:
 # Loading: YAML text -> SwarmSpec, with one-line errors.
 
 
-def _location(loc: tuple[Any, ...], data: Any) -> str:
-    """Turn a pydantic error location into a readable path, naming list items by their `name`."""
-    parts: list[str] = []
-    cur = data
-    for key in loc:
-        if isinstance(key, int) and isinstance(cur, list) and key < len(cur):
-            item = cur[key]
-            label = item.get("name") if isinstance(item, dict) else None
-            parts[-1] = f"{parts[-1]}[{key}]" + (f" ({label!r})" if label else "") if parts else f"[{key}]"
-            cur = item
-            continue
-        if isinstance(key, str) and key.startswith(("function-", "value_error")):
-            continue
-        parts.append(str(key))
-        cur = cur.get(key) if isinstance(cur, dict) else None
-    return ".".join(parts)
-
-
 def format_validation_error(exc: ValidationError, data: Any, source: str) -> str:
     """One line: where, which field, what value, what is wrong (the first error only)."""
     err = exc.errors()[0]
-    where = _location(tuple(err["loc"]), data)
+    where = error_location(tuple(err["loc"]), data)
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = f"unknown field {err['loc'][-1]!r}"

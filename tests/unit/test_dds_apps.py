@@ -112,7 +112,11 @@ def test_sweep_dispatches_on_the_experiment_type(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["sweep", str(path), "--results", str(tmp_path / "r")])
     assert exc.value.code == 2
-    assert "type 'dddperf': unknown experiment type (known: traffic (the default), ddsperf, app)" in capsys.readouterr().err
+    from experiments.registry import TYPES
+
+    known = ", ".join(["traffic (the default)"] + [n for n in TYPES if n != "traffic"])  # every registered type
+    assert {"ddsperf", "app", "dtn"} <= set(TYPES)
+    assert f"type 'dddperf': unknown experiment type (known: {known})" in capsys.readouterr().err
     path.write_text("type: app\nname: dd-t\nnodes: 2\n")
     with pytest.raises(SystemExit) as exc:
         main(["sweep", str(path), "--results", str(tmp_path / "r")])

@@ -24,7 +24,7 @@ LAYER_OF = [
     ("netem", "plan"), ("compose", "plan"), ("swarm.mesh.plan", "plan"), ("swarm.cfs.node", "plan"),
     ("swarm.cfs.ground", "plan"),
     ("swarm.runtime", "runtime"), ("swarm.mesh.runtime", "runtime"), ("swarm.cfs.image", "runtime"),
-    ("swarm.dtn", "runtime"),
+    ("swarm.dtn", "runtime"), ("swarm.dtn.spec", "spec"), ("swarm.dtn.contacts", "spec"), ("swarm.dtn.plan", "plan"),
     ("experiments", "experiments"),
     ("analysis", "analysis"),
     ("swarm.cli", "cli"), ("swarm.__main__", "cli"), ("swarm", "cli"),
@@ -38,7 +38,7 @@ ALLOWED = {
     # analysis reads result files with the experiments' pure parsers (raw iperf3 JSON, the app's records).
     ("analysis", "experiments"): lambda src, dst: dst in PURE_EXPERIMENT_MODULES,
 }
-PURE_EXPERIMENT_MODULES = {"experiments.traffic.iperf3", "experiments.app.parse",
+PURE_EXPERIMENT_MODULES = {"experiments.traffic.iperf3", "experiments.app.parse", "experiments.dtn.parse",
                            "experiments.orbits.model"}  # the orbits report re-plans from the stored experiment
 RUNTIME_PREFIXES = ("swarm.runtime", "swarm.mesh.runtime", "swarm.cfs.image", "swarm.cli")
 

@@ -38,9 +38,26 @@ class Backend(ABC):
         self.caps = caps
         self.workdir = workdir
 
+    #: Whether this machine reaches the nodes' ground addresses itself (false for overlays on other hosts).
+    host_reaches_ground: ClassVar[bool] = True
+
     @abstractmethod
     def check_available(self) -> None:
         """Raise SpecError naming what is missing if this backend cannot run on this host."""
+
+    def check_spec(self, spec: SwarmSpec, nodes: list[NodePlan]) -> object:
+        """Raise SpecError (naming host and field) for what this spec cannot do on the backend's hosts;
+        creates nothing. One-host backends have nothing to check beyond check_available."""
+        return None
+
+    def node_hosts(self, swarm: str) -> dict[str, str]:
+        """{node: host name} for backends that spread nodes over hosts; empty on one host."""
+        return {}
+
+    def clock_offsets(self, swarm: str) -> dict:
+        """{host name: swarm.runtime.clocks.ClockOffset} of each host other than this machine's kernel
+        clock; empty when every node shares this machine's clock."""
+        return {}
 
     @abstractmethod
     def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress) -> None:

@@ -26,6 +26,9 @@ class ComposeBackend(Backend):
     """Docker Compose on one host."""
 
     name = "compose"
+    #: The docker CLI and its global options: the swarm backend aims one instance at each of its hosts.
+    docker: tuple[str, ...] | list[str] = ("docker",)
+    up_log = "compose-up.log"  # in the swarm's state folder
     #: Images and ulimits of cFS nodes, set by Swarm.up before `up` (swarm.cfs.node); empty without cFS nodes.
     cfs: CfsRuntime = CfsRuntime()
 
@@ -56,7 +59,7 @@ class ComposeBackend(Backend):
         batch, and turn a hang into one retry of that batch (`up` is idempotent) rather than a failure.
         """
         self.write_compose(spec, image)
-        log = swarm_dir(self.workdir, spec.name) / "compose-up.log"
+        log = swarm_dir(self.workdir, spec.name) / self.up_log
         log.parent.mkdir(parents=True, exist_ok=True)
         names = [n.name for n in nodes]
         for i in range(0, len(names), UP_BATCH):
@@ -96,13 +99,13 @@ class ComposeBackend(Backend):
 
     def _count_started(self, swarm: str) -> int:
         res = self.runner.run(
-            ["docker", "ps", "-q", "--filter", f"label={LABEL_SWARM}={swarm}"], check=False, timeout=10
+            [*self.docker, "ps", "-q", "--filter", f"label={LABEL_SWARM}={swarm}"], check=False, timeout=10
         )
         return len(res.stdout.split())
 
     def node_states(self, swarm: str) -> dict[str, str]:
         res = self.runner.run(
-            ["docker", "ps", "-a", "--filter", f"label={LABEL_SWARM}={swarm}",
+            [*self.docker, "ps", "-a", "--filter", f"label={LABEL_SWARM}={swarm}",
              "--format", f'{{{{.Label "{LABEL_NODE}"}}}}\t{{{{.State}}}}'],
             timeout=30,
         )
@@ -113,10 +116,10 @@ class ComposeBackend(Backend):
         return states
 
     def netns_ids(self, swarm: str) -> set[str]:
-        ids = self.runner.run(["docker", "ps", "-q", "--filter", f"label={LABEL_SWARM}={swarm}"], timeout=60).stdout.split()
+        ids = self.runner.run([*self.docker, "ps", "-q", "--filter", f"label={LABEL_SWARM}={swarm}"], timeout=60).stdout.split()
         if not ids:
             return set()
-        pids = self.runner.run(["docker", "inspect", "-f", "{{.State.Pid}}", *ids], timeout=60).stdout.split()
+        pids = self.runner.run([*self.docker, "inspect", "-f", "{{.State.Pid}}", *ids], timeout=60).stdout.split()
         out = set()
         for pid in pids:
             try:
@@ -126,44 +129,44 @@ class ComposeBackend(Backend):
         return out
 
     def exec_prefix(self, swarm: str, node: str, interactive: bool = False) -> list[str]:
-        return ["docker", "exec", *(["-i"] if interactive else []), container_name(swarm, node)]
+        return [*self.docker, "exec", *(["-i"] if interactive else []), container_name(swarm, node)]
 
     def start_daemon(self, swarm: str, node: str, argv: list[str], name: str) -> None:
         """`docker exec -d`: the process lives in the container and goes with it (also on `docker restart`)."""
-        self.runner.run(["docker", "exec", "-d", container_name(swarm, node), *argv], timeout=60)
+        self.runner.run([*self.docker, "exec", "-d", container_name(swarm, node), *argv], timeout=60)
 
     def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
         return self.exec_prefix(swarm, node, interactive=True) + [*AGENT_COMMAND[:2], *args]
 
     def logs(self, swarm: str, node: str, tail: int = 50) -> str:
-        res = self.runner.run(["docker", "logs", "--tail", str(tail), container_name(swarm, node)], check=False, timeout=30)
+        res = self.runner.run([*self.docker, "logs", "--tail", str(tail), container_name(swarm, node)], check=False, timeout=30)
         return (res.stdout + res.stderr).strip()
 
     def node_action(self, swarm: str, node: str, action: str) -> None:
-        argv = {"stop": ["docker", "stop", "-t", "2"], "kill": ["docker", "kill"], "pause": ["docker", "pause"],
-                "unpause": ["docker", "unpause"], "restart": ["docker", "restart", "-t", "2"]}.get(action)
+        argv = {"stop": [*self.docker, "stop", "-t", "2"], "kill": [*self.docker, "kill"], "pause": [*self.docker, "pause"],
+                "unpause": [*self.docker, "unpause"], "restart": [*self.docker, "restart", "-t", "2"]}.get(action)
         if argv is None:
             raise SpecError(f"node action {action!r}: expected one of stop, kill, pause, unpause, restart")
         self.runner.run([*argv, container_name(swarm, node)], timeout=120)
 
     def _remove_labelled(self, label_filter: str) -> list[str]:
         removed: list[str] = []
-        ids = self.runner.run(["docker", "ps", "-aq", "--filter", label_filter], timeout=60).stdout.split()
+        ids = self.runner.run([*self.docker, "ps", "-aq", "--filter", label_filter], timeout=60).stdout.split()
         if ids:
             # Stop first, then remove: with Docker 20.10, `rm -f` of ~100 running containers at once
             # raced the daemon's own network cleanup and left a network with a phantom endpoint.
-            self.runner.run(["docker", "stop", "-t", "1", *ids], timeout=600, check=False)
+            self.runner.run([*self.docker, "stop", "-t", "1", *ids], timeout=600, check=False)
             self._wait_endpoints_released(ids)
             for i in range(0, len(ids), RM_BATCH):
-                self.runner.run(["docker", "rm", "-f", "-v", *ids[i:i + RM_BATCH]], timeout=600)
+                self.runner.run([*self.docker, "rm", "-f", "-v", *ids[i:i + RM_BATCH]], timeout=600)
             removed.append(f"{len(ids)} container(s)")
-        nets = self.runner.run(["docker", "network", "ls", "-q", "--filter", label_filter], timeout=60).stdout.split()
+        nets = self.runner.run([*self.docker, "network", "ls", "-q", "--filter", label_filter], timeout=60).stdout.split()
         if nets:
             self._remove_networks(nets)
             removed.append(f"{len(nets)} network(s)")
-        vols = self.runner.run(["docker", "volume", "ls", "-q", "--filter", label_filter], timeout=60).stdout.split()
+        vols = self.runner.run([*self.docker, "volume", "ls", "-q", "--filter", label_filter], timeout=60).stdout.split()
         if vols:
-            self.runner.run(["docker", "volume", "rm", *vols], timeout=120)
+            self.runner.run([*self.docker, "volume", "rm", *vols], timeout=120)
             removed.append(f"{len(vols)} volume(s)")
         return removed
 
@@ -179,7 +182,7 @@ class ComposeBackend(Backend):
         fmt = "{{range .NetworkSettings.Networks}}{{.EndpointID}}{{end}}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            res = self.runner.run(["docker", "inspect", "--format", fmt, *ids], check=False, timeout=60)
+            res = self.runner.run([*self.docker, "inspect", "--format", fmt, *ids], check=False, timeout=60)
             if not res.stdout.split():  # every endpoint released (or the containers are already gone)
                 return
             time.sleep(0.25)
@@ -190,10 +193,10 @@ class ComposeBackend(Backend):
         network's stored endpoint count has drifted (Docker 20.10; nothing is attached): only a daemon
         restart repairs it (libnetwork logs "Fixing inconsistent endpoint_cnt" on start)."""
         for attempt in range(6):
-            res = self.runner.run(["docker", "network", "rm", *nets], check=False, timeout=120)
+            res = self.runner.run([*self.docker, "network", "rm", *nets], check=False, timeout=120)
             if res.ok:
                 return
-            nets = [n for n in nets if self.runner.run(["docker", "network", "inspect", n], check=False).ok]
+            nets = [n for n in nets if self.runner.run([*self.docker, "network", "inspect", n], check=False).ok]
             if not nets:
                 return
             time.sleep(0.5 * (attempt + 1))

@@ -197,11 +197,24 @@ class NetnsBackend(Backend):
         return [int(p) for p in res.stdout.split()]
 
     def node_states(self, swarm: str) -> dict[str, str]:
+        """running: a process is in the node's namespace; created: none yet, but its main process (as started)
+        is alive: `ip netns exec` is between fork and setns, a window a loaded host widens (seen as a node
+        "exited" right after `up` started it); exited otherwise."""
         prefix = switch_ns(swarm) + "_"
+        pids_file = self.state_dir(swarm) / "pids.json"
+        try:
+            started = json.loads(pids_file.read_text()) if pids_file.exists() else {}
+        except ValueError:
+            started = {}
         states = {}
         for ns in self._swarm_namespaces(swarm):
             if ns.startswith(prefix):
-                states[ns[len(prefix):]] = "running" if self._pids_in(ns) else "exited"
+                name = ns[len(prefix):]
+                if self._pids_in(ns):
+                    states[name] = "running"
+                else:
+                    pid = started.get(name)
+                    states[name] = "created" if pid and self._alive(int(pid)) else "exited"
         return states
 
     def netns_ids(self, swarm: str) -> set[str]:

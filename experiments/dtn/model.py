@@ -1,0 +1,404 @@
+"""The `dtn` experiment type's model and its pure test plan.
+
+```yaml
+type: dtn                   # experiments/dtn-chain.yaml, experiments/dtn-contacts.yaml
+name: dtn-chain
+backend: netns
+pattern: chain              # chain (sat01 -> ... -> satN -> ground) | all-to-ground | all-to-all
+sizes: [2]                  # spacecraft per test; a node `ground` is always added (the ground station)
+bundle_sizes: [100kB]
+rates: [10, max]            # bundles/s per flow; max = as fast as the sending agent accepts
+clas: [tcp]                 # tcp | mtcp | udp | http
+routings: [epidemic]        # epidemic | sprayandwait | flooding | static
+profiles: [none, {delay: 1.3s}]   # link conditions on every ISL link: none, a netem profile name, or values
+duration: 10s               # bundles are created in [0, duration)
+drain: 30s                  # then the receivers wait this long for late bundles
+lifetime: 1h                # bundle lifetime
+repeats: 1
+dtn: {peers: static, janitor: 1s, storage: {limit: 256m}}   # any other `dtn:` field (swarm.dtn.spec.DtnSpec)
+contacts:                   # optional: a contact plan drives the link cuts (ION syntax, swarm.dtn.contacts)
+  plan: contacts/lunar.txt  # a file (relative to the experiment file), or `text: |` inline,
+  others: down              #   or periodic: {period: 20s, up: 10s}; pairs outside the plan: down | keep
+faults: []                  # the ordinary fault timeline, too (experiments.timeline)
+ip_probe: true              # a UDP probe beside every bundle flow: the IP traffic lost, for comparison
+swarm: {networks: {isl: {subnet: 10.210.0.0/24}, ground: {subnet: 10.211.0.0/24}}}
+```
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from experiments.timeline import FaultEvent, check_timeline
+from swarm.dtn.contacts import ContactPlan, LinkEvent, link_schedule, parse_contact_plan, periodic_plan, resolve_nodes
+from swarm.dtn.spec import CLAS, ROUTINGS, DtnSpec, parse_seconds, parse_size
+from swarm.errors import SpecError
+from swarm.spec.model import _check_name, read_yaml, spec_from_dict, validate_document
+from swarm.spec.model import SwarmSpec
+
+PATTERNS = ("chain", "all-to-ground", "all-to-all")
+GROUND = "ground"
+MAX_RATE = 0.0  # "max": the sender posts the next bundle as soon as the agent answered
+
+
+def satellite_names(count: int) -> list[str]:
+    width = max(2, len(str(count)))
+    return [f"sat{i:0{width}d}" for i in range(1, count + 1)]
+
+
+def swarm_nodes(size: int) -> list[str]:
+    """The nodes of a test with `size` spacecraft: sat01..satN, then the ground station."""
+    return satellite_names(size) + [GROUND]
+
+
+def flows(pattern: str, nodes: list[str]) -> list[tuple[str, str]]:
+    """(source, destination) of every bundle flow. chain: the first spacecraft to the ground station, relayed
+    by every other node in order; all-to-ground: every spacecraft to the ground station; all-to-all: every
+    ordered pair."""
+    sats = [n for n in nodes if n != GROUND]
+    if pattern == "chain":
+        return [(sats[0], GROUND)]
+    if pattern == "all-to-ground":
+        return [(s, GROUND) for s in sats]
+    return [(a, b) for a in nodes for b in nodes if a != b]
+
+
+def chain_neighbours(nodes: list[str]) -> dict[str, list[str]]:
+    """In a chain, each node's peers are the nodes before and after it."""
+    return {n: [m for m in (nodes[i - 1] if i else None, nodes[i + 1] if i + 1 < len(nodes) else None) if m]
+            for i, n in enumerate(nodes)}
+
+
+class ContactsSpec(BaseModel):
+    """Where the contact plan comes from: a file, inline text, or a periodic schedule of every link."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    plan: Optional[str] = None  # a file; from_dict reads it into `text` (the run folder keeps the plan itself)
+    text: Optional[str] = None
+    source: Optional[str] = None  # the file `text` was read from
+    periodic: Optional[dict[str, Any]] = None  # {period: 20s, up: 10s, rate: 125000000}
+    others: Literal["down", "keep"] = "down"
+
+    @model_validator(mode="after")
+    def _one(self) -> "ContactsSpec":
+        given = [k for k in ("plan", "text", "periodic") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"contacts: give exactly one of plan, text, periodic (got {', '.join(given) or 'none'})")
+        if self.periodic is not None:
+            unknown = set(self.periodic) - {"period", "up", "rate", "stagger"}
+            if unknown:
+                raise ValueError(f"contacts.periodic: unknown field {sorted(unknown)[0]!r} (period, up, rate, stagger)")
+            for key in ("period", "up"):
+                if key not in self.periodic:
+                    raise ValueError(f"contacts.periodic.{key}: missing")
+                parse_seconds(self.periodic[key], f"contacts.periodic.{key}")
+        return self
+
+
+@dataclass(frozen=True)
+class DtnTest:
+    """One test of the sweep."""
+
+    test_id: str
+    size: int
+    cla: str
+    routing: str
+    profile: str  # label
+    links: Optional[dict]  # the `links:` spec piece of this test, or None
+    bundle_size: int
+    rate: float  # bundles/s per flow; 0 = max
+    repeat: int
+
+
+class DtnExperiment(BaseModel):
+    """A DTN sweep (see the module text)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["dtn"] = "dtn"
+    name: str
+    backend: Optional[Literal["compose", "netns"]] = None
+    pattern: str = "chain"
+    sizes: list[int] = Field(default_factory=lambda: [2])
+    bundle_sizes: list[int] = Field(default_factory=lambda: [100_000])
+    rates: list[float] = Field(default_factory=lambda: [10.0])
+    clas: list[str] = Field(default_factory=lambda: ["tcp"])
+    routings: list[str] = Field(default_factory=lambda: ["epidemic"])
+    profiles: list[Union[str, dict[str, Any]]] = Field(default_factory=lambda: ["none"])
+    duration: float = 10.0
+    drain: float = 30.0
+    lifetime: float = 3600.0
+    repeats: int = Field(1, ge=1, le=100)
+    store_interval: float = 0.5
+    dtn: dict[str, Any] = Field(default_factory=dict)
+    contacts: Optional[ContactsSpec] = None
+    faults: list[FaultEvent] = Field(default_factory=list)
+    ip_probe: Optional[bool] = None
+    ip_probe_rate: float = Field(10.0, gt=0, le=10_000)
+    swarm: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name("experiment", v)
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern(cls, v: str) -> str:
+        if v not in PATTERNS:
+            raise ValueError(f"pattern {v!r}: unknown pattern (known: {', '.join(PATTERNS)})")
+        return v
+
+    @field_validator("sizes")
+    @classmethod
+    def _sizes(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("sizes: give at least one swarm size")
+        for s in v:
+            if not 1 <= s <= 999:
+                raise ValueError(f"sizes {s}: spacecraft per test must be 1..999 (a ground node is added)")
+        return v
+
+    @field_validator("bundle_sizes", mode="before")
+    @classmethod
+    def _bundle_sizes(cls, v: Any) -> list[int]:
+        items = v if isinstance(v, list) else [v]
+        return [parse_size(x, "bundle_sizes") for x in items]
+
+    @field_validator("rates", mode="before")
+    @classmethod
+    def _rates(cls, v: Any) -> list[float]:
+        out = []
+        for x in v if isinstance(v, list) else [v]:
+            if str(x).strip().lower() == "max":
+                out.append(MAX_RATE)
+                continue
+            try:
+                rate = float(str(x).strip().removesuffix("/s"))
+            except ValueError:
+                raise ValueError(f"rates {x!r}: expected bundles per second (e.g. 10 or 0.5) or max") from None
+            if not 0 < rate <= 100_000:
+                raise ValueError(f"rates {x!r}: must be in (0, 100000] bundles/s, or max")
+            out.append(rate)
+        return out
+
+    @field_validator("clas")
+    @classmethod
+    def _clas(cls, v: list[str]) -> list[str]:
+        for c in v:
+            if c not in CLAS:
+                raise ValueError(f"clas {c!r}: unknown convergence layer (known: {', '.join(CLAS)})")
+        return v
+
+    @field_validator("routings")
+    @classmethod
+    def _routings(cls, v: list[str]) -> list[str]:
+        for r in v:
+            if r not in ROUTINGS:
+                raise ValueError(f"routings {r!r}: unknown routing (known: {', '.join(ROUTINGS)})")
+        return v
+
+    @field_validator("duration", "drain", "lifetime", "store_interval", mode="before")
+    @classmethod
+    def _seconds(cls, v: Any, info: Any) -> float:
+        return parse_seconds(v, info.field_name)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DtnExperiment":
+        for key in ("name", "nodes", "node_list", "groups", "backend"):
+            if key in self.swarm:
+                raise ValueError(f"swarm.{key}: set by the experiment")
+        if "defaults" in self.swarm and "dtn" in self.swarm["defaults"]:
+            raise ValueError("swarm.defaults.dtn: set by the experiment (top-level `dtn`, `clas`, `routings`)")
+        for key in ("cla", "routing", "static_peers"):
+            if key in self.dtn:
+                raise ValueError(f"dtn.{key}: set by the experiment ({'clas' if key == 'cla' else 'routings' if key == 'routing' else 'pattern'})")
+        for cla in self.clas:  # every DtnSpec field checked once, and the largest bundle against the limits
+            try:
+                piece = DtnSpec(**{**self.dtn, "cla": cla, "routing": self.routings[0]})
+            except ValueError as exc:
+                raise ValueError(_first_error(exc)) from None
+            limit = piece.max_bundle()
+            if limit is not None and max(self.bundle_sizes) > limit:
+                why = (f"the storage limit ({limit} bytes)" if limit == piece.storage.limit
+                       else f"one UDP datagram ({limit} bytes), the udp CLA's unit")
+                raise ValueError(f"bundle_sizes {max(self.bundle_sizes)}: larger than {why}")
+        for size in self.sizes:
+            nodes = swarm_nodes(size)
+            plan = self.contact_plan(nodes)
+            if plan is not None:
+                link_schedule(plan, nodes, self.contacts.others)
+            try:
+                check_timeline(list(self.faults), nodes, self.duration + self.drain, note=f" at size {size}")
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+    # ---------------------------------------------------------------------------------- contacts
+    def contact_text(self) -> Optional[tuple[str, str]]:
+        """(source label, ION text) of the contact plan, or None."""
+        c = self.contacts
+        if c is None or c.periodic is not None:
+            return None
+        if c.text is not None:
+            return c.source or "contacts.text", c.text
+        try:
+            return str(c.plan), Path(c.plan).read_text()
+        except OSError as exc:
+            raise ValueError(f"contacts.plan {c.plan!r}: cannot read ({exc.strerror})") from None
+
+    def contact_plan(self, nodes: list[str]) -> Optional[ContactPlan]:
+        """The contact plan for a test on `nodes` (names checked), or None without `contacts`."""
+        if self.contacts is None:
+            return None
+        if self.contacts.periodic is not None:
+            p = self.contacts.periodic
+            links = [(a, b) for a, b in _pattern_links(self.pattern, nodes)]
+            text = periodic_plan(nodes, links, parse_seconds(p["period"], "contacts.periodic.period"),
+                                 parse_seconds(p["up"], "contacts.periodic.up"), self.duration + self.drain,
+                                 float(p.get("rate", 125_000_000)),
+                                 parse_seconds(p.get("stagger", 0), "contacts.periodic.stagger", allow_zero=True))
+            source = "contacts.periodic"
+        else:
+            source, text = self.contact_text()
+        return resolve_nodes(parse_contact_plan(text, source), nodes, source)
+
+    def probe_ip(self) -> bool:
+        return self.ip_probe if self.ip_probe is not None else (self.contacts is not None or bool(self.faults))
+
+    # -------------------------------------------------------------------------------------- tests
+    def profile_label(self, profile: Union[str, dict[str, Any]]) -> str:
+        if isinstance(profile, str):
+            return profile
+        return ",".join(f"{k}={v}" for k, v in profile.items())
+
+    def links_of(self, profile: Union[str, dict[str, Any]]) -> Optional[dict]:
+        """The `links:` piece of a profile: none -> None; a name -> {default: {profile: name}}; values ->
+        {default: values}."""
+        if profile == "none":
+            return None
+        if isinstance(profile, str):
+            return {"default": {"profile": profile}}
+        return {"default": dict(profile)}
+
+    def tests(self) -> list[DtnTest]:
+        out = []
+        for size, cla, routing, profile, bsize, rate, rep in itertools.product(
+                self.sizes, self.clas, self.routings, self.profiles, self.bundle_sizes, self.rates,
+                range(1, self.repeats + 1)):
+            label = self.profile_label(profile)
+            rate_label = "max" if rate == MAX_RATE else f"{rate:g}"
+            test_id = f"n{size}-{cla}-{routing}-{_slug(label)}-{bsize}B-{rate_label}ps-r{rep}"
+            out.append(DtnTest(test_id, size, cla, routing, label, self.links_of(profile), bsize, rate, rep))
+        return out
+
+    def dtn_piece(self, cla: str, routing: str) -> dict[str, Any]:
+        return {**self.dtn, "cla": cla, "routing": routing}
+
+    def swarm_data(self, test: DtnTest) -> dict[str, Any]:
+        """The swarm spec document of `test` (validated by the caller with swarm_from_template)."""
+        nodes = swarm_nodes(test.size)
+        piece = self.dtn_piece(test.cla, test.routing)
+        peers = chain_neighbours(nodes) if self.pattern == "chain" else {}
+        node_list = []
+        for n in nodes:
+            entry: dict[str, Any] = {"name": n}
+            if n == GROUND:
+                entry["role"] = "ground"
+            if n in peers and piece.get("peers", "static") == "static":
+                entry["dtn"] = {**piece, "static_peers": peers[n]}
+            if self.pattern == "chain" and test.routing == "static" and n != GROUND:
+                nxt = nodes[nodes.index(n) + 1]  # static routing down the chain: everything else via the next hop
+                entry["dtn"] = {**entry.get("dtn", piece), "routes": [{"to": "*", "via": nxt}]}
+            node_list.append(entry)
+        defaults = dict(self.swarm.get("defaults", {}))
+        defaults["dtn"] = piece
+        data = {k: v for k, v in self.swarm.items() if k != "defaults"}
+        data.update(name=self.name, node_list=node_list, defaults=defaults)
+        if self.backend:
+            data["backend"] = self.backend
+        links = dict(self.swarm.get("links", {}))
+        if test.links is not None:
+            links.update(test.links)
+        plan = self.contact_plan(nodes)
+        if plan is not None and plan.ranges:  # one-way light time per pair (the first range of each pair)
+            seen: dict[tuple[str, str], float] = {}
+            for r in plan.ranges:
+                seen.setdefault(tuple(sorted((r.a, r.b))), r.owlt)
+            links["overrides"] = list(links.get("overrides", [])) + [
+                {"between": list(pair), "delay": f"{owlt:g}s"} for pair, owlt in seen.items() if owlt > 0]
+        if links:
+            data["links"] = links
+        return data
+
+    def swarm_spec(self, test: DtnTest) -> SwarmSpec:
+        return spec_from_dict(self.swarm_data(test), f"{self.name}: swarm")
+
+    def contact_events(self, nodes: list[str]) -> list[LinkEvent]:
+        plan = self.contact_plan(nodes)
+        return [] if plan is None else link_schedule(plan, nodes, self.contacts.others)
+
+    def flow_counts(self, test: DtnTest) -> Optional[int]:
+        """Bundles each flow sends at a fixed rate (None for max)."""
+        return None if test.rate == MAX_RATE else max(1, math.ceil(test.rate * self.duration - 1e-9))
+
+
+def experiment_from_dict(data: Any, source: str = "") -> DtnExperiment:
+    """Validate a `type: dtn` document; a contact plan file is read now (relative to the experiment file) and
+    kept inline, so the run folder's experiment.yaml holds the plan that ran."""
+    if isinstance(data, dict) and isinstance(data.get("contacts"), dict) and data["contacts"].get("plan"):
+        contacts = dict(data["contacts"])
+        base = Path(source).parent if source else Path(".")
+        path = Path(contacts.pop("plan"))
+        path = path if path.is_absolute() else base / path
+        try:
+            contacts["text"] = path.read_text()
+        except OSError as exc:
+            raise SpecError(f"{source or 'experiment'}: contacts.plan {str(path)!r}: cannot read ({exc.strerror})") from None
+        contacts["source"] = str(path)
+        data = {**data, "contacts": contacts}
+    exp = validate_document(DtnExperiment, data, source, "experiment")
+    for test in exp.tests()[:1]:  # the swarm of a test validates (names, subnets, links); one is enough
+        try:
+            exp.swarm_spec(test)
+        except SpecError as exc:
+            raise SpecError(f"{source}: {exc}" if source else str(exc)) from None
+    return exp
+
+
+def load_experiment(path: str | Path) -> DtnExperiment:
+    return experiment_from_dict(read_yaml(path, "experiment"), str(path))
+
+
+def _pattern_links(pattern: str, nodes: list[str]) -> list[tuple[str, str]]:
+    """The links the periodic contacts switch: the chain's hops, or every spacecraft's link to ground
+    (all-to-ground), or every pair (all-to-all)."""
+    if pattern == "chain":
+        return list(zip(nodes, nodes[1:]))
+    if pattern == "all-to-ground":
+        return [(n, GROUND) for n in nodes if n != GROUND]
+    return [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:]]
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in ".-" else "-" for c in text).strip("-") or "none"
+
+
+def _first_error(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        err = errors()[0]
+        return str(err.get("msg", exc)).removeprefix("Value error, ")
+    return str(exc)
+
+
+def offered_bundles(exp: DtnExperiment, test: DtnTest) -> float:
+    """Bundles the test offers (inf for `max`)."""
+    n = len(flows(exp.pattern, swarm_nodes(test.size)))
+    return math.inf if test.rate == MAX_RATE else n * test.rate * exp.duration

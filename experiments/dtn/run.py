@@ -1,0 +1,253 @@
+"""Running a `dtn` experiment: per test a fresh swarm with its agents, bundle traffic from every source, the
+contact plan and faults on a timeline, then the tables.
+
+Per test:
+1. the test's swarm comes up (netns or compose) with a dtnd on every node and waits until all agents answer and
+   list their peers (swarm.dtn.runtime);
+2. links not in contact at time 0 are cut (contact plan), then every node's traffic program
+   (flightsw/dtn_traffic.py) gets its plan: the bundles it sends (a fixed count at a fixed rate, or as many as its
+   agent accepts), what it receives, its store sampling and the UDP probe beside each flow; all start at one
+   release instant; the contact plan's later events and the experiment's faults run on the fault timeline
+   from that instant;
+3. the programs' JSON lines go to raw/<test>/<node>.traffic.jsonl as they arrive; the agents' logs are copied
+   to raw/<test>/<node>.dtnd.log; bundles.csv, store.csv, ip.csv, faults.csv and a tests.csv row are appended;
+4. the swarm goes down (also on Ctrl-C or an error: everything the test made is removed).
+"""
+from __future__ import annotations
+
+import json
+import math
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from experiments.dtn.model import MAX_RATE, DtnExperiment, DtnTest, flows, swarm_nodes
+from experiments.dtn.parse import (BUNDLE_COLUMNS, STORE_COLUMNS, bundle_rows, figures, parse_dtnd_log, read_events,
+                                   store_rows)
+from experiments.store import HostSampler, ResultsStore, host_facts
+from experiments.timeline import FaultEvent, FaultTimeline
+from swarm.errors import RuntimeFailure
+from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
+
+IP_PORT = 5999
+RELEASE_LEAD_S = 2.0  # between handing out the plans and the release: every program is running by then
+QUIET_MAX_S = 5.0  # max-rate tests: receivers stop after this long without a bundle once sending ended
+IP_COLUMNS = ["run_id", "test_id", "src", "dst", "second", "sent", "received", "lost"]
+DTN_TEST_COLUMNS = ["run_id", "test_id", "pattern", "size", "nodes", "cla", "routing", "profile", "bundle_size",
+                    "rate", "repeat", "flows", "duration_s", "drain_s", "release_ts", "bundles_sent", "bundles_delivered",
+                    "delivery_ratio", "latency_p50_s", "latency_p95_s", "latency_max_s", "latency_min_s", "goodput_bps",
+                    "total_rate_bps", "bundle_rate", "offered_bundle_rate", "span_s", "duplicates", "send_errors",
+                    "store_peak_bundles", "hops_mean", "ip_sent", "ip_lost", "cpu_busy_pct", "cpu_busy_max_pct",
+                    "mem_used_peak_mib", "agents_ready_s", "setup_s", "wall_s"]
+#: BPv7 header bytes dtn7-rs's /send adds to a payload (primary block, payload and hop-count block headers,
+#: CRC none): measured as bundle length - payload length on recorded bundles (100,082 - 100,000).
+BUNDLE_OVERHEAD = 82
+
+
+def traffic_plans(exp: DtnExperiment, test: DtnTest, isl_ips: dict[str, str], release: float, web_port: int) -> dict[str, dict]:
+    """{node: the plan its traffic program reads} (pure)."""
+    nodes = swarm_nodes(test.size)
+    pairs = flows(exp.pattern, nodes)
+    count = exp.flow_counts(test)
+    expect: dict[str, int] = {}
+    plans: dict[str, dict] = {}
+    for n in nodes:
+        plans[n] = {"node": n, "port": web_port, "service": "in", "flows": [], "release": release,
+                    "duration": exp.duration, "drain": exp.drain, "lifetime": exp.lifetime,
+                    "receive": False, "store_interval": exp.store_interval}
+    for src, dst in pairs:
+        plans[src]["flows"].append({"dst": dst, "size": test.bundle_size, "rate": test.rate, "count": count})
+        plans[dst]["receive"] = True
+        expect[dst] = expect.get(dst, 0) + (count or 0)
+    for n, plan in plans.items():
+        if plan["receive"]:
+            if count is not None:
+                plan["expect"] = expect[n]
+            else:
+                plan["quiet"] = min(QUIET_MAX_S, exp.drain)
+    if exp.probe_ip():
+        probes = probe_pairs(exp.pattern, nodes)
+        for n, plan in plans.items():
+            dsts = [{"dst": d, "ip": isl_ips[d]} for s, d in probes if s == n]
+            plan["ip_probe"] = {"bind": isl_ips[n], "port": IP_PORT, "rate": exp.ip_probe_rate, "dsts": dsts}
+    return plans
+
+
+def probe_pairs(pattern: str, nodes: list[str]) -> list[tuple[str, str]]:
+    """Where the UDP probe goes: over each hop of the chain (the links the bundles take: plain IP has no
+    multi-hop path without a mesh), else beside each bundle flow."""
+    if pattern == "chain":
+        return list(zip(nodes, nodes[1:]))
+    return flows(pattern, nodes)
+
+
+def ip_rows(sent: dict[str, list[dict]], received: dict[str, list[dict]], release: float, run_id: str,
+            test_id: str) -> list[dict]:
+    """Per directed pair and second since release: UDP probe datagrams sent, received, lost (pure)."""
+    got = {(ev["src"], node, ev["seq"]) for node, evs in received.items() for ev in evs if ev.get("ev") == "ip_recv"}
+    bins: dict[tuple[str, str, int], list[int]] = {}
+    for node, evs in sent.items():
+        for ev in evs:
+            if ev.get("ev") != "ip_sent":
+                continue
+            key = (node, ev["dst"], int(math.floor(ev["t"] - release)))
+            b = bins.setdefault(key, [0, 0])
+            b[0] += 1
+            b[1] += (node, ev["dst"], ev["seq"]) in got
+    return [{"run_id": run_id, "test_id": test_id, "src": s, "dst": d, "second": sec, "sent": n, "received": r,
+             "lost": n - r} for (s, d, sec), (n, r) in sorted(bins.items())]
+
+
+class _Reader(threading.Thread):
+    """Copies one traffic program's output to its raw file as it arrives and keeps the events."""
+
+    def __init__(self, proc, path: Path):
+        super().__init__(daemon=True)
+        self.proc, self.path = proc, path
+        self.lines: list[str] = []
+        self.finished_receiving = False  # the program's receiver stopped (every expected bundle, or quiet)
+
+    def run(self) -> None:
+        with self.path.open("w") as f:
+            for line in self.proc.stdout:
+                f.write(line)
+                f.flush()
+                self.lines.append(line)
+                if line.startswith('{"ev":"recv_done"'):
+                    self.finished_receiving = True
+
+
+def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Optional[str],
+             message: Callable[[str], None], progress: Callable[[float, float, str], None]) -> dict:
+    """One test, start to finish; returns its tests.csv row."""
+    wall = time.time()
+    spec = exp.swarm_spec(test)
+    swarm = Swarm(spec, backend=backend or exp.backend, message=message)
+    raw = store.dir / "raw" / test.test_id
+    raw.mkdir(parents=True, exist_ok=True)
+    procs: dict = {}
+    timeline = None
+    try:
+        swarm.up()
+        agents = swarm.dtn
+        if not (store.dir / "swarm.json").exists():
+            (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
+            (store.dir / "swarm.json").write_text(json.dumps({"backend": swarm.backend.name}))
+        nodes = swarm_nodes(test.size)
+        contact = exp.contact_events(nodes)
+        initial = [e for e in contact if e.at == 0 and e.action == "down"]
+        later = [FaultEvent(at=e.at, **({"cut": [e.a, e.b]} if e.action == "down" else {"heal": [e.a, e.b]}))
+                 for e in contact if not (e.at == 0 and e.action == "down") and e.at < exp.duration + exp.drain]
+        fault_rows = []
+        for e in initial:  # before the release: no bundle may see a link the plan says is down
+            began = time.time()
+            swarm.links.cut(e.a, e.b)
+            fault_rows.append({"run_id": store.run_id, "test_id": test.test_id, "index": -1, "at_s": 0.0,
+                               "planned_ts": "", "applied_ts": round(time.time(), 6), "offset_s": "",
+                               "took_s": round(time.time() - began, 6), "kind": "cut", "args": f"{e.a} {e.b}",
+                               "ok": True, "error": "contact plan: not in contact at 0"})
+        setup = time.time() - wall
+        release = time.time() + RELEASE_LEAD_S
+        isl = {n.name: n.isl_ip for n in swarm.nodes}
+        port = agents.piece(nodes[0]).web_port
+        plans = traffic_plans(exp, test, isl, release, port)
+        readers = {}
+        for node, plan in plans.items():
+            if not plan["flows"] and not plan["receive"] and not exp.store_interval:
+                continue
+            proc = swarm.runner.popen(agents.traffic_argv(node, "run", "-"))
+            proc.stdin.write(json.dumps(plan))
+            proc.stdin.close()
+            procs[node] = proc
+            readers[node] = _Reader(proc, raw / f"{node}.traffic.jsonl")
+            readers[node].start()
+        timeline = FaultTimeline(swarm.links, list(exp.faults) + later, test.test_id, store.run_id, message)
+        timeline.start(release)
+        horizon = exp.duration + exp.drain
+        receivers = [n for n, p in plans.items() if p["receive"] and n in procs]
+        with HostSampler() as sampler:
+            while any(p.poll() is None for p in procs.values()):
+                elapsed = time.time() - release
+                if elapsed > exp.duration + 1 and receivers and all(readers[n].finished_receiving for n in receivers):
+                    time.sleep(min(2.0, exp.store_interval * 2))  # a last store sample or two, then stop the rest
+                    for p in procs.values():
+                        if p.poll() is None:
+                            p.terminate()
+                    continue
+                if elapsed > horizon + 60:
+                    raise RuntimeFailure(f"test {test.test_id}: traffic programs still running {horizon + 60:.0f} s "
+                                         "after the release")
+                progress(max(0.0, min(elapsed, horizon)), horizon, f"{test.test_id}: {len(timeline.rows)} faults applied")
+                time.sleep(0.5)
+        for r in readers.values():
+            r.join(10)
+        fault_rows += timeline.finish(restore=False, timeout=5)
+        timeline = None
+        for node, proc in procs.items():
+            err = proc.stderr.read() if proc.stderr else ""
+            if proc.returncode not in (0, -15):  # -15: stopped by us once every bundle had arrived
+                message(f"{test.test_id}: traffic program on {node} exited {proc.returncode}: {err.strip()[-300:]}")
+        logs = {}
+        for n in agents.nodes:
+            text = agents.log(n.name)
+            (raw / f"{n.name}.dtnd.log").write_text(text)
+            logs[n.name] = parse_dtnd_log(text)
+        events = {n: read_events("".join(r.lines)) for n, r in readers.items()}
+        bundles = bundle_rows(events, events, logs, store.run_id, test.test_id)
+        stores = store_rows(events, release, store.run_id, test.test_id)
+        ips = ip_rows(events, events, release, store.run_id, test.test_id)
+        store.append("bundles.csv", BUNDLE_COLUMNS, bundles)
+        store.append("store.csv", STORE_COLUMNS, stores)
+        if ips:
+            store.append("ip.csv", IP_COLUMNS, ips)
+        if fault_rows:
+            store.append_faults(fault_rows)
+        m = figures(bundles, stores, BUNDLE_OVERHEAD)
+        row = {"run_id": store.run_id, "test_id": test.test_id, "pattern": exp.pattern, "size": test.size,
+               "nodes": len(nodes), "cla": test.cla, "routing": test.routing, "profile": test.profile,
+               "bundle_size": test.bundle_size, "rate": "max" if test.rate == MAX_RATE else test.rate,
+               "repeat": test.repeat, "flows": len(flows(exp.pattern, nodes)), "duration_s": exp.duration,
+               "drain_s": exp.drain, "release_ts": round(release, 6), **_rounded(m),
+               "ip_sent": sum(r["sent"] for r in ips), "ip_lost": sum(r["lost"] for r in ips),
+               **sampler.summary(), "agents_ready_s": round(swarm.dtn_seconds or 0.0, 3),
+               "setup_s": round(setup, 3), "wall_s": round(time.time() - wall, 3)}
+        store.append("tests.csv", DTN_TEST_COLUMNS, [row])
+        return row
+    finally:
+        if timeline is not None:
+            timeline.stop()
+            timeline.finish(restore=False, timeout=5)
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        swarm.down()
+
+
+def _rounded(m: dict) -> dict:
+    return {k: (round(v, 6) if isinstance(v, float) and not math.isnan(v) else ("" if isinstance(v, float) else v))
+            for k, v in m.items()}
+
+
+def run_dtn_experiment(exp: DtnExperiment, store: ResultsStore, *, backend: Optional[str] = None,
+                       message: Callable[[str], None] = lambda m: None,
+                       progress: Callable[[float, float, str], None] = lambda d, t, w: None) -> Path:
+    """Every test of the sweep, in order, into `store`; returns the run folder."""
+    previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+    try:
+        tests = exp.tests()
+        for i, test in enumerate(tests, start=1):
+            progress(0, exp.duration + exp.drain, f"{test.test_id}: swarm up")
+            message(f"test {i}/{len(tests)}: {test.test_id}")
+            row = run_test(exp, test, store, backend, message, progress)
+            message(f"  delivered {row['bundles_delivered']}/{row['bundles_sent']} bundles, "
+                    f"goodput {row['goodput_bps'] / 1e6:.1f} Mbit/s, latency p95 {row['latency_p95_s']} s")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return store.dir
+
+
+def first_swarm(exp: DtnExperiment):
+    return exp.swarm_spec(exp.tests()[0])
+

@@ -1,0 +1,248 @@
+"""Contact plans in ION's ionadmin syntax, and the link schedule they mean (pure).
+
+Accepted lines (ION's `ionadmin` commands, https://ion-dtn.sourceforge.io: ionadmin(1)):
+
+    a contact <from> <until> <node A> <node B> <rate bytes/s> [<confidence>]
+    a range   <from> <until> <node A> <node B> <one-way light time s>
+    # comments and blank lines
+    1 ... / s / m ... / @ ...     ionadmin's other commands: accepted and ignored (they set up an ION node)
+
+Times are `+<seconds>` (relative to the start of the run) or absolute `yyyy/mm/dd-hh:mm:ss[.fff]` (UTC; then
+relative to the earliest absolute time in the plan). Nodes are swarm node names or ION node numbers (ipn
+node N = the swarm's N-th node). A line that does not parse is a ValueError naming its line number.
+
+What the emulator does with a plan (`link_schedule`): a pair of nodes is connected while a contact in either
+direction is open (the emulated ISL is bidirectional: TCP-based CLAs need their acknowledgements to flow
+back) and cut otherwise, from time 0; pairs named in no contact stay as they are unless `others="down"`.
+A contact's rate becomes that direction's link rate and a range's light time that pair's one-way delay,
+where the experiment asks for them.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable, Optional, Sequence
+
+_ABS_RE = re.compile(r"^(\d{4})/(\d{2})/(\d{2})-(\d{2}):(\d{2}):(\d{2}(?:\.\d+)?)$")
+_REL_RE = re.compile(r"^\+(\d+(?:\.\d+)?)$")
+_NUM_RE = re.compile(r"^\d+(?:\.\d+)?$")
+#: ionadmin commands that set up an ION node rather than describe contacts: accepted, ignored.
+_IGNORED = {"1", "s", "m", "@", "x", "e", "w", "h", "q", "l", "i"}
+
+
+@dataclass(frozen=True)
+class Contact:
+    """A directed contact A -> B open in [start, end) s, at `rate` bytes/s."""
+
+    start: float
+    end: float
+    a: str
+    b: str
+    rate: float
+    line: int
+
+
+@dataclass(frozen=True)
+class Range:
+    """One-way light time between A and B (both directions) in [start, end) s."""
+
+    start: float
+    end: float
+    a: str
+    b: str
+    owlt: float
+    line: int
+
+
+@dataclass(frozen=True)
+class ContactPlan:
+    contacts: tuple[Contact, ...]
+    ranges: tuple[Range, ...]
+
+    def nodes(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for item in (*self.contacts, *self.ranges):
+            seen.setdefault(item.a)
+            seen.setdefault(item.b)
+        return list(seen)
+
+    def horizon(self) -> float:
+        """The end of the last contact or range (s)."""
+        return max((x.end for x in (*self.contacts, *self.ranges)), default=0.0)
+
+
+def _time(token: str) -> tuple[str, float]:
+    rel = _REL_RE.match(token)
+    if rel:
+        return "rel", float(rel.group(1))
+    ab = _ABS_RE.match(token)
+    if ab:
+        y, mo, d, h, mi = (int(ab.group(i)) for i in range(1, 6))
+        sec = float(ab.group(6))
+        try:
+            stamp = datetime(y, mo, d, h, mi, int(sec), tzinfo=timezone.utc).timestamp() + (sec - int(sec))
+        except ValueError as exc:
+            raise ValueError(f"time {token!r}: {exc}") from None
+        return "abs", stamp
+    raise ValueError(f"time {token!r}: expected +<seconds> or yyyy/mm/dd-hh:mm:ss")
+
+
+def _number(token: str, what: str) -> float:
+    if not _NUM_RE.match(token):
+        raise ValueError(f"{what} {token!r}: expected a non-negative number")
+    return float(token)
+
+
+def parse_contact_plan(text: str, source: str = "contact plan") -> ContactPlan:
+    """Parse ION `a contact` / `a range` lines. Raises ValueError('<source> line N: ...') on the first bad line."""
+    raw: list[tuple[str, int, tuple, tuple, str, str, float]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        body = line.split("#", 1)[0].strip()
+        if not body:
+            continue
+        words = body.split()
+        try:
+            if words[0] != "a":
+                if words[0] in _IGNORED:
+                    continue
+                raise ValueError(f"unknown command {words[0]!r} (expected 'a contact' or 'a range')")
+            if len(words) < 2 or words[1] not in ("contact", "range"):
+                got = words[1] if len(words) > 1 else "nothing"
+                raise ValueError(f"'a {got}': only 'a contact' and 'a range' describe contacts")
+            kind = words[1]
+            want = (7, 8) if kind == "contact" else (7,)
+            if len(words) not in want:
+                raise ValueError(f"'a {kind}' takes {' or '.join(str(w - 2) for w in want)} fields "
+                                 f"(from until nodeA nodeB {'rate [confidence]' if kind == 'contact' else 'owlt'}), "
+                                 f"got {len(words) - 2}")
+            t0, t1 = _time(words[2]), _time(words[3])
+            if t0[0] != t1[0]:
+                raise ValueError("mixes a relative and an absolute time")
+            if t1[1] <= t0[1]:
+                raise ValueError(f"until {words[3]!r} is not after from {words[2]!r}")
+            a, b = words[4], words[5]
+            if a == b:
+                raise ValueError(f"node {a!r} to itself")
+            value = _number(words[6], "rate (bytes/s)" if kind == "contact" else "owlt (s)")
+            if kind == "contact" and value <= 0:
+                raise ValueError(f"rate {words[6]!r}: must be positive")
+            if kind == "contact" and len(words) == 8:
+                conf = _number(words[7], "confidence")
+                if conf > 1:
+                    raise ValueError(f"confidence {words[7]!r}: must be between 0 and 1")
+        except ValueError as exc:
+            raise ValueError(f"{source} line {number}: {exc}") from None
+        raw.append((kind, number, t0, t1, a, b, value))
+    absolute = [t[1] for r in raw for t in (r[2], r[3]) if t[0] == "abs"]
+    epoch = min(absolute) if absolute else 0.0
+    contacts, ranges = [], []
+    for kind, number, t0, t1, a, b, value in raw:
+        start = t0[1] - (epoch if t0[0] == "abs" else 0.0)
+        end = t1[1] - (epoch if t1[0] == "abs" else 0.0)
+        if kind == "contact":
+            contacts.append(Contact(start, end, a, b, value, number))
+        else:
+            ranges.append(Range(start, end, a, b, value, number))
+    return ContactPlan(tuple(contacts), tuple(ranges))
+
+
+def resolve_nodes(plan: ContactPlan, swarm_nodes: Sequence[str], source: str = "contact plan") -> ContactPlan:
+    """Map ION node numbers to swarm node names (N -> the N-th node) and check every name exists."""
+    def name(token: str, line: int) -> str:
+        if token in swarm_nodes:
+            return token
+        if token.isdigit() and 1 <= int(token) <= len(swarm_nodes):
+            return swarm_nodes[int(token) - 1]
+        span = ", ".join(swarm_nodes) if len(swarm_nodes) <= 5 else f"{swarm_nodes[0]}..{swarm_nodes[-1]}"
+        raise ValueError(f"{source} line {line}: node {token!r}: no such node (nodes: {span}, or 1..{len(swarm_nodes)})")
+
+    contacts = tuple(Contact(c.start, c.end, name(c.a, c.line), name(c.b, c.line), c.rate, c.line)
+                     for c in plan.contacts)
+    ranges = tuple(Range(r.start, r.end, name(r.a, r.line), name(r.b, r.line), r.owlt, r.line) for r in plan.ranges)
+    return ContactPlan(contacts, ranges)
+
+
+# ------------------------------------------------------------------------------------------- schedule
+@dataclass(frozen=True)
+class LinkEvent:
+    """At `at` s, the link between `a` and `b` (a < b by name order) goes `up` or `down`."""
+
+    at: float
+    action: str  # "up" | "down"
+    a: str
+    b: str
+
+
+def _merge(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def pair(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a <= b else (b, a)
+
+
+def open_intervals(plan: ContactPlan) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """Per unordered pair, the merged intervals in which a contact in either direction is open."""
+    per: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for c in plan.contacts:
+        per.setdefault(pair(c.a, c.b), []).append((c.start, c.end))
+    return {k: _merge(v) for k, v in sorted(per.items())}
+
+
+def link_schedule(plan: ContactPlan, nodes: Optional[Sequence[str]] = None, others: str = "keep") -> list[LinkEvent]:
+    """Up/down events in time order. At 0 every pair of the plan not in contact is cut; then each pair goes
+    up at the start and down at the end of each of its merged intervals (no event at the very end of the
+    plan is dropped: the last `down` is kept so a run longer than the plan sees the link gone). With
+    `others="down"`, every other pair of `nodes` is cut at 0 as well."""
+    if others not in ("keep", "down"):
+        raise ValueError(f"others {others!r}: expected 'keep' or 'down'")
+    spans = open_intervals(plan)
+    events: list[LinkEvent] = []
+    for (a, b), intervals in spans.items():
+        if intervals[0][0] > 0:
+            events.append(LinkEvent(0.0, "down", a, b))
+        for s, e in intervals:
+            if s > 0:
+                events.append(LinkEvent(s, "up", a, b))
+            events.append(LinkEvent(e, "down", a, b))
+    if others == "down" and nodes:
+        for i, a in enumerate(nodes):
+            for b in nodes[i + 1:]:
+                if pair(a, b) not in spans:
+                    events.append(LinkEvent(0.0, "down", *pair(a, b)))
+    order = {"down": 0, "up": 1}
+    return sorted(events, key=lambda e: (e.at, order[e.action], e.a, e.b))
+
+
+def availability(plan: ContactPlan, a: str, b: str, horizon: Optional[float] = None) -> float:
+    """Share of [0, horizon) in which the pair a-b is in contact."""
+    end = plan.horizon() if horizon is None else horizon
+    if end <= 0:
+        return 0.0
+    spans = open_intervals(plan).get(pair(a, b), [])
+    return sum(max(0.0, min(e, end) - max(s, 0.0)) for s, e in spans) / end
+
+
+def periodic_plan(nodes: Sequence[str], links: Sequence[tuple[str, str]], period: float, up: float,
+                  duration: float, rate: float = 125_000_000, stagger: float = 0.0) -> str:
+    """ION text for links that are up `up` s of every `period` s until `duration` (e.g. 50 % availability:
+    up = period / 2); link k is shifted by k * stagger s. Both directions are written."""
+    if not 0 < up <= period:
+        raise ValueError(f"up {up} s: must be in (0, period {period} s]")
+    lines = [f"# periodic contacts: {up:g} s of every {period:g} s, {len(links)} links, {duration:g} s"]
+    del nodes  # the names are in `links`; kept in the signature for symmetry with link_schedule
+    for k, (a, b) in enumerate(links):
+        t = (k * stagger) % period
+        while t < duration:
+            end = min(t + up, duration)
+            for x, y in ((a, b), (b, a)):
+                lines.append(f"a contact +{t:g} +{end:g} {x} {y} {int(rate)}")
+            t += period
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,145 @@
+"""The dtnd command of each node, and what the agent must answer to count as ready (pure).
+
+Every agent runs
+    dtnd -n <node> -W <workdir> -e in -C <cla>[:port=P] -r <routing> -w <web port> -j <janitor> ...
+with static peers (`-s <cla>://<isl address>:<port>/<peer>`) and neighbour discovery off, or with IPND
+beacons sent to the ISL subnet's broadcast address (`-E <broadcast>:3003`), so that agents find each
+other over the inter-satellite network and never over the ground network. `routing: static` gets a routes
+file (dtn7-rs's format: `<index> <source glob> <destination glob> <next-hop EID>`).
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .spec import APP_SERVICE, DISCOVERY_PORT, DtnSpec, endpoint
+
+DTND = "dtnd"
+ROUTES_FILE = "routes.txt"
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Another node's agent as seen from one node: its name and ISL address."""
+
+    name: str
+    isl_ip: str
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    """One node's agent: the command, the files it needs in its work folder, and what readiness expects."""
+
+    node: str
+    argv: list[str]
+    workdir: str
+    files: dict[str, str] = field(default_factory=dict)  # name in workdir -> text
+    web_port: int = 3000
+    expected_peers: tuple[str, ...] = ()  # node names the agent must list before it counts as ready
+
+
+def peer_url(cla: str, peer: Peer, port: int) -> str:
+    """dtn7-rs's static peer URL: <cla>://<address>:<port>/<node name>."""
+    return f"{cla}://{peer.isl_ip}:{port}/{peer.name}"
+
+
+def static_routes(node: str, piece: DtnSpec, peers: list[Peer]) -> str:
+    """The routes file of `routing: static`: first one route per direct peer (bundles to a peer go straight to
+    it), then the spec's routes in order; dtn7-rs takes the first match. Patterns are glob-match globs, where
+    `*` stops at '/': any source (an EID such as dtn://sat01/ holds slashes) is `**`."""
+    lines = [f"# static routes of {node} (swarm-emu)"]
+    index = 1
+    for peer in peers:
+        lines.append(f"{index} ** {endpoint(peer.name)}* {endpoint(peer.name)}")
+        index += 1
+    for route in piece.routes:
+        dst = "**" if route.to == "*" else f"{endpoint(route.to)}*"
+        lines.append(f"{index} ** {dst} {endpoint(route.via)}")
+        index += 1
+    return "\n".join(lines) + "\n"
+
+
+def broadcast_address(isl_subnet: str) -> str:
+    return str(ipaddress.IPv4Network(isl_subnet).broadcast_address)
+
+
+def plan_agent(node: str, piece: DtnSpec, peers: list[Peer], workdir: str, isl_subnet: str) -> AgentPlan:
+    """The agent of `node`. `peers`: the DTN nodes it should know (static mode: its static peers; auto
+    mode: the nodes discovery is expected to find), in index order."""
+    argv = [DTND, "-n", node, "-W", workdir, "-e", APP_SERVICE, "-r", piece.routing,
+            "-w", str(piece.web_port), "-j", _humantime(piece.janitor)]
+    cla = piece.cla if piece.cla == "http" else f"{piece.cla}:port={piece.cla_port()}"
+    argv += ["-C", cla]
+    if piece.storage.backend != "mem":
+        argv += ["-D", piece.storage.backend]
+    files: dict[str, str] = {}
+    if piece.routing == "sprayandwait":
+        argv += ["-R", f"sprayandwait.num_copies={piece.copies}"]
+    if piece.routing == "static":
+        files[ROUTES_FILE] = static_routes(node, piece, peers)
+        argv += ["-R", f"static.routes={workdir.rstrip('/')}/{ROUTES_FILE}"]
+    if piece.peers == "static":
+        argv += ["--disable_nd"]
+        for peer in peers:
+            argv += ["-s", peer_url(piece.cla, peer, piece.cla_port())]
+    else:
+        argv += ["-i", _humantime(piece.discovery_interval), "-p", _humantime(piece.peer_timeout),
+                 "-E", f"{broadcast_address(isl_subnet)}:{DISCOVERY_PORT}"]
+    if piece.debug:
+        argv += ["-d"]
+    return AgentPlan(node=node, argv=argv, workdir=workdir, files=files, web_port=piece.web_port,
+                     expected_peers=tuple(p.name for p in peers))
+
+
+def plan_agents(nodes: list[tuple[str, str, Optional[DtnSpec]]], isl_subnet: str,
+                workdir_of: Any) -> list[AgentPlan]:
+    """Agents of a swarm. `nodes`: (name, ISL address, dtn piece or None) in index order; `workdir_of(name)`
+    gives a node's work folder. Static peers default to every other DTN node; auto discovery is expected to
+    find every other DTN node (the ISL is one broadcast domain at start)."""
+    dtn_nodes = [(n, ip, p) for n, ip, p in nodes if p is not None]
+    by_name = {n: Peer(n, ip) for n, ip, _ in dtn_nodes}
+    plans = []
+    for name, _ip, piece in dtn_nodes:
+        assert piece is not None
+        if piece.peers == "static" and piece.static_peers is not None:
+            peers = [by_name[p] for p in piece.static_peers]
+        else:
+            peers = [by_name[n] for n, _, _ in dtn_nodes if n != name]
+        plans.append(plan_agent(name, piece, peers, workdir_of(name), isl_subnet))
+    return plans
+
+
+def _humantime(seconds: float) -> str:
+    """Seconds as dtn7-rs's humantime argument: whole seconds as '2s', else milliseconds."""
+    ms = round(seconds * 1000)
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+# ------------------------------------------------------------------------------------------ readiness
+def readiness(plan: AgentPlan, nodeid: str, peers_json: str) -> Optional[str]:
+    """None when the agent of `plan` is ready (it answers with its own node ID and lists every expected peer),
+    else why not, in a few words."""
+    want = endpoint(plan.node)
+    if nodeid.strip() != want:
+        return f"node ID is {nodeid.strip()[:60]!r}, not {want!r}"
+    try:
+        peers = peer_names(peers_json)
+    except ValueError as exc:
+        return str(exc)
+    missing = [p for p in plan.expected_peers if p not in peers]
+    if missing:
+        return f"peers missing: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}"
+    return None
+
+
+def peer_names(peers_json: str) -> list[str]:
+    """Node names of the peers in dtnd's /status/peers answer (a JSON object keyed by node name)."""
+    try:
+        data = json.loads(peers_json)
+    except json.JSONDecodeError:
+        raise ValueError(f"peers answer is not JSON: {peers_json[:60]!r}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"peers answer is not an object: {peers_json[:60]!r}")
+    return sorted(data)

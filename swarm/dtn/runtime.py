@@ -1,0 +1,354 @@
+"""DTN agents of a running swarm: the dtn7-rs binaries and image, starting, readiness, status, stopping.
+
+- Binaries: images/dtn/build.sh (`cargo install --locked dtn7` into ~/.cache/swarm-emu/dtn7/<version>-<rustc>,
+  once; `make setup` runs it ahead). The netns backend runs them from there; the compose backend runs the
+  image `swarm-emu/dtn:<hash>` (images/dtn/Dockerfile: the node image plus the binaries).
+- Each DTN node's agent runs `dtnd` (swarm.dtn.plan) under a small shell wrapper that records its pid and
+  appends its output to <work folder>/dtnd.log: on netns the work folder is
+  <workdir>/.swarm/<swarm>/dtn/<node> (removed with the swarm's state), in a container /var/lib/swarm-dtn.
+  The agent is a process of the node: it goes with the namespace or container on `down`; `stop()` ends it
+  earlier (by its recorded pid, nothing else).
+- TCP quick ACKs: dtn7-rs's TCP convergence layers write without TCP_NODELAY and wait for each transfer's
+  acknowledgement, so Linux's delayed ACK (40 ms) caps a session at ~23 bundles/s. With `dtn.quickack`
+  (default) the node's ISL subnet route gets `quickack 1` (a route attribute, inside the node only).
+- Readiness: every agent answers its status API (GET /status/nodeid on the node's ground address, from the
+  host) with its own node ID and lists every expected peer (/status/peers).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional
+
+from swarm.dtn.plan import AgentPlan, plan_agents, readiness, peer_names
+from swarm.dtn.spec import DtnSpec
+from swarm.errors import CommandError, RuntimeFailure, SpecError
+from swarm.runtime.backends import swarm_dir
+from swarm.runtime.image import files_digest
+from swarm.runtime.runner import Runner
+from swarm.spec.model import NodePlan
+
+if TYPE_CHECKING:
+    from swarm.runtime.swarm import Swarm
+
+BUILD_SCRIPT = "images/dtn/build.sh"
+DOCKERFILE = "images/dtn/Dockerfile"
+DTN_IMAGE_REPO = "swarm-emu/dtn"
+IN_NODE_DIR = "/var/lib/swarm-dtn"
+PID_FILE = "dtnd.pid"
+LOG_FILE = "dtnd.log"
+TRAFFIC_PROGRAM = "flightsw/dtn_traffic.py"
+BUILD_TIMEOUT = 3600.0
+HTTP_TIMEOUT = 3.0
+#: The wrapper: record the shell's pid (exec keeps it for dtnd), then become dtnd with output appended to the
+#: log. Paths and argv are positional arguments, nothing is interpolated into the script.
+WRAPPER = 'mkdir -p "$0" && cd "$0" && echo $$ > "$0/dtnd.pid" && exec "$@" >> "$0/dtnd.log" 2>&1'
+
+
+def dtn_nodes(nodes: list[NodePlan]) -> list[NodePlan]:
+    return [n for n in nodes if n.spec.dtn is not None]
+
+
+# ------------------------------------------------------------------------------------- binaries, image
+def ensure_binaries(runner: Runner, workdir: Path, message: Callable[[str], None] = lambda m: None) -> Path:
+    """The folder holding dtnd & co. for this host, built from the Cargo registry the first time."""
+    script = Path(workdir) / BUILD_SCRIPT
+    cache = _cache_root()
+    if not any(cache.glob("dtn7-*/.complete")):
+        message("building dtn7-rs from the Cargo registry (cargo install --locked dtn7): 10-25 min on 2 cores, once")
+    try:
+        res = runner.run(["bash", str(script)], timeout=BUILD_TIMEOUT)
+    except CommandError as err:
+        if err.returncode == 2:
+            raise SpecError(f"dtn: {(err.stderr or err.stdout).strip().splitlines()[-1]}") from None
+        tail = "\n".join((err.stdout + "\n" + err.stderr).strip().splitlines()[-15:])
+        raise RuntimeFailure(f"building dtn7-rs failed (exit {err.returncode}); last output:\n{tail}") from None
+    bindir = Path(res.stdout.strip().splitlines()[-1])
+    if not (bindir / "dtnd").is_file():
+        raise RuntimeFailure(f"building dtn7-rs: {bindir}/dtnd is missing")
+    return bindir
+
+
+def _cache_root() -> Path:
+    env = os.environ.get("SWARM_DTN7_CACHE")
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return Path(env) if env else base / "swarm-emu" / "dtn7"
+
+
+def dtn_image_tag(workdir: Path, node_image: str, bindir: Path) -> str:
+    """swarm-emu/dtn:<12 hex of sha256 over the node image tag, images/dtn/ and the binaries' BUILD-INFO>."""
+    digest = files_digest(Path(workdir), [Path(workdir) / DOCKERFILE])
+    digest.update(node_image.encode())
+    info = bindir.parent / "BUILD-INFO"
+    digest.update(info.read_bytes() if info.exists() else b"".join((bindir / b).read_bytes() for b in ("dtnd",)))
+    return f"{DTN_IMAGE_REPO}:{digest.hexdigest()[:12]}"
+
+
+def dtn_build_argv(workdir: Path, tag: str, node_image: str, context: str) -> list[str]:
+    return ["docker", "build", "--force-rm", "-f", str(Path(context) / "Dockerfile"), "-t", tag,
+            "--label", "io.swarm-emu.managed=true", "--build-arg", f"NODE_IMAGE={node_image}", context]
+
+
+def ensure_dtn_image(runner: Runner, workdir: Path, node_image: str, message: Callable[[str], None] = lambda m: None) -> str:
+    """The node image plus dtn7-rs (built on the host), tagged by content; built only when missing."""
+    bindir = ensure_binaries(runner, workdir, message)
+    tag = dtn_image_tag(workdir, node_image, bindir)
+    if runner.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], check=False).ok:
+        return tag
+    message(f"building DTN image {tag} (node image + dtn7-rs)")
+    with tempfile.TemporaryDirectory(prefix="swarm-dtn-") as ctx:
+        shutil.copy2(Path(workdir) / DOCKERFILE, Path(ctx) / "Dockerfile")
+        shutil.copytree(bindir, Path(ctx) / "bin")
+        try:
+            runner.run(dtn_build_argv(workdir, tag, node_image, ctx), timeout=1200)
+        except CommandError as err:
+            tail = "\n".join((err.stdout + "\n" + err.stderr).strip().splitlines()[-20:])
+            raise RuntimeFailure(f"docker build of {tag} failed (exit {err.returncode}); last output:\n{tail}") from None
+    return tag
+
+
+# ------------------------------------------------------------------------------------------- agents
+@dataclass
+class AgentStatus:
+    """One row of `swarm dtn NAME`."""
+
+    node: str
+    eid: str
+    cla: str
+    routing: str
+    peers: list[str]
+    stored: int
+    delivered: int
+    forwarded: int
+    received: int
+    failed: int
+    state: str  # "ok" or why not
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+
+class DtnAgents:
+    """The agents of one swarm (every node with a `dtn:` piece)."""
+
+    def __init__(self, swarm: "Swarm"):
+        self.swarm = swarm
+        self.nodes = dtn_nodes(swarm.nodes)
+        self.by_name = {n.name: n for n in self.nodes}
+        self.netns = swarm.backend.name == "netns"
+        self._bindir: Optional[Path] = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.nodes)
+
+    def check(self) -> None:
+        """Swarm-wide DTN checks (before anything starts); the binaries must be buildable here."""
+        if self.enabled and self.netns:
+            self._bindir = ensure_binaries(self.swarm.runner, self.swarm.workdir, self.swarm.message)
+
+    def workdir(self, node: str) -> str:
+        if self.netns:
+            return str(swarm_dir(self.swarm.workdir, self.swarm.name) / "dtn" / node)
+        return IN_NODE_DIR
+
+    def plans(self) -> list[AgentPlan]:
+        nodes = [(n.name, n.isl_ip, n.spec.dtn) for n in self.swarm.nodes]
+        plans = plan_agents(nodes, self.swarm.spec.networks.isl.subnet, self.workdir)
+        if self.netns:
+            if self._bindir is None:
+                self._bindir = ensure_binaries(self.swarm.runner, self.swarm.workdir, self.swarm.message)
+            dtnd = str(self._bindir / "dtnd")
+            plans = [AgentPlan(p.node, [dtnd, *p.argv[1:]], p.workdir, p.files, p.web_port, p.expected_peers) for p in plans]
+        return plans
+
+    def piece(self, node: str) -> DtnSpec:
+        piece = self.by_name[node].spec.dtn
+        assert piece is not None
+        return piece
+
+    # ---------------------------------------------------------------------------------- lifecycle
+    def start(self, timeout: float = 60.0, nodes: Optional[list[str]] = None) -> float:
+        """Start every agent (or those of `nodes`, e.g. after a node restart) and wait until they are ready;
+        seconds taken. RuntimeFailure naming the first agent that is not ready, with the tail of its log."""
+        if not self.enabled:
+            return 0.0
+        started = time.monotonic()
+        plans = [p for p in self.plans() if nodes is None or p.node in nodes]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(self._start_one, plans))
+        self.wait_ready(plans, timeout)
+        return time.monotonic() - started
+
+    def _exec(self, node: str, argv: list[str], input: Optional[str] = None, timeout: float = 30, check: bool = True):
+        b = self.swarm.backend
+        prefix = b.exec_prefix(self.swarm.name, node, interactive=input is not None)
+        return self.swarm.runner.run(prefix + argv, input=input, timeout=timeout, check=check)
+
+    def _start_one(self, plan: AgentPlan) -> None:
+        node = plan.node
+        self._exec(node, ["mkdir", "-p", plan.workdir])
+        for name, text in plan.files.items():
+            self._exec(node, ["sh", "-c", 'cat > "$0"', f"{plan.workdir}/{name}"], input=text)
+        if self.piece(node).quickack:
+            self._quickack(node)
+        self.swarm.backend.start_daemon(self.swarm.name, node, wrapper_argv(plan.workdir, plan.argv), "dtnd")
+
+    def _quickack(self, node: str) -> None:
+        """`quickack 1` on the node's ISL subnet route (see the module text)."""
+        subnet = self.swarm.spec.networks.isl.subnet
+        res = self._exec(node, ["ip", "-4", "route", "show", subnet], check=False)
+        line = res.stdout.strip().splitlines()[0] if res.ok and res.stdout.strip() else ""
+        if not line:
+            self.swarm.message(f"dtn: {node}: no route for {subnet}; TCP quick ACKs not set")
+            return
+        words = line.split()
+        if "quickack" in words:
+            return
+        self._exec(node, ["ip", "route", "change", *words, "quickack", "1"])
+
+    def wait_ready(self, plans: Optional[list[AgentPlan]] = None, timeout: float = 60.0) -> None:
+        plans = plans if plans is not None else self.plans()
+        pending = {p.node: p for p in plans}
+        why: dict[str, str] = {}
+        deadline = time.monotonic() + timeout
+        total = len(pending)
+        while pending:
+            self.swarm.progress(total - len(pending), total, "DTN agents ready")
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                answers = dict(zip(pending, pool.map(self._ready_check, pending.values())))
+            for node, problem in answers.items():
+                if problem is None:
+                    del pending[node]
+                else:
+                    why[node] = problem
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                node = sorted(pending)[0]
+                raise RuntimeFailure(f"DTN agent of {node!r} not ready after {timeout:.0f} s ({why.get(node)}); "
+                                     f"log tail:\n{self.log(node, tail=15)}")
+            time.sleep(0.3)
+        self.swarm.progress(total, total, "DTN agents ready")
+
+    def _ready_check(self, plan: AgentPlan) -> Optional[str]:
+        try:
+            nodeid = self.http(plan.node, "/status/nodeid")
+            peers = self.http(plan.node, "/status/peers")
+        except (OSError, urllib.error.URLError) as exc:
+            return f"status API: {getattr(exc, 'reason', exc)}"
+        return readiness(plan, nodeid, peers)
+
+    def http(self, node: str, path: str, timeout: float = HTTP_TIMEOUT) -> str:
+        """GET an agent's status API on its ground address, from the host (status routes answer anyone)."""
+        plan = self.by_name[node]
+        url = f"http://{plan.ground_ip}:{self.piece(node).web_port}{path}"
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.read().decode("utf-8", "replace")
+
+    def stop(self, timeout: float = 10.0) -> list[str]:
+        """End every agent by its recorded pid (and only that process); the nodes stay up. Returns the nodes
+        whose agent was stopped."""
+        script = ('p=$(cat "$0/dtnd.pid" 2>/dev/null) || exit 0; kill "$p" 2>/dev/null || exit 0; '
+                  'i=0; while kill -0 "$p" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; '
+                  'kill -9 "$p" 2>/dev/null; rm -f "$0/dtnd.pid"; echo stopped')
+        stopped = []
+
+        def one(node: str) -> None:
+            res = self._exec(node, ["sh", "-c", script, self.workdir(node)], timeout=timeout + 10, check=False)
+            if "stopped" in res.stdout:
+                stopped.append(node)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(one, [n.name for n in self.nodes]))
+        return sorted(stopped)
+
+    def reset(self) -> None:
+        """Stop every agent and empty its work folder (store, log), for a fresh start."""
+        self.stop()
+        for n in self.nodes:
+            self._exec(n.name, ["sh", "-c", 'rm -rf "$0" && mkdir -p "$0"', self.workdir(n.name)], check=False)
+
+    # --------------------------------------------------------------------------- in-node programs
+    def tool(self, name: str) -> str:
+        """Path of a dtn7-rs program (dtnsend, dtnrecv, ...) as the nodes see it."""
+        if self.netns:
+            if self._bindir is None:
+                self._bindir = ensure_binaries(self.swarm.runner, self.swarm.workdir, self.swarm.message)
+            return str(self._bindir / name)
+        return name
+
+    def traffic_argv(self, node: str, *args: str) -> list[str]:
+        """argv that runs flightsw/dtn_traffic.py inside `node` with stdin open."""
+        b = self.swarm.backend
+        if self.netns:
+            program = [sys.executable or "python3", str(Path(self.swarm.workdir) / TRAFFIC_PROGRAM)]
+        else:
+            program = ["python3", f"/opt/swarm/{TRAFFIC_PROGRAM}"]
+        return b.exec_prefix(self.swarm.name, node, interactive=True) + program + list(args)
+
+    def send(self, src: str, dst: str, payload: bytes, lifetime: float = 3600.0, service: str = "in") -> str:
+        """Send one bundle from `src`'s agent to dtn://<dst>/<service> with dtnsend; returns its bundle ID."""
+        for node in (src, dst):
+            if node not in self.by_name:
+                raise SpecError(f"node {node!r}: no DTN agent in swarm {self.swarm.name!r} "
+                                f"(DTN nodes: {', '.join(self.by_name) or 'none'})")
+        argv = [self.tool("dtnsend"), "-p", str(self.piece(src).web_port), "-r", f"dtn://{dst}/{service}",
+                "-l", str(max(1, int(lifetime)))]
+        b = self.swarm.backend
+        res = self.swarm.runner.run(b.exec_prefix(self.swarm.name, src, interactive=True) + argv,
+                                    input=payload.decode("utf-8", "replace"), timeout=30)
+        for line in res.stdout.splitlines():
+            if line.startswith("Bundle-Id:"):
+                return line.split(":", 1)[1].strip()
+        raise RuntimeFailure(f"dtnsend on {src!r} printed no bundle ID: {res.stdout.strip()[:200]}")
+
+    def recv(self, node: str, timeout: float = 10.0, service: str = "in") -> dict:
+        """Take the next bundle delivered to dtn://<node>/<service> (waiting up to `timeout` s)."""
+        if node not in self.by_name:
+            raise SpecError(f"node {node!r}: no DTN agent in swarm {self.swarm.name!r}")
+        argv = self.traffic_argv(node, "recv-once", "--port", str(self.piece(node).web_port), "--service", service,
+                                 "--timeout", f"{timeout:g}")
+        res = self.swarm.runner.run(argv, timeout=timeout + 30, check=False)
+        try:
+            return json.loads(res.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            raise RuntimeFailure(f"receiving on {node!r} failed: {(res.stderr or res.stdout).strip()[-300:]}") from None
+
+    # ------------------------------------------------------------------------------------- looking
+    def log(self, node: str, tail: int = 0) -> str:
+        res = self._exec(node, ["cat", f"{self.workdir(node)}/{LOG_FILE}"], check=False, timeout=60)
+        text = res.stdout if res.ok else ""
+        return "\n".join(text.splitlines()[-tail:]) if tail else text
+
+    def status(self) -> list[AgentStatus]:
+        def one(node: NodePlan) -> AgentStatus:
+            piece = self.piece(node.name)
+            try:
+                eid = self.http(node.name, "/status/nodeid").strip()
+                peers = peer_names(self.http(node.name, "/status/peers"))
+                store = json.loads(self.http(node.name, "/status/store"))
+                info = json.loads(self.http(node.name, "/status/info"))
+            except (OSError, ValueError, urllib.error.URLError) as exc:
+                return AgentStatus(node.name, "", piece.cla, piece.routing, [], 0, 0, 0, 0, 0,
+                                   f"no answer ({getattr(exc, 'reason', exc)})")
+            stored = sum(1 for e in store if "Deleted" not in e)
+            return AgentStatus(node.name, eid, piece.cla, piece.routing, peers, stored, info.get("delivered", 0),
+                               info.get("outgoing", 0), info.get("incoming", 0), info.get("failed", 0), "ok")
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            return list(pool.map(one, self.nodes))
+
+
+def wrapper_argv(workdir: str, argv: list[str]) -> list[str]:
+    """The command that starts an agent (pure): the wrapper shell, the work folder, dtnd's argv."""
+    return ["sh", "-c", WRAPPER, workdir, *argv]

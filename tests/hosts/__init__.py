@@ -1,0 +1,1 @@
+"""Test hosts: real extra Docker Engines on this machine for the multi-host (`swarm`) backend."""

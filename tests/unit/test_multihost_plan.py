@@ -1,0 +1,190 @@
+"""Multi-host planning without a daemon: hosts spec, placement, overlay ranges and MTU, clock offsets."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from swarm.errors import SpecError
+from swarm.runtime.clocks import ClockOffset, correct, estimate, resolution
+from swarm.spec.hosts import HostSpec, Placeable, dynamic_range, node_mtu, overlay_driver_mtu, place
+
+
+def nodes(n: int, group: str = "sat", **pins: str) -> list[Placeable]:
+    return [Placeable(f"{group}{i:02d}", group, pins.get(f"{group}{i:02d}")) for i in range(1, n + 1)]
+
+
+def test_spread_gives_contiguous_even_blocks():
+    hosts = [HostSpec(name="a"), HostSpec(name="b", endpoint="unix:///run/b.sock")]
+    got = place(nodes(16), hosts)
+    assert [got[f"sat{i:02d}"] for i in range(1, 17)] == ["a"] * 8 + ["b"] * 8
+    odd = place(nodes(5), hosts)
+    assert list(odd.values()) == ["a", "a", "a", "b", "b"]
+
+
+def test_spread_respects_capacity_and_pins():
+    hosts = [HostSpec(name="a", capacity=4), HostSpec(name="b"), HostSpec(name="c", capacity=2)]
+    got = place(nodes(10, sat03="c"), hosts)
+    assert got["sat03"] == "c"
+    counts = {h: list(got.values()).count(h) for h in "abc"}
+    assert counts == {"a": 4, "b": 4, "c": 2}
+
+
+def test_group_policy_keeps_groups_whole():
+    hosts = [HostSpec(name="a"), HostSpec(name="b", endpoint="ssh://u@b")]
+    got = place(nodes(3, "relay") + nodes(5, "obs"), hosts, "group")
+    assert {got[f"relay{i:02d}"] for i in range(1, 4)} == {"a"}
+    assert {got[f"obs{i:02d}"] for i in range(1, 6)} == {"b"}
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: place([Placeable("x", "g", "zz", "node_list[0] ('x').host")], [HostSpec(name="a")]),
+     "node_list[0] ('x').host 'zz': no such host (hosts: a)"),
+    (lambda: place(nodes(3, sat01="a", sat02="a", sat03="a"), [HostSpec(name="a", capacity=2), HostSpec(name="b", endpoint="ssh://b")]),
+     "hosts[0] ('a').capacity: 3 nodes pinned to it (sat01..sat03) exceed its capacity 2"),
+    (lambda: place(nodes(9), [HostSpec(name="a", capacity=4), HostSpec(name="b", endpoint="ssh://b", capacity=4)]),
+     "hosts: 9 nodes exceed the hosts' total capacity 8"),
+    (lambda: place(nodes(5, "big"), [HostSpec(name="a", capacity=4), HostSpec(name="b", endpoint="ssh://b", capacity=4)], "group"),
+     "placement.policy group: group 'big' (5 nodes) fits on no host (room: a 4, b 4)"),
+])
+def test_bad_placement_is_one_line_naming_host_and_field(call, message):
+    with pytest.raises(SpecError) as err:
+        call()
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("fields, fragment", [
+    ({"endpoint": "tcp://h:2376"}, "tls"),
+    ({"endpoint": "http://h"}, "endpoint 'http://h'"),
+    ({"endpoint": "tcp://h"}, "needs a port"),
+    ({"endpoint": "ssh://u@h", "tls": {"ca": "a", "cert": "b", "key": "c"}}, "only for tcp://"),
+    ({"advertise_addr": "h2"}, "advertise_addr 'h2'"),
+    ({"name": "H 2"}, "name must match"),
+])
+def test_bad_host_fields(fields, fragment):
+    with pytest.raises(ValidationError) as err:
+        HostSpec(**{"name": "h2", **fields})
+    assert fragment in str(err.value)
+
+
+def test_docker_args_address_the_host():
+    assert HostSpec(name="a").docker_args() == []
+    assert HostSpec(name="b", endpoint="ssh://ops@b").docker_args() == ["-H", "ssh://ops@b"]
+    tls = HostSpec(name="c", endpoint="tcp://c:2376", tls={"ca": "/p/ca.pem", "cert": "/p/c.pem", "key": "/p/k.pem"})
+    assert tls.docker_args() == ["-H", "tcp://c:2376", "--tlsverify", "--tlscacert", "/p/ca.pem",
+                                 "--tlscert", "/p/c.pem", "--tlskey", "/p/k.pem"]
+
+
+def test_overlay_range_sits_above_the_nodes():
+    assert dynamic_range("10.241.0.0/24", 16, 2) == "10.241.0.248/29"
+    assert dynamic_range("10.77.0.0/16", 100, 4) == "10.77.255.240/28"
+    with pytest.raises(SpecError, match=r"networks.isl.subnet '10.0.0.0/27': too small for 25 nodes"):
+        dynamic_range("10.0.0.0/27", 25, 2)
+
+
+def test_node_sees_spec_mtu_unless_the_underlay_is_too_small():
+    hosts = [HostSpec(name="a"), HostSpec(name="b", endpoint="ssh://b", underlay_mtu=9000)]
+    assert node_mtu(1400, hosts) == 1400 and overlay_driver_mtu(1400, hosts) == 1450
+    assert node_mtu(1500, hosts) == 1450 and overlay_driver_mtu(1500, hosts) == 1500
+
+
+def test_clock_offset_from_the_shortest_round_trip():
+    # host clock 5 s ahead; exchanges with 10 ms, 2 ms (asymmetric) and 40 ms round trips
+    samples = [(100.0, 105.006, 100.010), (200.0, 205.0015, 200.002), (300.0, 305.03, 300.040)]
+    off = estimate("b", samples)
+    assert off.rtt_s == pytest.approx(0.002) and off.uncertainty_s == pytest.approx(0.001)
+    assert off.offset_s == pytest.approx(5.0005)
+    assert off.to_orchestrator(off.to_host(123.0)) == pytest.approx(123.0)
+    assert math.isnan(estimate("c", []).offset_s)
+
+
+def test_resolution_and_correction():
+    offs = {"a": ClockOffset("a", 0.0, 0.0, 0.0, 0), "b": ClockOffset("b", 2.0, 0.0005, 0.001, 9)}
+    assert resolution(offs.values()) == pytest.approx(0.0005)
+    three = [*offs.values(), ClockOffset("c", -1.0, 0.002, 0.004, 9)]
+    assert resolution(three) == pytest.approx(0.0025)
+    assert correct({"s1": 10.0, "s2": 12.0}, {"s1": "a", "s2": "b"}, offs) == {"s1": 10.0, "s2": 10.0}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The spec piece and the per-host Compose files (no daemon: a recording runner)
+
+import yaml  # noqa: E402
+
+from swarm.caps import Capabilities  # noqa: E402
+from swarm.runtime.backends.swarm import HostCompose, SwarmBackend  # noqa: E402
+from swarm.runtime.runner import RecordingRunner, Result  # noqa: E402
+from swarm.spec.model import plan_nodes, spec_from_dict  # noqa: E402
+
+CAPS = Capabilities(kernel="x", root=True, docker=True, docker_version="20.10", compose=["docker-compose"],
+                    compose_version="1.29", netns=True, sch_netem=False, batman_adv=False, nftables=True, tbf=True,
+                    iperf3_version="iperf 3.12", batmand=True, ddsperf=True, htb=True)
+HOSTS = [{"name": "main", "endpoint": "local"}, {"name": "lab2", "endpoint": "ssh://ops@lab2", "capacity": 3}]
+NETS = {"isl": {"subnet": "10.241.0.0/24"}, "ground": {"subnet": "10.242.0.0/24"}}
+
+
+def swarm_spec(**extra):
+    return spec_from_dict({"name": "mh2-u", "nodes": 4, "backend": "swarm", "hosts": HOSTS, "networks": NETS, **extra})
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"backend": "compose"}, "hosts: given with backend 'compose'; hosts are for backend 'swarm'"),
+    ({"hosts": []}, "hosts: empty"),
+    ({"hosts": HOSTS + [{"name": "main", "endpoint": "ssh://x"}]}, "hosts[2] ('main').name: duplicate of hosts[0]"),
+    ({"nodes": None, "node_list": [{"name": "a", "host": "nowhere"}, {"name": "b"}]},
+     "node_list[0] ('a').host 'nowhere': no such host (hosts: main, lab2)"),
+    ({"nodes": None, "groups": [{"prefix": "r", "count": 4, "host": "lab2"}]},
+     "hosts[1] ('lab2').capacity: 4 nodes pinned to it (r01..r04) exceed its capacity 3"),
+])
+def test_bad_hosts_in_the_spec_are_one_line(doc, message):
+    with pytest.raises(SpecError) as err:
+        swarm_spec(**doc)
+    assert message in str(err.value)
+
+
+def test_a_pin_without_hosts_is_refused():
+    with pytest.raises(SpecError, match=r"defaults.host 'lab2': pins a node to a host, but the spec lists no hosts"):
+        spec_from_dict({"name": "x", "nodes": 2, "defaults": {"host": "lab2"}})
+
+
+def test_each_host_gets_its_share_on_external_overlays(tmp_path):
+    spec = swarm_spec()
+    host = spec.hosts[1]
+    hc = HostCompose(RecordingRunner(), CAPS, tmp_path, host, ["sat03", "sat04"])
+    doc = yaml.safe_load(hc.write_compose(spec, "swarm-emu/node:abc").read_text())
+    assert list(doc["services"]) == ["sat03", "sat04"]
+    assert doc["networks"] == {"isl": {"external": True, "name": "mh2-u-isl"},
+                               "ground": {"external": True, "name": "mh2-u-ground"}}
+    assert doc["services"]["sat04"]["networks"]["isl"] == {"ipv4_address": "10.241.0.5"}
+    assert hc.compose_argv("mh2-u", "up", "-d")[:3] == ["docker-compose", "-H", "ssh://ops@lab2"]
+    v2 = HostCompose(RecordingRunner(), Capabilities(**{**CAPS.as_dict(), "compose": ["docker", "compose"]}), tmp_path, host)
+    assert v2.compose_argv("mh2-u", "ps")[:4] == ["docker", "-H", "ssh://ops@lab2", "compose"]
+
+
+def test_preflight_names_the_unreachable_host_and_creates_nothing(tmp_path):
+    runner = RecordingRunner(answers=[
+        (lambda a: a[:3] == ["docker", "-H", "ssh://ops@lab2"] and "version" in a,
+         lambda a: Result(a, 1, "", "error during connect: ssh: connect to host lab2 port 22: No route to host")),
+        (lambda a: "version" in a, lambda a: Result(a, 0, "20.10.24\n")),
+    ])
+    backend = SwarmBackend(runner, CAPS, tmp_path)
+    spec = swarm_spec()
+    with pytest.raises(SpecError) as err:
+        backend.check_spec(spec, plan_nodes(spec))
+    assert str(err.value) == ("hosts[1] ('lab2').endpoint 'ssh://ops@lab2': unreachable: "
+                              "error during connect: ssh: connect to host lab2 port 22: No route to host")
+    assert all(a[-2:] == ["--format", "{{.Server.Version}}"] for a in runner.calls)  # asked, created nothing
+    assert not (tmp_path / ".swarm").exists()
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"mesh": {"protocol": "batman"}}, "mesh.protocol 'batman': the swarm backend's overlays carry no broadcast"),
+    ({"apps": ["swarm-app"], "app": {"multicast": True}}, "app.multicast true: the swarm backend's overlays carry no multicast"),
+])
+def test_broadcast_needs_refused_across_hosts_before_any_host_is_asked(doc, message, tmp_path):
+    runner = RecordingRunner()
+    spec = swarm_spec(**doc)
+    with pytest.raises(SpecError, match=message):
+        SwarmBackend(runner, CAPS, tmp_path).check_spec(spec, plan_nodes(spec))
+    assert runner.calls == []
