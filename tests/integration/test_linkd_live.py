@@ -155,9 +155,14 @@ def test_compose_pinned_userspace_engine(need_docker_userspace):
     try:
         swarm.up()
         assert swarm.links.engine.name == "userspace"
+        exec1 = ["docker", "exec", container_name("le-compose", "sat01")]
+        deadline = time.monotonic() + 20  # a container's ISL route can come a moment after `up` returns
+        while subprocess.run(exec1 + ["ping", "-c", "1", "-W", "1", swarm.node("sat02").isl_ip],
+                             capture_output=True).returncode != 0 and time.monotonic() < deadline:
+            time.sleep(0.5)
         swarm.links.impair(impairment(delay="200ms"), between=["sat01", "sat02"])
-        res = subprocess.run(["docker", "exec", container_name("le-compose", "sat01"), "ping", "-U", "-n", "-c", "3",
-                              "-i", "0.3", swarm.node("sat02").isl_ip], capture_output=True, text=True, timeout=60)
+        res = subprocess.run(exec1 + ["ping", "-U", "-n", "-c", "3", "-i", "0.3", swarm.node("sat02").isl_ip],
+                             capture_output=True, text=True, timeout=60)
         got = [float(m) for m in re.findall(r"time=([\d.]+) ms", res.stdout)]
         assert got and all(395 <= r <= 470 for r in got), res.stdout + res.stderr
     finally:
