@@ -39,9 +39,10 @@ class LinkController:
     def __init__(self, swarm: "Swarm", workers: int = 8):
         self.swarm = swarm
         links = swarm.spec.links
-        # compose: the userspace engine runs there only when pinned (`engine: userspace`); its binary is copied
-        # into each container and the node image needs iptables, which has been exercised on netns only
-        skip = ("userspace",) if swarm.backend.name == "compose" else ()
+        # container backends (compose, swarm): the userspace engine runs there only when pinned (`engine:
+        # userspace`); its binary is copied into each container and the node image needs iptables, which has
+        # been exercised on netns (and pinned on compose) only
+        skip = () if swarm.backend.name == "netns" else ("userspace",)
         self.engine: Engine = choose_engine(swarm.caps, links.engine if links else None, skip)
         self.workers = workers
         self.dir = swarm_dir(swarm.workdir, swarm.name)

@@ -39,11 +39,13 @@ def run(argv: list[str]) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
 
 
-def make(name: str, backend: str, third: int, n: int = 3, links: dict | None = None) -> Swarm:
+def make(name: str, backend: str, third: int, n: int = 3, links: dict | None = None, engine: str | None = None) -> Swarm:
+    """A swarm of `n` nodes; `engine` pins the link engine (these tests exercise nft, and netem where named;
+    the userspace engine, preferred over nft on a host without sch_netem, has tests of its own)."""
     data = {"name": name, "nodes": n, "backend": backend,
             "networks": {"isl": {"subnet": f"10.{third}.0.0/24"}, "ground": {"subnet": f"10.{third + 1}.0.0/24"}}}
-    if links:
-        data["links"] = links
+    if links or engine:
+        data["links"] = {**(links or {}), **({"engine": engine} if engine else {})}
     return Swarm(spec_from_dict(data), workdir=REPO)
 
 
@@ -62,7 +64,7 @@ def netns_swarm(need_netns, need_iperf3, need_nft):
     swarms = []
 
     def factory(name: str, third: int, **kw) -> Swarm:
-        swarm = make(name, "netns", third, **kw)
+        swarm = make(name, "netns", third, engine="nft", **kw)
         swarm.down()
         swarms.append(swarm)
         swarm.up()
@@ -242,7 +244,7 @@ def test_sweep_fault_timeline_recorded_and_plotted(need_netns, need_iperf3, need
         "name": "imp-tl", "sizes": [3], "protocols": ["udp"], "rates": ["2M"], "duration": "5s", "settle": 0,
         "backend": "netns", "pattern": "ring",
         "swarm": {"networks": {"isl": {"subnet": "10.128.0.0/24"}, "ground": {"subnet": "10.129.0.0/24"}}},
-        "links": {"default": {"loss": "0.5%"}},
+        "links": {"default": {"loss": "0.5%"}, "engine": "nft"},
         "faults": [{"at": "1.5s", "cut": ["sat01", "sat02"]}, {"at": "3s", "heal": "all"},
                    {"at": "3.5s", "impair": {"between": ["sat02", "sat03"], "direction": "a->b", "loss": "50%"}}]})
     store = ResultsStore.create(tmp_path, exp, host_facts())
