@@ -46,12 +46,8 @@ _REPO = Path(__file__).resolve().parents[2]
 if str(_REPO) not in sys.path:  # run as a script: make the framework importable
     sys.path.insert(0, str(_REPO))
 
-try:  # the layout is moving (issue 10): the one runner lives in swarm.runtime.runner afterwards
-    from swarm.runtime.runner import Runner  # type: ignore
-    from swarm.errors import CommandError, RuntimeFailure, SpecError  # type: ignore
-except ImportError:  # pragma: no cover - before the layout change
-    from swarm.runner import Runner  # type: ignore
-    from swarm.errors import CommandError, RuntimeFailure, SpecError  # type: ignore
+from swarm.errors import CommandError, RuntimeFailure, SpecError  # noqa: E402  (after the sys.path line)
+from swarm.runtime.runner import Runner  # noqa: E402
 
 DEFAULT_NAME = "mh2-host2"
 DEFAULT_LINK = "10.249.255.0/30"

@@ -16,6 +16,8 @@ import pytest
 
 from hosts.fixtures import second_engine  # noqa: F401 - fixture
 from hosts.second_engine import SwarmPair
+from swarm.runtime.image import ensure_image
+from swarm.runtime.runner import Runner
 
 pytestmark = [pytest.mark.docker, pytest.mark.root, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -32,12 +34,6 @@ def sh(*argv: str, input: str | None = None, check: bool = True, timeout: float 
 
 
 def node_image() -> str:
-    try:
-        from swarm.runtime.image import ensure_image  # type: ignore
-        from swarm.runtime.runner import Runner  # type: ignore
-    except ImportError:
-        from swarm.image import ensure_image  # type: ignore
-        from swarm.runner import Runner  # type: ignore
     return ensure_image(Runner(), REPO)
 
 
@@ -56,7 +52,7 @@ def test_two_engines_share_an_overlay_with_static_addresses(second_engine, tmp_p
     eng = second_engine
     tag = node_image()
     assert sh("docker", "-H", eng.host, "info", "--format", "{{.Name}} {{.Driver}}").split() == \
-        ["mh2-host2", sh("docker", "info", "--format", "{{.Driver}}").strip()]
+        [eng.hostname, sh("docker", "info", "--format", "{{.Driver}}").strip()]
     with SwarmPair(eng) as pair:
         nodes = sh("docker", "node", "ls", "--format", "{{.Hostname}} {{.Status}}").splitlines()
         assert f"{eng.hostname} Ready" in nodes
