@@ -397,6 +397,15 @@ class KernelLab:
         self.close()
 
 
+def save_figures(name: str, figures: dict) -> Path:
+    """Keep a guest run's figures outside the repository (~/.cache/swarm-emu/kernel-lab/results/<name>.json), so
+    a failed tolerance can be looked at after the run."""
+    path = CACHE / "results" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(figures, indent=1))
+    return path
+
+
 # --------------------------------------------------------------------------------------------------- CLI
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
