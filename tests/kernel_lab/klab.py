@@ -256,7 +256,7 @@ def _accel_wanted() -> tuple[str, str]:
 class KernelLab:
     """One running guest: boot() once, run() many commands, close() powers it off (also on errors)."""
 
-    def __init__(self, image: Image, *, mem_mb: int = 1024, smp: int = 2, accel: str | None = None,
+    def __init__(self, image: Image, *, mem_mb: int = 1024, smp: int = 1, accel: str | None = None,
                  progress=log):
         self.image, self.mem_mb, self.smp, self.progress = image, mem_mb, smp, progress
         self.accel_forced = accel
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("what", choices=["build", "run", "time"])
     ap.add_argument("cmd", nargs="*", help="run: the command (argv; one argument is run by /bin/sh -c)")
     ap.add_argument("--mem", type=int, default=1024, help="guest memory, MB")
-    ap.add_argument("--smp", type=int, default=2, help="guest vCPUs")
+    ap.add_argument("--smp", type=int, default=1, help="guest vCPUs")
     ap.add_argument("--timeout", type=float, default=600, help="run: seconds")
     args = ap.parse_args(argv)
     try:
