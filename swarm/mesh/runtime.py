@@ -69,13 +69,19 @@ class Mesh:
         return {name(d): name(h) for d, h in parse_route_table(res.stdout).items()}
 
     def originators(self, node: str) -> list[Originator]:
-        """The originator table of one node (link quality, TQ 0-255, of every candidate next hop)."""
+        """The originator table of one node (link quality, TQ 0-255, of every candidate next hop); [] when the
+        node does not answer within 30 s (the qualities are then unknown; the routes are read elsewhere).
+        batmand's client waits on its daemon, which a saturated host (seen in the kernel lab under TCG) can
+        keep busy for that long."""
         backend = self.swarm.backend
-        if self.implementation == "batman-adv":
-            res = backend.exec(self.swarm.name, node, batadv_originators_argv(), check=False, timeout=30)
-            return parse_batadv_originators(res.stdout) if res.ok else []
-        argv = backend.private_run_prefix(self.swarm.name, node) + batmand_query_argv(1)
-        res = self.swarm.runner.run(argv, check=False, timeout=30)
+        try:
+            if self.implementation == "batman-adv":
+                res = backend.exec(self.swarm.name, node, batadv_originators_argv(), check=False, timeout=30)
+                return parse_batadv_originators(res.stdout) if res.ok else []
+            argv = backend.private_run_prefix(self.swarm.name, node) + batmand_query_argv(1)
+            res = self.swarm.runner.run(argv, check=False, timeout=30)
+        except CommandError:
+            return []
         return parse_batmand_originators(res.stdout) if res.ok else []
 
     def link_state(self) -> tuple[set[tuple[str, str]], set[str]]:
