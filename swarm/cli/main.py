@@ -278,7 +278,7 @@ def _run_experiment(command: str, experiment_file, resume_dir, backend, results_
                    TextColumn(f"{{task.completed:.0f}}/{{task.total:.0f}}{unit}"), TimeElapsedColumn(),
                    TextColumn("ETA"), TimeRemainingColumn(), console=err)
     with bar:
-        task = bar.add_task("starting", total=None)
+        task = bar.add_task("starting", total=0)  # a number from the start: the count column formats it
         run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error,
                            message=lambda m: bar.console.print(m),
                            progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w))
