@@ -21,6 +21,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from swarm.cli.main import main as swarm_cli
@@ -62,13 +63,18 @@ class Watcher:
                         ["ip", "-j", "route", "show", "table", str(BATMAND_HOST_TABLE)])
         script = f'while :; do echo "@ $(date +%s.%N)"; {read}; echo; done'
         self.swarm, self.node = swarm, node
+        # into a file, not a pipe: nobody reads during the event, and a full pipe would stall the reads
+        self.out = tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen(swarm.backend.exec_prefix(swarm.name, node) + ["sh", "-c", script],
-                                     stdout=subprocess.PIPE, text=True, start_new_session=True)
+                                     stdout=self.out, text=True, start_new_session=True)
 
     def stop(self) -> list[tuple[float, dict[str, str]]]:
         """Every complete read: (wall-clock start, destination node -> next-hop node)."""
         os.killpg(self.proc.pid, signal.SIGKILL)
-        text, _ = self.proc.communicate()
+        self.proc.wait()
+        self.out.seek(0)
+        text = self.out.read()
+        self.out.close()
         reads, mesh = [], self.swarm.mesh
         chunks = text.split("@ ")[1:]
         for chunk in chunks[:-1]:  # the last read may be cut short by the kill
