@@ -4,10 +4,13 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SWARM  := $(VENV)/bin/swarm
+# qemu-system-x86 + kmod: the kernel lab (tests/kernel_lab/), which boots Debian's generic kernel to run kernel
+# NetEm and batman-adv where the host's kernel lacks them. Nothing here needs qemu-utils; on a host with a newer
+# qemu-utils from backports, installing Debian's qemu-system-x86 replaces it (harmless for this project).
 APT_PACKAGES := iperf3 iproute2 nftables fping iputils-ping traceroute procps util-linux \
-                batmand batctl cyclonedds-tools debootstrap python3-venv
+                batmand batctl cyclonedds-tools debootstrap python3-venv qemu-system-x86 kmod
 
-.PHONY: setup linkd linkd-static linkd-test bench-linkd dtn7 demo test unit integration image bench-up bench-sweep bench-dtn wipe clean help
+.PHONY: setup linkd linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn wipe clean help
 
 help:
 	@echo "make demo   - bring up a small swarm, status + ISL reachability, short TCP/UDP sweep, report, tear down"
@@ -60,7 +63,13 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash experiments/demo.sh
 
-test: setup
+# The kernel lab's guest image (Debian kernel + initramfs, ~10 s to build, cached by content hash in
+# ~/.cache/swarm-emu/kernel-lab, never in the repository); the kernel_lab tests build it too if missing.
+kernel-lab: setup
+	@if [ "$$(id -u)" = 0 ] && command -v qemu-system-x86_64 >/dev/null; then $(PY) tests/kernel_lab/klab.py build; \
+	else echo "kernel lab not built (needs root and qemu-system-x86): its tests will skip, or fail under CI=true"; fi
+
+test: setup kernel-lab
 	$(PY) -m pytest tests
 
 unit: setup

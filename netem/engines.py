@@ -295,11 +295,37 @@ class NetemEngine(Engine):
             missing.setdefault("rate", "sch_htb")
         return missing
 
+    def check(self, links: DirectedLinks, where: str = "links") -> None:
+        super().check(links, where)
+        check_duplicate_alone(links, where)
+
     def plan_node(self, iface, egress, ingress, labels=None) -> NodeCommands:
         # netem's `loss 100%` on a down link only sees unicast frames; the receiver's drop also stops broadcasts
         down = {mac: imp for mac, imp in ingress.items() if imp.effective().down} if self.caps.nftables else {}
         return NodeCommands(tc=plan_netem(iface, egress), nft=plan_nft(iface, down, labels),
                             segment=needs_segmentation(egress))
+
+
+def check_duplicate_alone(links: DirectedLinks, where: str = "links") -> None:
+    """A sender whose link duplicates may have no other netem leaf (SpecError otherwise, before anything is applied).
+
+    Linux refuses a duplicating netem in a qdisc tree that holds any other netem ("netem: cannot mix
+    duplicating netems with other netems in tree"; a 2025 fix against a duplication loop, in mainline and the
+    stable kernels: measured in the kernel lab on Debian's 6.1.0-56, 6.1.192). Every impaired destination of a
+    node is a netem leaf under the node's one HTB root, so `duplicate` works only on a sender's only netem link;
+    a cut link counts (its leaf is `loss 100%`)."""
+    leaves: dict[str, list[tuple[str, Impairment]]] = {}
+    for (src, dst), imp in sorted(links.items()):
+        if netem_args(imp):
+            leaves.setdefault(src, []).append((dst, imp.effective()))
+    for src, mine in leaves.items():
+        for dst, eff in mine:
+            if eff.duplicate is not None and not eff.down and len(mine) > 1:
+                others = ", ".join(f"{src}->{d}" for d, _ in mine if d != dst)
+                raise SpecError(
+                    f"{where}: link {src}->{dst}: duplicate {eff.duplicate:g}%: kernel NetEm cannot duplicate on one "
+                    f"link while {src} has netem conditions on others ({others}): Linux refuses a duplicating netem "
+                    f"in a qdisc tree with other netems (since 2025, stable kernels included)")
 
 
 class NftEngine(Engine):

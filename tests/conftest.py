@@ -6,6 +6,10 @@ netns) fails the test instead of skipping it, so a broken install step cannot hi
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +18,7 @@ from swarm.runtime.probe import capabilities
 
 CI = os.environ.get("CI", "").lower() == "true"
 REPO = Path(__file__).resolve().parents[1]
-KNOWN_ON_CI = {"docker", "root", "netns", "iperf3", "nftables"}
+KNOWN_ON_CI = {"docker", "root", "netns", "iperf3", "nftables", "kernel_lab"}
 
 
 def require(feature: str, present: bool, reason: str) -> None:
@@ -53,3 +57,37 @@ def golden(name: str, text: str) -> str:
     if os.environ.get("UPDATE_GOLDEN") == "1":
         path.write_text(text)
     return path.read_text()
+
+
+@pytest.fixture(scope="module")
+def kernel_lab(request):
+    """A guest running Debian's generic kernel under qemu (tests/kernel_lab/klab.py): real sch_netem and
+    batman-adv on hosts whose kernel lacks them. One boot per test module; the host's root filesystem is the
+    guest's (read-only, under a tmpfs overlay), so the project and its venv run inside as they are. Skipped with
+    the reason where qemu, kmod or the Debian archive are missing; under CI=true that fails instead."""
+    sys.path.insert(0, str(REPO / "tests" / "kernel_lab"))
+    import klab
+
+    require("kernel_lab", os.geteuid() == 0, "not root (the guest's root is the host's, shared over 9p)")
+    require("kernel_lab", shutil.which(klab.QEMU) is not None,
+            f"{klab.QEMU} not installed (make setup installs Debian's qemu-system-x86)")
+    try:
+        image = klab.build()
+    except klab.LabUnavailable as exc:
+        require("kernel_lab", False, str(exc))
+    # the guest imports the project from the host's tree: compile it here, not under emulation in every guest
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(REPO / p) for p in
+                    ("swarm", "netem", "compose", "experiments", "analysis", "flightsw", "tests/kernel_lab"))],
+                   capture_output=True, check=False)
+    started = time.monotonic()
+    lab = klab.KernelLab(image).boot()
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter:
+        reporter.write_line(f"kernel-lab: {lab.describe()}")
+    try:
+        yield lab
+    finally:
+        lab.close()
+        if reporter:
+            reporter.write_line(f"kernel-lab: {request.module.__name__}: guest up {time.monotonic() - started:.0f} s "
+                                f"in all (boot {lab.boot_s:.1f} s)")

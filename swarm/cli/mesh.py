@@ -1,6 +1,6 @@
 """`swarm mesh`: the B.A.T.M.A.N. mesh of a running swarm, and the mesh lines of `up`, `fault` and `status`.
 
-    swarm mesh my-swarm            # per node: neighbours (batmand's TQ, 0-255), next hop to every other node, converged?
+    swarm mesh my-swarm            # per node: neighbours (TQ, 0-255: batmand's or batman-adv's), next hop to every other node, converged?
     swarm mesh my-swarm --json
     swarm mesh my-swarm --wait     # first wait until the mesh has converged (up to the spec's converge_timeout)
 

@@ -26,8 +26,13 @@ and `swarm mesh`.
   (`--purge-timeout`, in milliseconds: measured here, 5 made routes flap, 5000 purged a partitioned node's
   routes in ~6.5 s; batmand's default is 200 s, ours 10 s).
 - batman-adv (layer 2): bat0 over the ISL interface, the ISL address moved to bat0, bat0's MTU the ISL
-  MTU less batman-adv's 32-byte header (the bridge's MTU cannot grow, so no fragmentation is needed). Only
-  planned here (golden-tested): this kernel lacks the module, so it never ran on this project's machines.
+  MTU less batman-adv's 32-byte header (the bridge's MTU cannot grow, so no fragmentation is needed), bridge
+  loop avoidance off (see plan_batman_adv). Its routes are read from the kernel over netlink with
+  `batctl meshif bat0 originators_json`: per originator (the MAC of a node's ISL interface) every candidate
+  next hop with its TQ, the one in use flagged `best`. This host's kernel lacks the module; the kernel lab
+  (tests/kernel_lab/, Debian's kernel under qemu) runs it for real, and the recorded output is in
+  tests/fixtures/mesh/batadv_*.json. batman-adv forgets a node it no longer hears after its own fixed purge
+  timeout (200 s, BATADV_PURGE_TIMEOUT); `purge_timeout` is batmand's only.
 
 Convergence: a node has converged when it has a mesh route to every node it can reach through links that
 are up both ways (cuts and partitions from swarm.runtime.links; stopped nodes excluded), through a next hop it
@@ -63,16 +68,35 @@ def batmand_query_argv(level: int = 1) -> list[str]:
 
 
 def plan_batman_adv(mesh: MeshSpec, iface: str, ip: str, prefixlen: int, mtu: int) -> list[list[str]]:
-    """Commands that put one node's ISL interface under batman-adv: bat0 over it, the address on bat0."""
+    """Commands that put one node's ISL interface under batman-adv: bat0 over it, the address on bat0.
+
+    Bridge loop avoidance (BLA) is switched off before bat0 comes up. BLA guards against loops when bat0 is
+    bridged with a LAN that also reaches other mesh nodes; a swarm node's bat0 is bridged to nothing. With BLA
+    on, batman-adv drops every broadcast arriving from the mesh while its backbone-gateway requests are in
+    flight (batadv_bla_rx: "don't allow broadcasts while requests are in flight"; the first ~30 s, three BLA
+    periods of 10 s), ARP requests included, so IP over bat0 did not work for ~30 s after start. Measured in
+    the kernel lab (Debian 6.1, batman-adv 2022.3, 4 nodes): first ping over bat0 after ~30 s with BLA on,
+    ~2 s with it off."""
     return [
         ["ip", "link", "add", BATADV_IF, "type", "batadv"],
         ["ip", "link", "set", "dev", iface, "master", BATADV_IF],
         ["ip", "link", "set", "dev", BATADV_IF, "mtu", str(mtu - BATADV_OVERHEAD)],
+        ["batctl", "meshif", BATADV_IF, "bridge_loop_avoidance", "0"],
+        ["batctl", "meshif", BATADV_IF, "orig_interval", str(mesh.ogm_interval)],
         ["ip", "addr", "del", f"{ip}/{prefixlen}", "dev", iface],
         ["ip", "addr", "add", f"{ip}/{prefixlen}", "brd", "+", "dev", BATADV_IF],
         ["ip", "link", "set", "dev", BATADV_IF, "up"],
-        ["batctl", "meshif", BATADV_IF, "orig_interval", str(mesh.ogm_interval)],
     ]
+
+
+def batadv_originators_argv() -> list[str]:
+    """batman-adv's originator table over netlink, as JSON (batctl >= 2021.1)."""
+    return ["batctl", "meshif", BATADV_IF, "originators_json"]
+
+
+def batadv_neighbours_argv() -> list[str]:
+    """batman-adv's neighbour table (nodes heard directly) over netlink, as JSON."""
+    return ["batctl", "meshif", BATADV_IF, "neighbors_json"]
 
 
 # --------------------------------------------------------------------------------------- parsing (pure)
@@ -124,6 +148,29 @@ def parse_batmand_originators(text: str) -> list[Originator]:
         candidates = {cand[i]: int(cand[i + 1]) for i in range(0, len(cand) - 1, 2) if cand[i + 1].isdigit()}
         out.append(Originator(address, tq, next_hop, candidates))
     return out
+
+
+def parse_batadv_originators(text: str) -> list[Originator]:
+    """`batctl meshif bat0 originators_json` -> originators (addresses: MACs of the nodes' ISL interfaces,
+    lowercase): the next hop flagged `best` and every candidate next hop with its TQ. An originator with no
+    best entry (being purged) has no route and is left out."""
+    best: dict[str, tuple[str, int]] = {}
+    candidates: dict[str, dict[str, int]] = {}
+    for entry in json.loads(text or "[]"):
+        orig, neigh = str(entry.get("orig_address", "")).lower(), str(entry.get("neigh_address", "")).lower()
+        if not orig or not neigh:
+            continue
+        tq = int(entry.get("tq", 0))
+        candidates.setdefault(orig, {})[neigh] = tq
+        if entry.get("best"):
+            best[orig] = (neigh, tq)
+    return [Originator(orig, best[orig][1], best[orig][0], candidates[orig]) for orig in candidates if orig in best]
+
+
+def parse_batadv_neighbours(text: str) -> dict[str, float]:
+    """`batctl meshif bat0 neighbors_json` -> {neighbour MAC: seconds since last heard}."""
+    return {str(e["neigh_address"]).lower(): int(e.get("last_seen_msecs", 0)) / 1000
+            for e in json.loads(text or "[]") if e.get("neigh_address")}
 
 
 # ------------------------------------------------------------------------------------ convergence (pure)

@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable
 
 from swarm.errors import CommandError, RuntimeFailure
-from swarm.mesh.plan import (BATMAND_HOST_TABLE, POLL_S, MeshSnapshot, Originator, batmand_argv, batmand_query_argv, evaluate,
-                             mesh_row, parse_batmand_originators, parse_route_table, plan_batman_adv, usable_neighbours)
+from swarm.mesh.plan import (BATMAND_HOST_TABLE, POLL_S, MeshSnapshot, Originator, batadv_originators_argv,
+                             batmand_argv, batmand_query_argv, evaluate, mesh_row, parse_batadv_originators,
+                             parse_batmand_originators, parse_route_table, plan_batman_adv, usable_neighbours)
 from swarm.mesh.spec import MeshSpec, choose_implementation
 
 if TYPE_CHECKING:
@@ -25,7 +26,8 @@ class Mesh:
         self.spec: MeshSpec = swarm.spec.mesh
         self.implementation = choose_implementation(self.spec, swarm.caps, swarm.backend.name)
         self.names = [n.name for n in swarm.nodes]
-        self.by_ip = {n.isl_ip: n.name for n in swarm.nodes}
+        # originators are named by ISL address under batmand, by the ISL interface's MAC under batman-adv
+        self.by_addr = {n.isl_ip: n.name for n in swarm.nodes} | {n.isl_mac.lower(): n.name for n in swarm.nodes}
 
     @property
     def enabled(self) -> bool:
@@ -56,19 +58,30 @@ class Mesh:
 
     # ----------------------------------------------------------------------------------------- reading
     def node_routes(self, node: str) -> dict[str, str]:
-        """One node's mesh routes: destination node -> next-hop node."""
-        if self.implementation != "batmand":
-            raise RuntimeFailure("mesh: reading batman-adv's originator table is not implemented yet "
-                                 "(no machine of this project has the module to record its output)")
+        """One node's mesh routes: destination node -> next-hop node. batmand: its host routes (table 66);
+        batman-adv: the best next hop of every originator in the kernel's originator table."""
+        name = lambda addr: self.by_addr.get(addr, addr)  # noqa: E731
+        if self.implementation == "batman-adv":
+            res = self.swarm.backend.exec(self.swarm.name, node, batadv_originators_argv(), timeout=30)
+            return {name(o.address): name(o.next_hop) for o in parse_batadv_originators(res.stdout)}
         res = self.swarm.backend.exec(self.swarm.name, node, ["ip", "-j", "route", "show", "table",
                                                               str(BATMAND_HOST_TABLE)], timeout=30)
-        return {self.by_ip.get(d, d): self.by_ip.get(h, h) for d, h in parse_route_table(res.stdout).items()}
+        return {name(d): name(h) for d, h in parse_route_table(res.stdout).items()}
 
     def originators(self, node: str) -> list[Originator]:
-        """batmand's originator table of one node (link quality of every candidate next hop)."""
+        """The originator table of one node (link quality, TQ 0-255, of every candidate next hop); [] when the
+        node does not answer within 30 s (the qualities are then unknown; the routes are read elsewhere).
+        batmand's client waits on its daemon, which a saturated host (seen in the kernel lab under TCG) can
+        keep busy for that long."""
         backend = self.swarm.backend
-        argv = backend.private_run_prefix(self.swarm.name, node) + batmand_query_argv(1)
-        res = self.swarm.runner.run(argv, check=False, timeout=30)
+        try:
+            if self.implementation == "batman-adv":
+                res = backend.exec(self.swarm.name, node, batadv_originators_argv(), check=False, timeout=30)
+                return parse_batadv_originators(res.stdout) if res.ok else []
+            argv = backend.private_run_prefix(self.swarm.name, node) + batmand_query_argv(1)
+            res = self.swarm.runner.run(argv, check=False, timeout=30)
+        except CommandError:
+            return []
         return parse_batmand_originators(res.stdout) if res.ok else []
 
     def link_state(self) -> tuple[set[tuple[str, str]], set[str]]:
@@ -107,9 +120,6 @@ class Mesh:
         (when the first converged snapshot was complete), converge_s (from `since`), resolution_s (from the start
         of the last snapshot that saw it unconverged to converged_ts: the mesh converged within that span;
         about POLL_S plus one snapshot's duration on an idle host), polls."""
-        if self.implementation != "batmand":  # nothing to poll: say so at once rather than time out
-            return {"event_ts": round(since, 6), "converged": False, "polls": 0,
-                    "problem": f"convergence is measured for batmand only, not {self.implementation}"}
         timeout = self.spec.converge_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         polls = 0
@@ -143,9 +153,9 @@ class Mesh:
                               "problems": []})
                 continue
             quality: dict[str, int] = {}
-            if self.implementation == "batmand":
+            if self.implementation:
                 for orig in self.originators(name):
-                    dst = self.by_ip.get(orig.address, orig.address)
+                    dst = self.by_addr.get(orig.address, orig.address)
                     if orig.address in orig.candidates and orig.candidates[orig.address] > 0:
                         quality[dst] = orig.candidates[orig.address]
             routes = snap.routes.get(name, {})

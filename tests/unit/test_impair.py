@@ -213,6 +213,19 @@ def test_netem_engine_accepts_everything_where_sch_netem_exists():
     NftEngine(CAPS).check({("a", "b"): impairment(loss="30%", rate="20M", up=False)})
 
 
+def test_netem_refuses_a_duplicating_link_beside_other_netem_links_of_its_sender():
+    """Linux refuses a duplicating netem in a tree with other netems (seen in the kernel lab: "netem: cannot mix
+    duplicating netems with other netems in tree"); the engine says so in one line before applying anything."""
+    engine = NetemEngine(NETEM_CAPS)
+    engine.check({("a", "b"): impairment(duplicate="10%", delay="5ms"), ("a", "c"): impairment(rate="10M"),
+                  ("b", "a"): impairment(delay="50ms")})  # rate alone has no netem leaf; other senders do not count
+    for other in (impairment(delay="50ms"), impairment(up=False)):  # a cut link's leaf is `loss 100%`
+        with pytest.raises(SpecError) as exc:
+            engine.check({("a", "b"): impairment(duplicate="10%"), ("a", "c"): other}, "cut")
+        msg = str(exc.value)
+        assert msg.startswith("cut: link a->b: duplicate 10%") and "a->c" in msg and "\n" not in msg, msg
+
+
 # ------------------------------------------------------------------------------------------- faults
 def test_partition_groups_must_not_overlap_or_leave_nodes_out():
     check_partition([["sat01", "sat02"], ["sat03", "sat04"]], NODES, "p")

@@ -242,11 +242,43 @@ def test_wait_converged_times_the_first_converged_snapshot_and_its_resolution(mo
     assert timing["converged_ts"] == 100.7 and timing["converge_s"] == 0.75 and timing["resolution_s"] == 0.4
 
 
-def test_batman_adv_convergence_is_not_measured_and_says_so():
+def test_batman_adv_originators_json_recorded_in_the_kernel_lab():
+    """`batctl meshif bat0 oj` from sat01 (02:42:0a:dc:00:02) of three batman-adv nodes on one bridge (kernel lab,
+    batman-adv 2022.3): every originator with its best next hop (flagged `best`) and every candidate's TQ."""
+    from swarm.mesh.plan import parse_batadv_neighbours, parse_batadv_originators
+
+    origs = {o.address: o for o in parse_batadv_originators((FIX / "batadv_oj.json").read_text())}
+    assert set(origs) == {"02:42:0a:dc:00:03", "02:42:0a:dc:00:04"}
+    assert origs["02:42:0a:dc:00:03"].next_hop == "02:42:0a:dc:00:03" and origs["02:42:0a:dc:00:03"].tq == 252
+    assert origs["02:42:0a:dc:00:04"].candidates == {"02:42:0a:dc:00:03": 182, "02:42:0a:dc:00:04": 201}
+    assert parse_batadv_neighbours((FIX / "batadv_nj.json").read_text()) == {"02:42:0a:dc:00:04": 0.104,
+                                                                            "02:42:0a:dc:00:03": 0.132}
+    # an originator without a best entry (being purged) has no route; a 2-hop best route is kept as such
+    two_hop = json.dumps([{"orig_address": "02:42:0a:dc:00:04", "neigh_address": "02:42:0a:dc:00:03", "tq": 190,
+                           "best": True}, {"orig_address": "02:42:0a:dc:00:05", "neigh_address": "02:42:0a:dc:00:05",
+                                           "tq": 0}])
+    assert [(o.address, o.next_hop) for o in parse_batadv_originators(two_hop)] == [
+        ("02:42:0a:dc:00:04", "02:42:0a:dc:00:03")]
+
+
+def test_batman_adv_routes_are_named_by_the_nodes_isl_macs():
+    """Mesh.node_routes under batman-adv: originator and next-hop MACs -> node names, through the backend."""
+    from types import SimpleNamespace
+
+    from swarm.mesh.plan import batadv_originators_argv
     from swarm.mesh.runtime import Mesh
 
+    calls = []
+
+    def exec_(swarm, node, argv, check=True, timeout=None):
+        calls.append((node, argv))
+        return SimpleNamespace(ok=True, stdout=(FIX / "batadv_oj.json").read_text())
+
+    nodes = [SimpleNamespace(name=f"sat0{i}", isl_ip=f"10.220.0.{i + 1}", isl_mac=f"02:42:0A:DC:00:0{i + 1}")
+             for i in (1, 2, 3)]
     m = Mesh.__new__(Mesh)
-    m.spec, m.implementation = MeshSpec(protocol="batman"), "batman-adv"
-    timing = m.wait_converged(since=5.0)
-    assert timing == {"event_ts": 5.0, "converged": False, "polls": 0,
-                      "problem": "convergence is measured for batmand only, not batman-adv"}
+    m.implementation = "batman-adv"
+    m.swarm = SimpleNamespace(name="kl", backend=SimpleNamespace(exec=exec_))
+    m.by_addr = {n.isl_ip: n.name for n in nodes} | {n.isl_mac.lower(): n.name for n in nodes}
+    assert m.node_routes("sat01") == {"sat02": "sat02", "sat03": "sat03"}
+    assert calls == [("sat01", batadv_originators_argv())]
