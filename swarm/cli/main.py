@@ -19,16 +19,17 @@ from rich.table import Table
 
 from swarm import __version__
 from swarm.cfs.node import check_cfs
-from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, forget_state, wipe as wipe_all
+from swarm.runtime.swarm import (NodeFailed, StateError, Swarm, all_states, default_workdir, forget_state, read_state,
+                                 wipe as wipe_all)
 from swarm.cli import cfs as cfs_commands, links as link_commands, mesh as mesh_commands
-from swarm.cli.console import err, out
+from swarm.cli.console import err, out, warn
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
 from swarm.mesh.spec import MeshSpec, choose_implementation
-from swarm.runtime.backends import get_backend
+from swarm.runtime.backends import REGISTRY, get_backend
 from swarm.runtime.runner import Runner
 from swarm.runtime.probe import capabilities
-from swarm.spec.model import json_schema, spec_from_dict
+from swarm.spec.model import check_swarm_name, json_schema, spec_from_dict
 
 
 
@@ -201,9 +202,14 @@ def ping(name: str) -> None:
 @click.argument("name")
 def down(name: str) -> None:
     """Remove everything of swarm NAME (idempotent; works after a crash)."""
-    state = [s for n, s in all_states(default_workdir()) if n == name]
+    check_swarm_name(name)  # before any path or label filter is built from it
+    try:
+        state = read_state(default_workdir(), name)
+    except StateError as exc:  # removed all the same: the backends find the swarm's resources by its labels
+        warn(str(exc))
+        state = None
     removed: list[str] = []
-    backends = [state[0]["backend"]] if state else ["compose", "netns"]
+    backends = [state["backend"]] if state else list(REGISTRY)
     caps = capabilities()
     for b in backends:
         removed += get_backend(b, Runner(), caps, default_workdir()).down(name)
@@ -222,7 +228,7 @@ def wipe() -> None:
 @cli.command(name="list")
 def list_() -> None:
     """Swarms that are up (have state)."""
-    for name, state in all_states(default_workdir()):
+    for name, state in all_states(default_workdir(), warn=warn):
         nodes = len(spec_from_dict(state["spec"]).resolved_nodes())
         age = time.time() - state.get("created", time.time())
         out.print(f"{name}\t{state['backend']}\t{nodes} nodes\tup {age:.0f} s")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import shutil
 import signal
@@ -368,23 +369,60 @@ def _state_file(workdir: Path, name: str) -> Path:
 
 
 def write_state(workdir: Path, name: str, state: dict) -> None:
+    """Atomically: a temporary file in the same directory, fsynced, renamed over state.json, the directory
+    fsynced; a crash leaves either the old or the new state, never a partial one."""
     path = _state_file(workdir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=1))
-    tmp.replace(path)
+    os.chmod(path.parent, 0o700)
+    tmp = path.with_name(f".state.json.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(state, indent=1))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class StateError(SpecError):
+    """A state file that cannot be read or is not a state (corrupt, partial, edited by hand)."""
+
+
+def _load_state(path: Path, name: str) -> dict:
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise StateError(f"{path}: unreadable swarm state ({type(exc).__name__}: {str(exc)[:80]}); "
+                         f"`swarm down {name}` removes what the swarm's labels name") from None
+    if not isinstance(state, dict) or not isinstance(state.get("spec"), dict) or state.get("backend") not in REGISTRY:
+        raise StateError(f"{path}: not a swarm state (no spec or backend); "
+                         f"`swarm down {name}` removes what the swarm's labels name")
+    return state
 
 
 def read_state(workdir: Path, name: str) -> dict | None:
+    """The state of swarm `name`, None when it has none; StateError (one line naming the file) when it is
+    unreadable."""
     path = _state_file(workdir, name)
-    return json.loads(path.read_text()) if path.exists() else None
+    return _load_state(path, name) if path.exists() else None
 
 
-def all_states(workdir: Path) -> Iterator[tuple[str, dict]]:
-    """(name, state) of every swarm with a state file."""
+def _warn(message: str) -> None:
+    logging.getLogger("swarm").warning(message)
+
+
+def all_states(workdir: Path, warn: Callable[[str], None] = _warn) -> Iterator[tuple[str, dict]]:
+    """(name, state) of every swarm with a readable state file; an unreadable one is reported through `warn`
+    (one line naming the file) and skipped, so it cannot hide the other swarms."""
     root = workdir / ".swarm"
     for path in sorted(root.glob("*/state.json")) if root.exists() else []:
-        yield path.parent.name, json.loads(path.read_text())
+        try:
+            yield path.parent.name, _load_state(path, path.parent.name)
+        except StateError as exc:
+            warn(str(exc))
 
 
 def forget_state(workdir: Path, name: str) -> bool:
@@ -416,8 +454,9 @@ def wipe(runner: Runner | None = None, workdir: Path | None = None) -> list[str]
             removed += [f"{name}: {r}" for r in get_backend(name, runner, caps, workdir).wipe()]
         except RuntimeFailure as exc:
             failures.append(f"{name}: {exc}")
-    for other, _ in list(all_states(workdir)):
-        forget_state(workdir, other)
+    root = workdir / ".swarm"
+    for other in sorted(p.parent.name for p in root.glob("*/state.json")) if root.exists() else []:
+        forget_state(workdir, other)  # unreadable states too: wipe is what clears them
         removed.append(f"state of {other}")
     if failures:
         raise RuntimeFailure(f"wipe removed {', '.join(removed) or 'nothing'} but failed: {'; '.join(failures)}")

@@ -33,6 +33,14 @@ def _check_name(kind: str, value: str) -> str:
     return value
 
 
+def check_swarm_name(name: str) -> str:
+    """A swarm name given on the command line: the spec's rule, before any path or filter is built from it
+    (`swarm down ../victim` must not reach the filesystem). SpecError naming the value otherwise."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise SpecError(f"swarm {name!r}: name {NAME_RULE}")
+    return name
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,0 +1,86 @@
+"""Regression tests of the hardening review (issue 11): each defect found, reproduced first, then fixed."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+def swarm(args, tmp_path, input=None, **env):
+    return subprocess.run([sys.executable, "-m", "swarm", *args], capture_output=True, text=True, cwd=tmp_path,
+                          input=input, env={**os.environ, "SWARM_WORKDIR": str(tmp_path), **env}, timeout=120)
+
+
+def one_error_line(res):
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    return lines[0]
+
+
+def fake_state(tmp_path, name, backend="netns", text=None):
+    d = tmp_path / ".swarm" / name
+    d.mkdir(parents=True, exist_ok=True)
+    doc = {"name": name, "backend": backend, "spec": {"name": name, "nodes": 2,
+           "networks": {"isl": {"subnet": "10.190.0.0/24"}, "ground": {"subnet": "10.191.0.0/24"}}},
+           "image": "", "created": time.time(), "mesh": None}
+    (d / "state.json").write_text(json.dumps(doc) if text is None else text)
+    return d
+
+
+# ---- 1. path traversal in `swarm down NAME` (and every command taking a swarm name)
+@pytest.mark.parametrize("bad", ["../victim", "", ".", "..", "a/../../victim", "/tmp", "Victim"])
+def test_down_refuses_a_name_outside_the_state_directory(bad, tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    kept = fake_state(tmp_path, "hd-keep")
+    res = swarm(["down", bad], tmp_path)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "swarm" in one_error_line(res) and "must match" in res.stderr
+    assert (victim / "keep.txt").read_text() == "mine" and (kept / "state.json").exists()
+
+
+@pytest.mark.parametrize("command", [["status"], ["ping"], ["exec"], ["impair"], ["fault"], ["mesh"]])
+def test_every_command_taking_a_swarm_name_checks_it(command, tmp_path):
+    res = swarm([*command, "../victim", *{"exec": ["x", "true"], "fault": ["heal"]}.get(command[0], [])], tmp_path)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "must match" in one_error_line(res)
+
+
+def test_state_paths_stay_under_the_state_directory(tmp_path):
+    from swarm.errors import SpecError
+    from swarm.runtime.backends.base import swarm_dir
+
+    assert swarm_dir(tmp_path, "hd-a") == (tmp_path / ".swarm" / "hd-a").resolve()
+    for bad in ("../x", "", "a/b", ".."):
+        with pytest.raises(SpecError):
+            swarm_dir(tmp_path, bad)
+
+
+# ---- 2. one unreadable state.json broke down, list and wipe for every swarm
+@pytest.mark.parametrize("text", ["{", "", "[1, 2]", '{"name": "hd-bad"}', "\x00\xff"])
+def test_corrupt_state_is_one_line_and_skipped(text, tmp_path):
+    fake_state(tmp_path, "hd-good")
+    bad = fake_state(tmp_path, "hd-bad", text=text)
+    res = swarm(["list"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "hd-good" in res.stdout and "hd-bad" not in res.stdout
+    warn = res.stderr.strip().splitlines()
+    assert len(warn) == 1 and str(bad / "state.json") in warn[0] and "Traceback" not in res.stderr
+    status = swarm(["status", "hd-bad"], tmp_path)
+    assert status.returncode == 2 and str(bad / "state.json") in one_error_line(status)
+    down = swarm(["down", "hd-bad"], tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert not bad.exists() and (tmp_path / ".swarm" / "hd-good" / "state.json").exists()
+
+
+def test_state_is_written_atomically(tmp_path):
+    from swarm.runtime.swarm import read_state, write_state
+
+    write_state(tmp_path, "hd-a", {"name": "hd-a", "backend": "netns", "spec": {}, "n": 1})
+    write_state(tmp_path, "hd-a", {"name": "hd-a", "backend": "netns", "spec": {}, "n": 2})
+    assert read_state(tmp_path, "hd-a")["n"] == 2
+    assert [p.name for p in (tmp_path / ".swarm" / "hd-a").iterdir()] == ["state.json"]
+    assert (tmp_path / ".swarm" / "hd-a").stat().st_mode & 0o777 == 0o700
