@@ -119,14 +119,27 @@ def _network(spec: SwarmSpec, which: str) -> dict[str, Any]:
     }
 
 
+def escape_interpolation(value: Any) -> Any:
+    """Every `$` in every string doubled: Compose reads `$$` as a literal `$`, so what the spec says (an
+    environment value `$HOME`, a command `echo $(id)`) is what the node gets, as on the netns backend,
+    instead of the host's value or an 'Invalid interpolation format' at `up`."""
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, dict):
+        return {k: escape_interpolation(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [escape_interpolation(v) for v in value]
+    return value
+
+
 def render_compose(spec: SwarmSpec, image: str, cfs: CfsRuntime | None = None) -> dict[str, Any]:
     """The Compose document for `spec`, with `image` for nodes that name none; cFS nodes get the image
-    and ulimits in `cfs` (swarm.cfs.node)."""
-    return {
+    and ulimits in `cfs` (swarm.cfs.node). Strings are escaped for Compose's interpolation."""
+    return escape_interpolation({
         "version": "2.4",
         "services": {n.name: _service(spec, n, image, cfs) for n in plan_nodes(spec)},
         "networks": {"isl": _network(spec, "isl"), "ground": _network(spec, "ground")},
-    }
+    })
 
 
 def compose_yaml(doc: dict[str, Any], source: str = "") -> str:

@@ -84,3 +84,41 @@ def test_state_is_written_atomically(tmp_path):
     assert read_state(tmp_path, "hd-a")["n"] == 2
     assert [p.name for p in (tmp_path / ".swarm" / "hd-a").iterdir()] == ["state.json"]
     assert (tmp_path / ".swarm" / "hd-a").stat().st_mode & 0o777 == 0o700
+
+
+# ---- 3. Compose interpolated `$` in environment values (and commands)
+def test_dollar_is_escaped_in_the_compose_file(tmp_path):
+    import yaml
+
+    from compose.render import compose_yaml, render_compose
+    from conftest import golden
+    from swarm.spec.model import spec_from_dict
+
+    spec = spec_from_dict({"name": "hd-env", "node_list": [
+        {"name": "a", "env": {"B": "$HOME", "C": "$(id)", "D": "a$$b", "E": "${X:-y}"}},
+        {"name": "b", "image": "user/x:1", "command": ["sh", "-c", "echo $HOME"]}]})
+    text = compose_yaml(render_compose(spec, "swarm-emu/node:latest"))
+    assert text == golden("compose_dollar.yml", text)
+    env = yaml.safe_load(text)["services"]["a"]["environment"]
+    assert (env["B"], env["C"], env["D"], env["E"]) == ("$$HOME", "$$(id)", "a$$$$b", "$${X:-y}")
+    assert yaml.safe_load(text)["services"]["b"]["command"] == ["sh", "-c", "echo $$HOME"]
+
+
+@pytest.mark.parametrize("cli", [["docker-compose"], ["docker", "compose"]], ids=["v1", "v2"])
+def test_compose_gives_the_node_what_the_spec_says(cli, tmp_path):
+    import yaml
+
+    from compose.render import compose_yaml, render_compose
+    from swarm.spec.model import spec_from_dict
+
+    if subprocess.run([*cli, "version"], capture_output=True).returncode != 0:
+        pytest.skip(f"{' '.join(cli)} is not installed on this host")
+    spec = spec_from_dict({"name": "hd-env", "nodes": 2, "defaults": {"env": {"B": "$HOME", "C": "$(id)", "D": "a$$b"}}})
+    path = tmp_path / "c.yml"
+    path.write_text(compose_yaml(render_compose(spec, "swarm-emu/node:latest")))
+    res = subprocess.run([*cli, "-f", str(path), "config"], capture_output=True, text=True, env={"HOME": "/root",
+                         "PATH": os.environ["PATH"]})
+    assert res.returncode == 0, res.stderr
+    env = yaml.safe_load(res.stdout)["services"]["sat01"]["environment"]
+    assert (env["B"], env["C"], env["D"]) == ("$$HOME", "$$(id)", "a$$$$b") or (env["B"], env["C"], env["D"]) == ("$HOME", "$(id)", "a$$b")
+    assert "/root" not in str(env)
