@@ -122,3 +122,26 @@ def test_compose_gives_the_node_what_the_spec_says(cli, tmp_path):
     env = yaml.safe_load(res.stdout)["services"]["sat01"]["environment"]
     assert (env["B"], env["C"], env["D"]) == ("$$HOME", "$$(id)", "a$$$$b") or (env["B"], env["C"], env["D"]) == ("$HOME", "$(id)", "a$$b")
     assert "/root" not in str(env)
+
+
+# ---- 4. a predictable pid file in the host's /tmp, then `kill "$(cat file)"` as root
+@pytest.mark.parametrize("backend", ["netns", "compose"])
+def test_ddsperf_pid_file_is_in_the_swarms_own_directory(backend, tmp_path):
+    from experiments.ddsperf.sweep import pid_file
+
+    path = pid_file(backend, tmp_path, "hd-x", "sat02")
+    assert not path.startswith(f"/tmp/swarm-emu"), path
+    if backend == "netns":  # a namespace shares the host's file system: the swarm's 0700 state directory
+        assert path.startswith(str((tmp_path / ".swarm" / "hd-x").resolve()) + "/")
+        assert (tmp_path / ".swarm" / "hd-x").stat().st_mode & 0o777 == 0o700
+    else:  # a container's own file system
+        assert path.startswith("/run/")
+
+
+def test_no_code_keeps_files_in_the_hosts_tmp():
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    hits = [f"{p}:{i}" for d in ("swarm", "experiments", "netem", "compose", "analysis") for p in (repo / d).rglob("*.py")
+            for i, line in enumerate(p.read_text().splitlines(), 1) if '"/tmp' in line or "'/tmp" in line or 'f"/tmp' in line]
+    assert hits == []
