@@ -49,7 +49,7 @@ bench-sweep: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) experiments/bench/bench_sweep.py
 
 wipe: setup
-	$(SWARM) wipe
+	$(SWARM) wipe --yes
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -19,15 +19,12 @@ from rich.table import Table
 
 from swarm import __version__
 from swarm.cfs.node import check_cfs
-from swarm.runtime.swarm import (NodeFailed, StateError, Swarm, all_states, default_workdir, forget_state, read_state,
-                                 wipe as wipe_all)
+from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, down_by_name, leftovers, wipe as wipe_all
 from swarm.cli import cfs as cfs_commands, links as link_commands, mesh as mesh_commands
 from swarm.cli.console import err, out, warn
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
 from swarm.mesh.spec import MeshSpec, choose_implementation
-from swarm.runtime.backends import REGISTRY, get_backend
-from swarm.runtime.runner import Runner
 from swarm.runtime.probe import capabilities
 from swarm.spec.model import check_swarm_name, json_schema, spec_from_dict
 
@@ -202,25 +199,44 @@ def ping(name: str) -> None:
 @click.argument("name")
 def down(name: str) -> None:
     """Remove everything of swarm NAME (idempotent; works after a crash)."""
-    check_swarm_name(name)  # before any path or label filter is built from it
-    try:
-        state = read_state(default_workdir(), name)
-    except StateError as exc:  # removed all the same: the backends find the swarm's resources by its labels
-        warn(str(exc))
-        state = None
-    removed: list[str] = []
-    backends = [state["backend"]] if state else list(REGISTRY)
-    caps = capabilities()
-    for b in backends:
-        removed += get_backend(b, Runner(), caps, default_workdir()).down(name)
-    if forget_state(default_workdir(), name):
-        removed.append("state")
+    removed = down_by_name(name, warn=warn)
     out.print(f"swarm {name!r}: " + (f"removed {', '.join(removed)}" if removed else "nothing to remove"))
 
 
 @cli.command()
-def wipe() -> None:
-    """Remove everything the framework labelled, of every swarm (after a crash). Images are kept."""
+@click.argument("names", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (for scripts).")
+def wipe(names: tuple[str, ...], dry_run: bool, yes: bool) -> None:
+    """Remove what the framework made for the swarms NAMES, or for every swarm (after a crash). Only what
+    carries the framework's labels or markers is removed; images are kept."""
+    for name in names:
+        check_swarm_name(name)
+    if names and not dry_run:
+        for name in names:
+            removed = down_by_name(name, warn=warn)
+            out.print(f"swarm {name!r}: " + (f"removed {', '.join(removed)}" if removed else "nothing to remove"))
+        return
+    found = leftovers()
+    if names:
+        found = {n: found.get(n, []) for n in names}
+    if dry_run:
+        for swarm, things in found.items():
+            click.echo(f"{swarm}: " + (", ".join(things) if things else "nothing"))
+        click.echo(f"would remove {sum(map(len, found.values()))} object(s) of {len([f for f in found.values() if f])} swarm(s)"
+                   " (dry run: nothing removed)")
+        return
+    if not found:
+        out.print("wiped: nothing to remove")
+        return
+    question = f"remove everything of {len(found)} swarm(s): {', '.join(found)}?"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise SwarmErrorExit(f"wipe: would {question[:-1]}; not a terminal, so confirm with --yes "
+                                 "(or name swarms: `swarm wipe NAME...`; see --dry-run)", 2)
+        if not click.confirm(question, default=False):
+            out.print("nothing removed")
+            return
     removed = wipe_all()
     out.print("wiped: " + (", ".join(removed) if removed else "nothing to remove"))
 

@@ -32,7 +32,7 @@ from swarm.runtime.links import LinkController
 from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
 from swarm.runtime.runner import Result, Runner
-from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
+from swarm.spec.model import NodePlan, SwarmSpec, check_swarm_name, load_spec, plan_nodes, spec_from_dict
 
 
 def default_workdir() -> Path:
@@ -442,6 +442,48 @@ def forget_state(workdir: Path, name: str) -> bool:
     return True
 
 
+def state_names(workdir: Path) -> list[str]:
+    """Names of the swarms with a state directory holding a state file, readable or not."""
+    root = workdir / ".swarm"
+    return sorted(p.parent.name for p in root.glob("*/state.json")) if root.exists() else []
+
+
+def leftovers(runner: Runner | None = None, workdir: Path | None = None) -> dict[str, list[str]]:
+    """{swarm: [what]} of everything `wipe` would remove: every backend's labelled or marked resources and
+    every swarm's state (nothing is removed)."""
+    runner = runner or Runner()
+    caps = capabilities()
+    workdir = workdir or default_workdir()
+    found: dict[str, list[str]] = {}
+    for name in REGISTRY:
+        for swarm, what in get_backend(name, runner, caps, workdir).leftovers(None):
+            found.setdefault(swarm, []).append(f"{name} {what}")
+    for swarm in state_names(workdir):
+        found.setdefault(swarm, []).append(f"state {swarm_dir(workdir, swarm)}")
+    return dict(sorted(found.items()))
+
+
+def down_by_name(name: str, runner: Runner | None = None, workdir: Path | None = None,
+                 warn: Callable[[str], None] = _warn) -> list[str]:
+    """Remove everything of swarm `name` knowing only its name: its state's backend (every backend when the
+    state is missing or unreadable, reported through `warn`), then its state."""
+    runner = runner or Runner()
+    workdir = workdir or default_workdir()
+    check_swarm_name(name)  # before any path or label filter is built from it
+    try:
+        state = read_state(workdir, name)
+    except StateError as exc:  # removed all the same: the backends find the swarm's resources by its labels
+        warn(str(exc))
+        state = None
+    caps = capabilities()
+    removed: list[str] = []
+    for backend in [state["backend"]] if state else list(REGISTRY):
+        removed += get_backend(backend, runner, caps, workdir).down(name)
+    if forget_state(workdir, name):
+        removed.append("state")
+    return removed
+
+
 def wipe(runner: Runner | None = None, workdir: Path | None = None) -> list[str]:
     """Remove everything every backend made for any swarm, and all swarm state."""
     runner = runner or Runner()
@@ -454,8 +496,7 @@ def wipe(runner: Runner | None = None, workdir: Path | None = None) -> list[str]
             removed += [f"{name}: {r}" for r in get_backend(name, runner, caps, workdir).wipe()]
         except RuntimeFailure as exc:
             failures.append(f"{name}: {exc}")
-    root = workdir / ".swarm"
-    for other in sorted(p.parent.name for p in root.glob("*/state.json")) if root.exists() else []:
+    for other in state_names(workdir):
         forget_state(workdir, other)  # unreadable states too: wipe is what clears them
         removed.append(f"state of {other}")
     if failures:

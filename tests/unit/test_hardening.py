@@ -104,33 +104,13 @@ def test_dollar_is_escaped_in_the_compose_file(tmp_path):
     assert yaml.safe_load(text)["services"]["b"]["command"] == ["sh", "-c", "echo $$HOME"]
 
 
-@pytest.mark.parametrize("cli", [["docker-compose"], ["docker", "compose"]], ids=["v1", "v2"])
-def test_compose_gives_the_node_what_the_spec_says(cli, tmp_path):
-    import yaml
-
-    from compose.render import compose_yaml, render_compose
-    from swarm.spec.model import spec_from_dict
-
-    if subprocess.run([*cli, "version"], capture_output=True).returncode != 0:
-        pytest.skip(f"{' '.join(cli)} is not installed on this host")
-    spec = spec_from_dict({"name": "hd-env", "nodes": 2, "defaults": {"env": {"B": "$HOME", "C": "$(id)", "D": "a$$b"}}})
-    path = tmp_path / "c.yml"
-    path.write_text(compose_yaml(render_compose(spec, "swarm-emu/node:latest")))
-    res = subprocess.run([*cli, "-f", str(path), "config"], capture_output=True, text=True, env={"HOME": "/root",
-                         "PATH": os.environ["PATH"]})
-    assert res.returncode == 0, res.stderr
-    env = yaml.safe_load(res.stdout)["services"]["sat01"]["environment"]
-    assert (env["B"], env["C"], env["D"]) == ("$$HOME", "$$(id)", "a$$$$b") or (env["B"], env["C"], env["D"]) == ("$HOME", "$(id)", "a$$b")
-    assert "/root" not in str(env)
-
-
 # ---- 4. a predictable pid file in the host's /tmp, then `kill "$(cat file)"` as root
 @pytest.mark.parametrize("backend", ["netns", "compose"])
 def test_ddsperf_pid_file_is_in_the_swarms_own_directory(backend, tmp_path):
     from experiments.ddsperf.sweep import pid_file
 
     path = pid_file(backend, tmp_path, "hd-x", "sat02")
-    assert not path.startswith(f"/tmp/swarm-emu"), path
+    assert not path.startswith("/tmp/swarm-emu"), path
     if backend == "netns":  # a namespace shares the host's file system: the swarm's 0700 state directory
         assert path.startswith(str((tmp_path / ".swarm" / "hd-x").resolve()) + "/")
         assert (tmp_path / ".swarm" / "hd-x").stat().st_mode & 0o777 == 0o700
@@ -145,3 +125,13 @@ def test_no_code_keeps_files_in_the_hosts_tmp():
     hits = [f"{p}:{i}" for d in ("swarm", "experiments", "netem", "compose", "analysis") for p in (repo / d).rglob("*.py")
             for i, line in enumerate(p.read_text().splitlines(), 1) if '"/tmp' in line or "'/tmp" in line or 'f"/tmp' in line]
     assert hits == []
+
+
+# ---- 5. (the live halves are in tests/integration/test_hardening_live.py)
+def test_wipe_names_and_corrupt_state(tmp_path):
+    fake_state(tmp_path, "hd-bad", text="{")
+    fake_state(tmp_path, "hd-good")
+    res = swarm(["wipe", "hd-bad", "hd-good", "--yes"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert not (tmp_path / ".swarm" / "hd-bad").exists() and not (tmp_path / ".swarm" / "hd-good").exists()
+    assert swarm(["wipe", "../x"], tmp_path).returncode == 2

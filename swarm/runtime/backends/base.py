@@ -83,6 +83,11 @@ class Backend(ABC):
     def wipe(self) -> list[str]:
         """Remove everything carrying the framework's label or prefix, of every swarm."""
 
+    def leftovers(self, swarm: str | None = None) -> list[tuple[str, str]]:
+        """(swarm, what) of everything `down(swarm)` (or, for None, `wipe`) would remove; `wipe --dry-run`
+        lists it and the confirmation counts its swarms. A backend that cannot tell lists nothing."""
+        return []
+
     @abstractmethod
     def netns_ids(self, swarm: str) -> set[str]:
         """The network-namespace ids ('net:[inode]') of the swarm's nodes, as /proc/<pid>/ns/net shows them."""

@@ -211,6 +211,20 @@ class ComposeBackend(Backend):
             time.sleep(0.5)
         return removed
 
+    def leftovers(self, swarm: str | None = None) -> list[tuple[str, str]]:
+        if not self.caps.docker:
+            return []
+        label = f"label={LABEL_SWARM}" + (f"={swarm}" if swarm else "")
+        fmt = f'{{{{.Label "{LABEL_SWARM}"}}}}\t{{{{.%s}}}}'
+        found = []
+        for kind, argv, field in (("container", ["docker", "ps", "-a"], "Names"), ("network", ["docker", "network", "ls"], "Name"),
+                                  ("volume", ["docker", "volume", "ls"], "Name")):
+            res = self.runner.run([*argv, "--filter", label, "--format", fmt % field], timeout=60)
+            for line in res.stdout.splitlines():
+                owner, _, name = line.partition("\t")
+                found.append((owner, f"{kind} {name}"))
+        return found
+
     def down(self, swarm: str) -> list[str]:
         if not self.caps.docker:
             return []
