@@ -35,7 +35,7 @@ from swarm.runtime.backends import swarm_dir
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 from swarm.spec.apps import check_domain_id
 from swarm.units import rate_hz
-from swarm.spec.model import NodePlan, SwarmSpec, _check_name, read_yaml, swarm_from_template, validate_document
+from swarm.spec.model import NodePlan, SwarmSpec, _check_name, read_yaml, swarm_from_template, unique, validate_document
 
 SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?$")
 RATE_RE = re.compile(r"^(inf|\d+(?:\.\d+)?(?:Hz|kHz)?)$")
@@ -98,7 +98,7 @@ class DdsperfExperiment(BaseModel):
             raise ValueError("sample_sizes: give at least one")
         for s in v:
             parse_sample_size(s)
-        return [str(s) for s in v]
+        return unique("sample_sizes", [str(s) for s in v], key=parse_sample_size)
 
     @field_validator("rates")
     @classmethod
@@ -108,7 +108,7 @@ class DdsperfExperiment(BaseModel):
         for r in v:
             if not RATE_RE.match(str(r)) or rate_hz(r) <= 0:
                 raise ValueError(f"rate {r!r}: expected a positive rate like 100Hz, 2kHz or inf")
-        return [str(r) for r in v]
+        return unique("rates", [str(r) for r in v], key=rate_hz)
 
     @model_validator(mode="after")
     def _consistent(self) -> "DdsperfExperiment":

@@ -33,6 +33,13 @@ def _check_name(kind: str, value: str) -> str:
     return value
 
 
+def show(value: Any, limit: int = 60) -> str:
+    """repr() of a value for an error line, cut to `limit` characters with its length (a 10 KB value
+    echoed in an error helps no one)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def check_swarm_name(name: str) -> str:
     """A swarm name given on the command line: the spec's rule, before any path or filter is built from it
     (`swarm down ../victim` must not reach the filesystem). SpecError naming the value otherwise."""
@@ -384,6 +391,45 @@ def validate_document(model: type[BaseModel], data: Any, source: str, what: str)
         raise SpecError(f"{source}: {exc}" if source and not str(exc).startswith(source) else str(exc)) from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (YAML says keys are unique; PyYAML
+    silently keeps the last, so `nodes: 3` then `nodes: 4` would run 4 nodes without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden on purpose
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    hash(key)
+                except TypeError:  # an unhashable key: PyYAML's own error follows
+                    continue
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise DuplicateKey(key, line, seen[key])
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+class DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int, first: int):
+        super().__init__(f"line {line}: duplicate key {show(key)} (first on line {first})")
+
+
+def unique(field: str, values: list, key=lambda v: v) -> list:
+    """`values` if no two are the same (after `key`, e.g. a parsed rate); ValueError naming the repeat."""
+    seen: dict[Any, Any] = {}
+    for v in values:
+        k = key(v)
+        if k in seen:
+            raise ValueError(f"{field}: {show(v)} is given twice" if seen[k] == v
+                             else f"{field}: {show(v)} is {show(seen[k])} again")
+        seen[k] = v
+    return values
+
+
 def read_yaml(path: str | Path, what: str) -> Any:
     """Parse a YAML file; unreadable or malformed files are one-line SpecErrors."""
     p = Path(path)
@@ -392,7 +438,9 @@ def read_yaml(path: str | Path, what: str) -> Any:
     except OSError as exc:
         raise SpecError(f"{p}: cannot read {what} file ({exc.strerror})") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except DuplicateKey as exc:
+        raise SpecError(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

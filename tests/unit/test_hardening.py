@@ -135,3 +135,33 @@ def test_wipe_names_and_corrupt_state(tmp_path):
     assert res.returncode == 0, res.stderr
     assert not (tmp_path / ".swarm" / "hd-bad").exists() and not (tmp_path / ".swarm" / "hd-good").exists()
     assert swarm(["wipe", "../x"], tmp_path).returncode == 2
+
+
+# ---- 6. duplicate values ran twice; duplicate YAML keys were silently the last one
+EXP = "name: hd-dup\nsizes: [2, 4]\nprotocols: [tcp, udp]\nrates: [1M, 10M]\nduration: 1s\n" \
+      "swarm: {networks: {isl: {subnet: 10.194.0.0/24}, ground: {subnet: 10.195.0.0/24}}}\n"
+DUPLICATES = {
+    "sizes": (EXP.replace("sizes: [2, 4]", "sizes: [2, 2]"), "sizes: 2 is given twice"),
+    "rates": (EXP.replace("rates: [1M, 10M]", "rates: [1M, 1000k]"), "rates: '1000k' is '1M' again"),
+    "protocols": (EXP.replace("protocols: [tcp, udp]", "protocols: [tcp, tcp]"), "protocols: 'tcp' is given twice"),
+    "yaml_key": (EXP + "sizes: [8]\n", "line 7: duplicate key 'sizes' (first on line 2)"),
+    "dds_sizes": ("type: ddsperf\nname: hd-dds\nsizes: [3, 3]\n", "sizes: 3 is given twice"),
+    "dds_rates": ("type: ddsperf\nname: hd-dds\nsizes: [2]\nrates: [1kHz, 1kHz]\n", "rates: '1kHz' is given twice"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DUPLICATES))
+def test_duplicates_are_an_input_error(case, tmp_path):
+    text, needle = DUPLICATES[case]
+    (tmp_path / "e.yaml").write_text(text)
+    res = swarm(["sweep", "e.yaml", "--results", str(tmp_path / "results")], tmp_path)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert needle in one_error_line(res)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]
+
+
+def test_duplicate_key_in_a_swarm_spec_names_key_and_line(tmp_path):
+    (tmp_path / "s.yaml").write_text("name: hd-x\nnodes: 3\nnetworks:\n  isl: {subnet: 10.196.0.0/24, subnet: 10.197.0.0/24}\n")
+    res = swarm(["up", "--check", "s.yaml"], tmp_path)
+    assert res.returncode == 2
+    assert "s.yaml: line 4" in one_error_line(res) and "duplicate key 'subnet'" in res.stderr
