@@ -165,3 +165,36 @@ def test_duplicate_key_in_a_swarm_spec_names_key_and_line(tmp_path):
     res = swarm(["up", "--check", "s.yaml"], tmp_path)
     assert res.returncode == 2
     assert "s.yaml: line 4" in one_error_line(res) and "duplicate key 'subnet'" in res.stderr
+
+
+# ---- 7. errors echoed a 5-10 KB value (sometimes twice)
+HUGE = "x" * 6000
+LONG_VALUES = {
+    "node_name": ("swarm", "up", f"name: hd-x\nnode_list: [{{name: '{HUGE}'}}, {{name: b}}]\n"),
+    "subnet": ("swarm", "up", f"name: hd-x\nnodes: 2\nnetworks: {{isl: {{subnet: '{HUGE}'}}}}\n"),
+    "swarm_name": ("swarm", "up", f"name: '{HUGE}'\nnodes: 2\n"),
+    "unknown_key": ("swarm", "up", f"name: hd-x\nnodes: 2\n{HUGE[:1000]}: 1\n"),
+    "backend": ("swarm", "up", f"name: hd-x\nnodes: 2\nbackend: '{HUGE}'\n"),
+    "env_key": ("swarm", "up", f"name: hd-x\nnodes: 2\ndefaults:\n  env:\n    '{HUGE[:1000]}-': v\n"),  # YAML keys stop at 1024
+    "rate": ("exp", "sweep", f"name: hd-x\nsizes: [2]\nprotocols: [udp]\nrates: ['{HUGE}']\n"),
+    "duration": ("exp", "sweep", f"name: hd-x\nsizes: [2]\nprotocols: [tcp]\nduration: '{HUGE}'\n"),
+    "memory": ("swarm", "up", f"name: hd-x\nnodes: 2\ndefaults: {{resources: {{memory: '{HUGE}'}}}}\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LONG_VALUES))
+def test_long_values_are_cut_and_echoed_once(case, tmp_path):
+    _, command, text = LONG_VALUES[case]
+    (tmp_path / "f.yaml").write_text(text)
+    res = swarm([command, *(["--check"] if command == "up" else []), "f.yaml"], tmp_path)
+    assert res.returncode == 2, res.stderr[:300]
+    line = one_error_line(res)
+    assert len(line) < 450, line[:500]
+    assert "characters)" in line and line.count("x" * 99) == 1, line
+
+
+def test_show_cuts_a_value_with_its_length():
+    from swarm.spec.model import show
+
+    assert show("abc") == "'abc'"
+    assert show("y" * 200) == "'" + "y" * 99 + "... (202 characters)"
