@@ -111,7 +111,7 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
         check_cfs(swarm.spec, swarm.nodes, swarm.backend.name)
         engine = swarm.links.engine
         if swarm.spec.links:
-            swarm.links.spec_links()  # every condition possible with this host's impairment engine
+            swarm.check_links()  # every condition possible with this host's impairment engine
         mesh = swarm.mesh.implementation or "none"  # a pinned implementation this host lacks: SpecError
         out.print(f"{spec_file}: valid ({len(swarm.nodes)} nodes, backend {swarm.backend.name}, impairment engine "
                   f"{engine.name}, mesh {mesh})")

@@ -83,8 +83,10 @@ class Swarm:
         progress: Progress = no_progress,
         keep_on_failure: bool = False,
         message: Callable[[str], None] = lambda _msg: None,
+        source: str = "",
     ):
         self.spec = spec
+        self.source = source  # the spec file, named by errors found after loading (e.g. a link condition)
         self.runner = runner or Runner()
         self.caps = caps or capabilities()
         self.workdir = workdir or default_workdir()
@@ -101,7 +103,7 @@ class Swarm:
     @classmethod
     def from_yaml(cls, path: str | Path, **kwargs) -> "Swarm":
         """A Swarm for the spec file at `path` (validated; nothing is started)."""
-        return cls(load_spec(path), **kwargs)
+        return cls(load_spec(path), source=str(path), **kwargs)
 
     @classmethod
     def attach(cls, name: str, *, workdir: Path | None = None, **kwargs) -> "Swarm":
@@ -146,7 +148,7 @@ class Swarm:
         self._check_conflicts()
         links = self.links if self.spec.links else None
         if links:
-            links.spec_links()  # a parameter this host's impairment engine cannot apply: SpecError, nothing created
+            self.check_links()  # a parameter this host's impairment engine cannot apply: SpecError, nothing created
         mesh = self.mesh if self.spec.mesh.enabled else None  # an implementation this host lacks: SpecError here
         started = time.monotonic()
         ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
@@ -173,6 +175,14 @@ class Swarm:
         finally:
             signal.signal(signal.SIGTERM, previous)
         return time.monotonic() - started
+
+    def check_links(self) -> None:
+        """Every link condition of the spec is possible with this host's impairment engine; SpecError naming
+        the spec file otherwise."""
+        try:
+            self.links.spec_links()
+        except SpecError as exc:
+            raise SpecError(f"{self.source}: {exc}" if self.source else str(exc)) from None
 
     def start_mesh(self, mesh) -> None:
         """Start the mesh on every node and wait until its routes have converged (swarm.mesh); the result is

@@ -7,11 +7,12 @@ is a `SpecError` whose one line names the field and the value.
 """
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -367,14 +368,39 @@ def _location(loc: tuple[Any, ...], data: Any) -> str:
     return ".".join(parts)
 
 
-def format_validation_error(exc: ValidationError, data: Any, source: str) -> str:
-    """One line: where, which field, what value, what is wrong (the first error only)."""
-    err = exc.errors()[0]
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (through Optional, Union, list, dict, Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the model found at `loc` inside `model` (list indexes and dict keys stepped over)."""
+    models = [model]
+    for key in loc:
+        if isinstance(key, str):
+            inner = [m.model_fields[key].annotation for m in models if key in m.model_fields]
+            if inner:
+                models = [m for a in inner for m in _models_in(a)]
+    return sorted({f for m in models for f in m.model_fields})
+
+
+def format_validation_error(exc: ValidationError, data: Any, source: str, model: type[BaseModel] | None = None) -> str:
+    """One line: where, which field, what value, what is wrong (the first error only, an unknown field
+    first: a misspelt `subent:` also makes `subnet` missing, and the misspelling is the news), with the
+    closest known field of that level when one is near (`did you mean 'subnet'?`)."""
+    errors = exc.errors()
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     where = _location(tuple(err["loc"]), data)
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        msg = f"unknown field {err['loc'][-1]!r}"
-        where = ".".join(str(p) for p in err["loc"][:-1] if not isinstance(p, int)) or "top level"
+        key = err["loc"][-1]
+        msg = f"unknown field {show(key)}"
+        if model is not None:
+            close = difflib.get_close_matches(str(key), known_fields(model, tuple(err["loc"][:-1])), n=1, cutoff=0.6)
+            msg += f"; did you mean {close[0]!r}?" if close else ""
+        where = _location(tuple(err["loc"][:-1]), data) or "top level"
     elif err["type"] in ("int_parsing", "float_parsing", "literal_error", "missing", "int_type", "string_type"):
         msg = f"{msg} (got {err.get('input')!r})" if err["type"] != "missing" else msg
     prefix = f"{source}: " if source else ""
@@ -388,7 +414,7 @@ def validate_document(model: type[BaseModel], data: Any, source: str, what: str)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(format_validation_error(exc, data, source)) from None
+        raise SpecError(format_validation_error(exc, data, source, model)) from None
     except SpecError as exc:  # raised by a nested spec (e.g. an experiment's swarm template)
         raise SpecError(f"{source}: {exc}" if source and not str(exc).startswith(source) else str(exc)) from None
 

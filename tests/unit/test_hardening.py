@@ -198,3 +198,43 @@ def test_show_cuts_a_value_with_its_length():
 
     assert show("abc") == "'abc'"
     assert show("y" * 200) == "'" + "y" * 99 + "... (202 characters)"
+
+
+# ---- 8. a misspelt nested key was reported as a missing one; a links: error did not name the file
+MISSPELT = {
+    "nested": ("name: hd-x\nnodes: 2\nnetworks: {isl: {subent: 10.196.0.0/24}}\n",
+               "networks.isl: unknown field 'subent'; did you mean 'subnet'?"),
+    "top": ("name: hd-x\nnodez: 2\n", "top level: unknown field 'nodez'; did you mean 'nodes'?"),
+    "group": ("name: hd-x\ngroups: [{prefix: a, count: 2, resorces: {cpus: 1}}]\n",
+              "groups[0]: unknown field 'resorces'; did you mean 'resources'?"),
+    "deep": ("name: hd-x\nnodes: 2\ndefaults: {resources: {cpu: 1}}\n",
+             "defaults.resources: unknown field 'cpu'; did you mean 'cpus'?"),
+    "links": ("name: hd-x\nnodes: 2\nlinks: {default: {los: 1%}}\n", "links.default: unknown field 'los'; did you mean 'loss'?"),
+    "mesh": ("name: hd-x\nnodes: 2\nmesh: {protocl: batman}\n", "mesh: unknown field 'protocl'; did you mean 'protocol'?"),
+    "nothing_close": ("name: hd-x\nnodes: 2\nnetworks: {isl: {zzz: 1, subnet: 10.196.0.0/24}}\n",
+                      "networks.isl: unknown field 'zzz'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISSPELT))
+def test_misspelt_key_is_named_with_a_suggestion(case, tmp_path):
+    text, needle = MISSPELT[case]
+    (tmp_path / "s.yaml").write_text(text)
+    res = swarm(["up", "--check", "s.yaml"], tmp_path)
+    assert res.returncode == 2
+    line = one_error_line(res)
+    assert line == f"error: s.yaml: {needle}" or (case == "nothing_close" and needle in line and "did you mean" not in line), line
+
+
+def test_misspelt_experiment_key(tmp_path):
+    (tmp_path / "e.yaml").write_text("name: hd-x\nsizes: [2]\nprotocols: [tcp]\niperf3: {lenght: 1400}\n")
+    res = swarm(["sweep", "e.yaml"], tmp_path)
+    assert res.returncode == 2 and "iperf3: unknown field 'lenght'; did you mean 'length'?" in one_error_line(res)
+
+
+def test_links_error_at_check_names_the_file(tmp_path, caps):
+    if caps.sch_netem:
+        pytest.skip("this host can apply a delay: no error to name")
+    (tmp_path / "s.yaml").write_text("name: hd-x\nnodes: 2\nbackend: netns\nlinks: {default: {delay: 10ms}}\n")
+    res = swarm(["up", "--check", "s.yaml"], tmp_path)
+    assert res.returncode == 2 and one_error_line(res).startswith("error: s.yaml: links")
