@@ -272,8 +272,12 @@ def probe() -> None:
 @click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
 @click.option("--abort-on-error", is_flag=True, help="Stop at the first test with a failed flow.")
 @click.option("--report/--no-report", "make_report", default=True, show_default=True, help="Write the report at the end.")
-def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, make_report) -> None:
+@click.option("--check", is_flag=True, help="Only validate the experiment and every swarm it implies; create nothing.")
+def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, make_report, check) -> None:
     """Run the sweep in EXPERIMENT_FILE (or --resume a run folder): traffic (iperf3/mux) or `type: ddsperf`."""
+    if check:
+        _check_experiment("sweep", experiment_file, backend)
+        return
     _run_experiment("sweep", experiment_file, resume_dir, backend, results_root, make_report, abort_on_error)
 
 
@@ -282,28 +286,46 @@ def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, ma
 @click.option("--backend", help="compose or netns (default: the experiment's, else the host's default).")
 @click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
 @click.option("--report/--no-report", "make_report", default=True, show_default=True)
-def run_cmd(experiment_file: str, backend: str | None, results_root: str, make_report: bool) -> None:
+@click.option("--check", is_flag=True, help="Only validate the experiment and its swarm; create nothing.")
+def run_cmd(experiment_file: str, backend: str | None, results_root: str, make_report: bool, check: bool) -> None:
     """Run the experiment in EXPERIMENT_FILE (e.g. the reference swarm app under a fault timeline); results and a report."""
+    if check:
+        _check_experiment("run", experiment_file, backend)
+        return
     _run_experiment("run", experiment_file, None, backend, results_root, make_report)
+
+
+def _check_experiment(command: str, experiment_file: str | None, backend: str | None) -> None:
+    from experiments.runs import check_experiment  # start-up: see _run_experiment
+
+    if not experiment_file:
+        raise SwarmErrorExit(f"{command} --check: give an EXPERIMENT_FILE", 2)
+    out.print(check_experiment(experiment_file, backend, command), soft_wrap=True)
 
 
 def _run_experiment(command: str, experiment_file, resume_dir, backend, results_root, make_report,
                     abort_on_error: bool = False) -> None:
     """Any registered experiment type: open (or resume) its run folder, run it with a progress bar, report."""
-    from experiments.runs import open_run  # here, not at the top: the experiment types pull in pandas and
+    from experiments.runs import discard_if_empty, open_run  # here, not at the top: the experiment types pull in pandas and
     # matplotlib (~1.5 s), which `swarm status` and the other swarm commands never need
 
     kind, exp, store = open_run(experiment_file, resume_dir, results_root, backend, command)
     err.print(f"run folder: {store.dir}")
     unit = f" {kind.unit}" if kind.unit else ""
     bar = Progress(TextColumn(f"[bold]{kind.name}[/] {{task.description}}"), BarColumn(),
-                   TextColumn(f"{{task.completed:.0f}}/{{task.total:.0f}}{unit}"), TimeElapsedColumn(),
+                   TextColumn("{task.fields[count]}"), TimeElapsedColumn(),
                    TextColumn("ETA"), TimeRemainingColumn(), console=err)
-    with bar:
-        task = bar.add_task("starting", total=None)
-        run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error,
-                           message=lambda m: bar.console.print(m),
-                           progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w))
+    try:
+        with bar:
+            task = bar.add_task("starting", total=None, count="")  # total unknown until the first callback
+            run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error,
+                               message=lambda m: bar.console.print(m),
+                               progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w,
+                                                                   count=f"{d:.0f}/{t:.0f}{unit}"))
+    except BaseException:
+        if not resume_dir and discard_if_empty(store):  # the first swarm never came up: no empty folder left
+            err.print(f"removed the empty run folder {store.dir}")
+        raise
     out.print(f"{command} done: {run_dir}")
     if make_report:
         _write_report(run_dir)

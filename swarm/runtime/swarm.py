@@ -141,15 +141,9 @@ class Swarm:
     # ------------------------------------------------------------------------------------------ up/down
     def up(self, ready_timeout: float | None = None) -> float:
         """Create, start and wait for every node; returns seconds taken. Rolls back on any failure."""
-        check_cfs(self.spec, self.nodes, self.backend.name)
-        self.backend.check_available()
-        check_runnable(self.spec.apps, self.backend.name,
-                       lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
-        self._check_conflicts()
+        self.preflight()
         links = self.links if self.spec.links else None
-        if links:
-            self.check_links()  # a parameter this host's impairment engine cannot apply: SpecError, nothing created
-        mesh = self.mesh if self.spec.mesh.enabled else None  # an implementation this host lacks: SpecError here
+        mesh = self.mesh if self.spec.mesh.enabled else None
         started = time.monotonic()
         ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
         if self.backend.name == "compose":
@@ -175,6 +169,24 @@ class Swarm:
         finally:
             signal.signal(signal.SIGTERM, previous)
         return time.monotonic() - started
+
+    def preflight(self) -> None:
+        """Everything `up` checks before it creates anything: cFS trees, the backend, the apps' images, the
+        name and subnets against what is up and the host's interfaces, the link conditions against this
+        host's impairment engine, the mesh implementation. SpecError (naming `source`) on the first problem."""
+        try:
+            check_cfs(self.spec, self.nodes, self.backend.name)
+            self.backend.check_available()
+            check_runnable(self.spec.apps, self.backend.name,
+                           lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
+            self._check_conflicts()
+            if self.spec.mesh.enabled:
+                _ = self.mesh  # an implementation this host lacks: SpecError here
+        except SpecError as exc:
+            raise SpecError(f"{self.source}: {exc}" if self.source and not str(exc).startswith(self.source)
+                            else str(exc)) from None
+        if self.spec.links:
+            self.check_links()  # a parameter this host's impairment engine cannot apply
 
     def check_links(self) -> None:
         """Every link condition of the spec is possible with this host's impairment engine; SpecError naming

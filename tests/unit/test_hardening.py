@@ -238,3 +238,37 @@ def test_links_error_at_check_names_the_file(tmp_path, caps):
     (tmp_path / "s.yaml").write_text("name: hd-x\nnodes: 2\nbackend: netns\nlinks: {default: {delay: 10ms}}\n")
     res = swarm(["up", "--check", "s.yaml"], tmp_path)
     assert res.returncode == 2 and one_error_line(res).startswith("error: s.yaml: links")
+
+
+# ---- 9. `sweep --check`; an overlap with a host interface found before any run folder is made
+def host_subnet():
+    from swarm.runtime.runner import Runner
+    from swarm.runtime.swarm import host_networks
+
+    nets = [n for ifname, n in host_networks(Runner()) if n.prefixlen >= 8 and n.prefixlen <= 29]
+    if not nets:
+        pytest.skip("no host interface with an IPv4 subnet")
+    return nets[0]
+
+
+def experiment_text(isl: str) -> str:
+    return (f"name: hd-chk\nsizes: [2, 3]\nprotocols: [tcp]\nduration: 1s\nbackend: netns\n"
+            f"swarm: {{networks: {{isl: {{subnet: {isl}}}, ground: {{subnet: 10.199.0.0/24}}}}}}\n")
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["check", "run"])
+def test_sweep_finds_a_host_subnet_overlap_before_creating_anything(check, tmp_path, need_netns):
+    net = host_subnet()
+    (tmp_path / "e.yaml").write_text(experiment_text(str(net)))
+    res = swarm(["sweep", *(["--check"] if check else []), "e.yaml", "--results", str(tmp_path / "results")], tmp_path)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert f"overlaps {net}" in one_error_line(res) and "e.yaml" in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]
+
+
+def test_sweep_check_of_a_valid_experiment_creates_nothing(tmp_path, need_netns):
+    (tmp_path / "e.yaml").write_text(experiment_text("10.198.0.0/24"))
+    res = swarm(["sweep", "--check", "e.yaml", "--results", str(tmp_path / "results")], tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "e.yaml: valid" in res.stdout and "2 tests" in res.stdout and "sizes 2, 3" in res.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]
