@@ -37,7 +37,7 @@ ALLOWED = {
     # analysis reads result files with the experiments' pure parsers (raw iperf3 JSON, the app's records).
     ("analysis", "experiments"): lambda src, dst: dst in PURE_EXPERIMENT_MODULES,
 }
-PURE_EXPERIMENT_MODULES = {"experiments.traffic.iperf3", "experiments.app.parse"}
+PURE_EXPERIMENT_MODULES = {"experiments.traffic.iperf3", "experiments.traffic.muxresult", "experiments.app.parse"}
 RUNTIME_PREFIXES = ("swarm.runtime", "swarm.mesh.runtime", "swarm.cfs.image", "swarm.cli")
 
 # Imports inside functions: only these, for the CLI's start-up time (pandas, matplotlib) and the package's
