@@ -197,9 +197,10 @@ def ping(name: str) -> None:
 
 @cli.command()
 @click.argument("name")
-def down(name: str) -> None:
-    """Remove everything of swarm NAME (idempotent; works after a crash)."""
-    removed = down_by_name(name, warn=warn)
+@click.option("--keep-compose", is_flag=True, help="Keep the generated compose/NAME.yml.")
+def down(name: str, keep_compose: bool) -> None:
+    """Remove everything of swarm NAME (idempotent; works after a crash), the compose file it generated too."""
+    removed = down_by_name(name, warn=warn, keep_compose=keep_compose)
     out.print(f"swarm {name!r}: " + (f"removed {', '.join(removed)}" if removed else "nothing to remove"))
 
 

@@ -486,7 +486,7 @@ def leftovers(runner: Runner | None = None, workdir: Path | None = None) -> dict
 
 
 def down_by_name(name: str, runner: Runner | None = None, workdir: Path | None = None,
-                 warn: Callable[[str], None] = _warn) -> list[str]:
+                 warn: Callable[[str], None] = _warn, keep_compose: bool = False) -> list[str]:
     """Remove everything of swarm `name` knowing only its name: its state's backend (every backend when the
     state is missing or unreadable, reported through `warn`), then its state."""
     runner = runner or Runner()
@@ -499,8 +499,11 @@ def down_by_name(name: str, runner: Runner | None = None, workdir: Path | None =
         state = None
     caps = capabilities()
     removed: list[str] = []
-    for backend in [state["backend"]] if state else list(REGISTRY):
-        removed += get_backend(backend, runner, caps, workdir).down(name)
+    for name_ in [state["backend"]] if state else list(REGISTRY):
+        backend = get_backend(name_, runner, caps, workdir)
+        if keep_compose:
+            backend.keep_compose = True  # the compose backend's; ignored by the others
+        removed += backend.down(name)
     if forget_state(workdir, name):
         removed.append("state")
     return removed
