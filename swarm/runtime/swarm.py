@@ -25,6 +25,7 @@ from swarm.runtime.backends import REGISTRY, Backend, Progress, get_backend, no_
 from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs
 from swarm.cfs.image import ensure_cfs_image, host_ulimits
 from swarm.errors import RuntimeFailure, SpecError
+from swarm.mesh.plan import STABLE_S
 from swarm.mesh.runtime import Mesh
 from swarm.runtime.host import ensure_neighbour_capacity
 from swarm.runtime.image import ensure_image
@@ -202,7 +203,7 @@ class Swarm:
         reported, not fatal: the swarm is up, its mesh is slow, and that is worth measuring."""
         started = time.time()
         mesh.start()
-        self.mesh_result = mesh.wait_converged(started, progress=self.progress)
+        self.mesh_result = mesh.wait_converged(started, progress=self.progress, stable_s=STABLE_S)
         (swarm_dir(self.workdir, self.name) / "mesh.json").write_text(json.dumps({"up": self.mesh_result}))
         if not self.mesh_result["converged"] and self.mesh_result["polls"]:
             self.message(f"mesh {mesh.implementation}: not converged {mesh.spec.converge_timeout:g} s after start "
