@@ -5,7 +5,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SWARM  := $(VENV)/bin/swarm
 APT_PACKAGES := iperf3 iproute2 nftables fping iputils-ping traceroute procps util-linux \
-                batmand batctl cyclonedds-tools debootstrap python3-venv
+                batmand batctl cyclonedds-tools debootstrap python3-venv \
+                chromium  # headless, for the report's browser test (tests/integration/test_report_browser.py)
 
 .PHONY: setup demo test unit integration image bench-up bench-sweep wipe clean help
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +59,8 @@ def write_link_heatmaps(out: Path, flows: pd.DataFrame) -> dict[str, tuple[Path,
             panels.append(("window_lost_percent", "loss (%)", 1.0, "Reds"))
         nodes = _node_order(list(group["src"]) + list(group["dst"]))
         side = min(9.0, 2.2 + 0.28 * len(nodes))
-        fig = Figure(figsize=(side * len(panels) + 0.8, side), dpi=100)
+        width = side * len(panels) + 1.2
+        fig = Figure(figsize=(width, side + 0.6), dpi=100)
         for i, (column, label, scale, cmap) in enumerate(panels):
             ax = fig.add_subplot(1, len(panels), i + 1)
             matrix = link_matrix(group, column) * scale
@@ -74,12 +76,19 @@ def write_link_heatmaps(out: Path, flows: pd.DataFrame) -> dict[str, tuple[Path,
             ax.set_ylabel("sender (src)")
             ax.set_title(label, fontsize="medium")
             fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+            if len(nodes) <= 8:  # small swarms: the figure in each cell, as the tables would give it
+                for r in range(len(nodes)):
+                    for c in range(len(nodes)):
+                        v = matrix.iat[r, c]
+                        if not pd.isna(v):
+                            ax.text(c, r, f"{v:.3g}", ha="center", va="center", fontsize="x-small", color="0.15",
+                                    bbox={"boxstyle": "round,pad=0.1", "fc": "white", "alpha": 0.6, "lw": 0})
         rate = group["rate_bps"].iloc[0]
         what = f"{group['protocol'].iloc[0]} n={int(group['size'].iloc[0])}" + (f" {rate_label(rate)}" if udp else "")
         missing = int(group["window_bits_per_second"].isna().sum())
         note = f"; {missing} link(s) without a figure (grey)" if missing else ""
         title = f"Per-link matrix, test {test_id} ({what}), concurrent window{note}"
-        fig.suptitle(title, fontsize="small")
+        fig.suptitle(textwrap.fill(title, int(width * 11)), fontsize="small")
         fig.tight_layout()
         path = out / f"links_{test_id}.png"
         fig.savefig(path, format="png")
@@ -157,11 +166,12 @@ def write_worst_link_series(run_dir: Path, out: Path, flows: pd.DataFrame, tests
             if udp:
                 axes[1].plot(t, loss, marker="o", markersize=3, label=label)
         axes[0].set_ylabel("throughput (Mbit/s)")
-        axes[0].set_ylim(bottom=0)
+        axes[0].set_ylim(0, max([v for _, _, mbps, _ in series for v in mbps] + [0]) * 1.15 or 1)
         if udp:
             axes[1].set_ylabel("loss (%)")
             top = max([v for _, _, _, loss in series for v in loss if not math.isnan(v)] or [0])
-            axes[1].set_ylim(0, max(1.0, top * 1.15))
+            upper = max(1.0, top * 1.15)
+            axes[1].set_ylim(-0.03 * upper, upper)  # a zero-loss line stays visible above the axis
         axes[-1].set_xlabel("time since release (s)")
         for ax in axes:
             ax.grid(True, alpha=0.3)

@@ -55,7 +55,7 @@ def _markdown(table: pd.DataFrame) -> str:
 
 def _facts(host_facts: dict) -> pd.DataFrame:
     return pd.DataFrame(
-        [(key, value if isinstance(value, str) else json.dumps(value)) for key, value in host_facts.items()],
+        [(key, (value or "(none)") if isinstance(value, str) else json.dumps(value)) for key, value in host_facts.items()],
         columns=["fact", "value"])
 
 

@@ -117,9 +117,27 @@ def display_tables(tables: dict[str, pd.DataFrame], df: pd.DataFrame, basis: str
     shown["tests"] = _no_blanks(tables["tests"])
     if "tcp_bandwidth" in tables:
         shown["tcp_bandwidth"] = fill_gaps(tables["tcp_bandwidth"], df, "tcp", basis)
+    if "udp_largest_lossfree" in tables:
+        shown["udp_largest_lossfree"] = _lossfree_shown(tables["udp_largest_lossfree"], tables["udp_lossfree_by_size"])
     for name in ("udp_loss_max", "udp_loss_median"):
         if name in tables:
             shown[name] = fill_gaps(tables[name], df, "udp", basis)
+    return shown
+
+
+def _lossfree_shown(table: pd.DataFrame, by_size: pd.DataFrame) -> pd.DataFrame:
+    """Table 2 as shown: 'none' where no size was loss-free, and an empty note replaced by what the larger
+    sizes were (from the by-size table), so no cell is blank."""
+    shown = table.astype(object).copy()
+    outcomes = {row["rate"]: row for _, row in by_size.iterrows()}
+    for i, row in table.iterrows():
+        if pd.isna(row["largest_lossfree_nodes"]):
+            shown.at[i, "largest_lossfree_nodes"] = "none"
+        if not row["note"]:
+            larger = [f"{col} {status}" for col, status in outcomes.get(row["rate"], {}).items()
+                      if col.startswith("n=") and not pd.isna(row["largest_lossfree_nodes"])
+                      and int(col[2:]) > int(row["largest_lossfree_nodes"])]
+            shown.at[i, "note"] = "; ".join(larger) or "ok"
     return shown
 
 
@@ -253,7 +271,8 @@ def _plot(path: Path, title: str, ylabel: str, ours: list, refs: list, loss_axis
     ax.set_ylabel(ylabel)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if loss_axis:
-        ax.set_ylim(0, max(1.0, top * 1.15))
+        upper = max(1.0, top * 1.15)
+        ax.set_ylim(-0.03 * upper, upper)  # zero-loss curves stay visible above the axis
     else:
         ax.set_ylim(bottom=0)
     if ref_ax is not ax:
