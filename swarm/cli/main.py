@@ -314,15 +314,14 @@ def _run_experiment(command: str, experiment_file, resume_dir, backend, results_
     err.print(f"run folder: {store.dir}")
     unit = f" {kind.unit}" if kind.unit else ""
     bar = Progress(TextColumn(f"[bold]{kind.name}[/] {{task.description}}"), BarColumn(),
-                   TextColumn("{task.fields[count]}"), TimeElapsedColumn(),
+                   TextColumn(f"{{task.completed:.0f}}/{{task.total:.0f}}{unit}"), TimeElapsedColumn(),
                    TextColumn("ETA"), TimeRemainingColumn(), console=err)
     try:
         with bar:
-            task = bar.add_task("starting", total=None, count="")  # total unknown until the first callback
+            task = bar.add_task("starting", total=0)  # a number from the start: the count column formats it
             run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error,
                                message=lambda m: bar.console.print(m),
-                               progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w,
-                                                                   count=f"{d:.0f}/{t:.0f}{unit}"))
+                               progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w))
     except BaseException:
         if not resume_dir and discard_if_empty(store):  # the first swarm never came up: no empty folder left
             err.print(f"removed the empty run folder {store.dir}")

@@ -85,3 +85,32 @@ def test_schema_is_json_schema(tmp_path):
     res = swarm(["schema"], tmp_path)
     schema = json.loads(res.stdout)
     assert schema["title"] == "swarm-emu swarm spec" and "nodes" in schema["properties"]
+
+
+def test_sweep_and_run_show_progress_and_report_for_any_registered_type(tmp_path, monkeypatch, capsys):
+    """The CLI's one path for every experiment type: progress callbacks (before a total is known too),
+    the run folder, and the type's report. The experiment type here is a stand-in registered for the test."""
+    from experiments import registry, runs
+    from experiments.kind import ExperimentType
+    from swarm.cli.main import main
+
+    calls = []
+
+    def run(exp, store, *, progress, message, **kw):
+        progress(0, 0, "starting")
+        progress(1, 3, "test 1")
+        message("a message")
+        calls.append(exp)
+        return tmp_path / "run"
+
+    def report(run_dir):
+        calls.append(run_dir)
+        return {"report_html": run_dir / "report.html", "report_md": run_dir / "report.md"}
+
+    kind = ExperimentType(name="stand-in", summary="", command="sweep", from_dict=lambda d, s: d,
+                          first_swarm=lambda e: None, run=run, report=report, unit="s")
+    monkeypatch.setattr(runs, "open_run", lambda *a: (kind, {"x": 1}, type("S", (), {"dir": tmp_path / "run"})()))
+    monkeypatch.setattr(registry, "type_of_run", lambda d: kind)
+    main(["sweep", "anything.yaml"])
+    assert calls == [{"x": 1}, tmp_path / "run"]
+    assert "report:" in capsys.readouterr().out
