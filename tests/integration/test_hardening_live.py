@@ -90,3 +90,39 @@ def test_wipe_named_swarm_removes_what_up_marked(need_netns, tmp_path):
         swarm(["down", "hd-wipe"], tmp_path)
 
 
+
+
+def leftover_namespaces(name):
+    return [line.split()[0] for line in netns_list().splitlines() if line.startswith(f"swarm-emu_{name}")]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGKILL"])
+def test_interrupted_up_is_removed_by_down_with_markers(need_netns, tmp_path, sig):
+    """Ctrl-C (rollback) or SIGKILL (no rollback: `down` after) during `up` of 10 netns nodes: every namespace,
+    the one caught between `ip netns add` and its marker included, is removed; nothing else is."""
+    import signal as signals
+    import time
+
+    name = "hd-intr"
+    swarm(["down", name], tmp_path)
+    (tmp_path / "s.yaml").write_text(f"name: {name}\nnodes: 10\nbackend: netns\ndefaults: {{command: [sleep, \"600\"]}}\n"
+                                     "networks: {isl: {subnet: 10.192.0.0/24}, ground: {subnet: 10.193.0.0/24}}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "swarm", "up", "s.yaml"], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "SWARM_WORKDIR": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and len(leftover_namespaces(name)) < 4:
+            time.sleep(0.02)
+        proc.send_signal(getattr(signals, sig))
+        proc.communicate(timeout=180)
+        if sig == "SIGKILL":
+            assert leftover_namespaces(name), "killed before anything was made: nothing to test"
+        res = swarm(["down", name], tmp_path)
+        assert res.returncode == 0, res.stderr
+        assert leftover_namespaces(name) == [] and not (tmp_path / ".swarm" / name).exists()
+    finally:
+        swarm(["down", name], tmp_path)
+        for ns in leftover_namespaces(name):
+            subprocess.run(["ip", "netns", "del", ns], check=False)
