@@ -8,14 +8,29 @@ APT_PACKAGES := iperf3 iproute2 nftables fping iputils-ping traceroute procps ut
                 batmand batctl cyclonedds-tools debootstrap python3-venv \
                 chromium  # headless, for the report's browser test (tests/integration/test_report_browser.py)
 
-.PHONY: setup demo test unit integration image bench-up bench-sweep wipe clean help
+.PHONY: setup linkd linkd-test bench-linkd demo test unit integration image bench-up bench-sweep wipe clean help
 
 help:
 	@echo "make demo   - bring up a small swarm, status + ISL reachability, short TCP/UDP sweep, report, tear down"
 	@echo "make test   - unit and integration tests (real Docker / netns / iperf3 where present)"
 	@echo "make unit | integration | image | bench-up | bench-sweep | wipe | clean"
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed linkd
+
+# The userspace link engine (netem/linkd, Rust): built with cargo from the Cargo registry into a cache
+# outside the repository; nothing binary is committed. Without cargo the `userspace` engine is unavailable
+# (the capability probe says so) and kernel NetEm / nft are used as before.
+LINKD_TARGET ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/swarm-emu/linkd-target
+linkd:
+	@if command -v cargo >/dev/null; then \
+	  CARGO_TARGET_DIR="$(LINKD_TARGET)" cargo build -q --release --locked --manifest-path netem/linkd/Cargo.toml \
+	  && echo "swarm-linkd: $(LINKD_TARGET)/release/swarm-linkd"; \
+	else echo "cargo not found: the userspace link engine (swarm-linkd) is not built; install Rust (rustup) for it"; fi
+
+# linkd-test: the engine's own unit tests (cargo)
+linkd-test:
+	CARGO_TARGET_DIR="$(LINKD_TARGET)" cargo test -q --release --locked --manifest-path netem/linkd/Cargo.toml
+
 
 $(VENV)/.installed: pyproject.toml
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -45,6 +60,9 @@ image: setup
 
 bench-up: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) experiments/bench/bench_up.py
+
+bench-linkd: setup
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) experiments/bench/bench_linkd.py
 
 bench-sweep: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) experiments/bench/bench_sweep.py

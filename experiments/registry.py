@@ -17,9 +17,10 @@ from swarm.spec.model import read_yaml
 from experiments.app.entry import TYPE as APP
 from experiments.ddsperf.entry import TYPE as DDSPERF
 from experiments.kind import ExperimentType
+from experiments.orbits.entry import TYPE as ORBITS
 from experiments.traffic.entry import TYPE as TRAFFIC
 
-TYPES: dict[str, ExperimentType] = {t.name: t for t in (TRAFFIC, DDSPERF, APP)}
+TYPES: dict[str, ExperimentType] = {t.name: t for t in (TRAFFIC, DDSPERF, APP, ORBITS)}
 DEFAULT = TRAFFIC.name
 
 

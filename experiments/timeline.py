@@ -119,14 +119,16 @@ def apply_event(ctl: LinkController, ev: FaultEvent) -> None:
 
 
 FAULT_COLUMNS = ["run_id", "test_id", "index", "at_s", "planned_ts", "applied_ts", "offset_s", "took_s", "kind",
-                 "args", "ok", "error"]
+                 "args", "ok", "error", "first_packet_s"]
 
 
 class FaultTimeline:
     """Runs a list of FaultEvents in a thread, each at t0 + at, and records when each really took effect.
 
     `applied_ts` is the epoch time the change was complete (the call that applied it returned);
-    `offset_s` = applied_ts - t0, to be compared with `at_s`."""
+    `offset_s` = applied_ts - t0, to be compared with `at_s`; `first_packet_s` (userspace engine): from the
+    command to the first packet that met the new conditions (engine's clock; empty: no packet before the next
+    event or the end, or another engine)."""
 
     def __init__(self, ctl: LinkController, events: list[FaultEvent], test_id: str = "", run_id: str = "",
                  message: Callable[[str], None] = lambda m: None):
@@ -139,6 +141,7 @@ class FaultTimeline:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.watcher = None  # a swarm.mesh.MeshWatcher: convergence after each fault, when the swarm has a mesh
+        self._pending: tuple[dict, float, dict] | None = None  # (row, command time, {node: engine generation})
 
     def start(self, t0: float) -> None:
         """Start the timeline relative to epoch `t0` (e.g. the traffic's release instant)."""
@@ -151,6 +154,8 @@ class FaultTimeline:
             planned = self.t0 + ev.at
             if self._stop.wait(max(0.0, planned - time.time())):
                 break
+            self._settle()
+            gens_before = self._gens()
             began = time.time()
             error = ""
             cuts_before = self.ctl.load().cuts if self.watcher else set()
@@ -161,15 +166,38 @@ class FaultTimeline:
                 self.message(f"fault {ev.kind} {ev.args} at {ev.at:g}s failed: {error}")
             done = time.time()
             self.rows.append(self._row(index, ev, planned, done, done - began, not error, error))
+            changed = {n: g for n, g in self._gens().items() if gens_before.get(n) != g}
+            if changed and not error:
+                self._pending = (self.rows[-1], began, changed)
             if self.watcher and not error:
                 self.watcher.event(ev.kind, ev.args, done, healed_pairs(cuts_before, self.ctl.load().cuts))
+
+    def _gens(self) -> dict[str, int]:
+        """Per node, the userspace engine's configuration generation (empty for other engines)."""
+        if getattr(getattr(self.ctl, "engine", None), "name", "") != "userspace":
+            return {}
+        return {n: c["gen"] for n, c in self.ctl.last_change().items()}
+
+    def _settle(self) -> None:
+        """Fill in the pending row's first_packet_s: the earliest first packet under the new conditions among
+        the nodes the event changed (asked of their engines before the next change overwrites it)."""
+        if self._pending is None:
+            return
+        row, began, gens = self._pending
+        self._pending = None
+        try:
+            firsts = [ns / 1e9 for n, ns in self.ctl.first_packet_after(list(gens)).items() if ns]
+        except Exception:  # the result is a measurement: a node that cannot answer leaves it empty
+            firsts = []
+        if firsts:
+            row["first_packet_s"] = round(min(firsts) - began, 6)
 
     def _row(self, index, ev, planned, applied, took, ok, error) -> dict:
         return {"run_id": self.run_id, "test_id": self.test_id, "index": index, "at_s": ev.at,
                 "planned_ts": round(planned, 6) if planned else "", "applied_ts": round(applied, 6) if applied else "",
                 "offset_s": round(applied - self.t0, 6) if applied and self.t0 else "",
                 "took_s": round(took, 6) if took is not None else "", "kind": ev.kind, "args": ev.args,
-                "ok": ok, "error": error}
+                "ok": ok, "error": error, "first_packet_s": ""}
 
     def finish(self, restore: bool = True, timeout: float | None = None) -> list[dict]:
         """Wait for the timeline to end (or stop it), put the swarm back to its spec's conditions; rows by index."""
@@ -178,6 +206,7 @@ class FaultTimeline:
             if self._thread.is_alive():
                 self._stop.set()
                 self._thread.join()
+        self._settle()
         done = {r["index"] for r in self.rows}
         reason = "the test's traffic never started" if self.t0 is None else "not reached: the test ended first"
         for index, ev in self.events:

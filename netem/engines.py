@@ -12,7 +12,7 @@ made at the receiver because a packet dropped by netfilter on the sender's own o
 the sending socket (EPERM: iperf3 UDP aborts, TCP backs off locally), whereas a link loses packets
 silently; it also keeps a link's rate ahead of its loss, as on a real channel.
 
-Engines, in an explicit registry (a userspace delay engine for hosts without sch_netem will register here):
+Engines, in an explicit registry (ENGINES; the probe picks the first available in PREFERENCE):
 - `netem` (kernel NetEm, the normal path where `sch_netem` exists): root HTB qdisc `5eed:` whose default
   sends unclassified traffic (broadcasts included) straight out; one HTB class per impaired destination (its
   rate, or unshaped), selected by a u32 filter on the destination MAC, with a netem leaf for delay, jitter,
@@ -21,6 +21,10 @@ Engines, in an explicit registry (a userspace delay engine for hosts without sch
 - `nft` (the fallback where `sch_netem` is missing, as on our VMs): an nftables table `netdev swarm_emu` in
   the receiving node drops frames per source MAC (`numgen random` for random loss; every frame for a link
   that is down) in the ISL device's ingress hook, and the sender's HTB classes (no netem leaf) limit the rate.
+- `userspace` (where sch_netem is missing but iptables NFQUEUE works, as on our VMs): every NetEm condition in
+  swarm-linkd (netem/linkd/, Rust), one process per node; iptables in the receiving node's mangle PREROUTING
+  queues the frames of each impaired source MAC to it, and it holds, drops, corrupts, duplicates and releases
+  them (rate composed with delay as NetEm's). Its configuration is `linkd_line` per link.
 A parameter the active engine cannot apply is a SpecError naming the parameter and the missing kernel
 feature, raised before anything is applied; never a silent no-op.
 """
@@ -47,11 +51,14 @@ ASSUMED_BPS = 10**9  # rate assumed for sizing a netem queue when the link has n
 class NodeCommands:
     """What one node runs: tc argv lists that build its tree (empty: no qdisc of ours), an nft script that
     replaces its table (None: no table of ours), and whether its ISL interface must hand packets to the
-    stack one segment at a time (`segment`, see `needs_segmentation`)."""
+    stack one segment at a time (`segment`, see `needs_segmentation`); for the userspace engine, the
+    configuration of the node's engine process (`linkd`) and its iptables rules (`ipt`)."""
 
     tc: list[list[str]]
     nft: str | None
     segment: bool = False
+    linkd: str | None = None  # userspace engine: its configuration (None: no link of this node's goes through it)
+    ipt: str | None = None  # userspace engine: the iptables-restore script of its NFQUEUE rules
 
 
 def needs_segmentation(egress: dict[str, Impairment]) -> bool:
@@ -113,12 +120,16 @@ def netem_args(imp: Impairment) -> list[str]:
         args += ["delay", tc_time(eff.delay)]
         if eff.jitter is not None:
             args.append(tc_time(eff.jitter))
+            if eff.jitter_correlation is not None:
+                args.append(tc_pct(eff.jitter_correlation))
             if eff.jitter_distribution:
                 args += ["distribution", eff.jitter_distribution]
     if eff.loss is not None:
         args += ["loss", "random", tc_pct(eff.loss)]
         if eff.loss_correlation is not None:
             args.append(tc_pct(eff.loss_correlation))
+    if eff.loss_gemodel is not None:
+        args += ["loss", "gemodel", *(tc_pct(x) for x in eff.loss_gemodel)]
     if eff.corrupt is not None:
         args += ["corrupt", tc_pct(eff.corrupt)]
     if eff.duplicate is not None:
@@ -235,9 +246,16 @@ class Engine:
                     feature = missing[param]
                     can = ", ".join("link up/down" if p == "up" else p for p in self.supported()
                                     if p not in ("jitter_distribution", "loss_correlation"))
+                    also = ""
+                    if self.name == "nft" and feature == "sch_netem":  # say why the userspace engine is not used
+                        userspace = sorted(set(UserspaceEngine(self.caps).needs().values()))
+                        if userspace:
+                            also = (" and the userspace engine needs "
+                                    f"{' and '.join(FEATURE_HELP.get(f, f) for f in userspace)}")
                     raise SpecError(
                         f"{where}: link {src}->{dst}: {param} {shown}: impairment engine '{self.name}' cannot apply it "
-                        f"because this kernel lacks {FEATURE_HELP.get(feature, feature)}; possible here: {can or 'nothing'}")
+                        f"because this kernel lacks {FEATURE_HELP.get(feature, feature)}{also}; possible here: "
+                        f"{can or 'nothing'}")
 
     def plan_node(self, iface: str, egress: dict[str, Impairment], ingress: dict[str, Impairment],
                   labels: dict[str, str] | None = None) -> NodeCommands:
@@ -287,7 +305,8 @@ class NetemEngine(Engine):
 class NftEngine(Engine):
     name = "nft"
     summary = "nftables drops for loss and cuts, HTB classes for rate"
-    NEEDS_NETEM = ("delay", "jitter", "jitter_distribution", "loss_correlation", "corrupt", "duplicate", "reorder")
+    NEEDS_NETEM = ("delay", "jitter", "jitter_distribution", "jitter_correlation", "loss_correlation", "loss_gemodel",
+                   "corrupt", "duplicate", "reorder")
 
     def available(self) -> bool:
         return self.caps.nftables
@@ -305,24 +324,193 @@ class NftEngine(Engine):
                             segment=needs_segmentation(egress))
 
 
-# The registry. A userspace engine (delay and jitter without sch_netem) adds itself here and to PREFERENCE.
-ENGINES: dict[str, type[Engine]] = {NetemEngine.name: NetemEngine, NftEngine.name: NftEngine}
-PREFERENCE = ("netem", "nft")
+# ------------------------------------------------------------------------------------------ TCP buffers
+TCP_BUFFER_MIN = 6 * 2**20  # never below Linux's default tcp_rmem maximum (6 MiB)
+TCP_BUFFER_MAX = 2**30
 
 
-def choose_engine(caps: Capabilities, pinned: str | None = None) -> Engine:
+def tcp_buffer_bytes(links: DirectedLinks, node: str) -> int:
+    """TCP buffer size for `node`: twice the largest bandwidth-delay product of a path it sends or receives
+    on (rate of the link, or ASSUMED_BPS without one, x round trip = delay + jitter both ways), at least
+    Linux's default 6 MiB; 0 when none of its links has a delay."""
+    best = 0
+    for (src, dst), imp in links.items():
+        if node not in (src, dst):
+            continue
+        fwd, back = imp.effective(), links.get((dst, src), Impairment()).effective()
+        rtt_ms = sum((x.delay or 0) + (x.jitter or 0) for x in (fwd, back))
+        if rtt_ms <= 0:
+            continue
+        best = max(best, (fwd.rate or ASSUMED_BPS) * rtt_ms / 1000 / 8)
+    if not best:
+        return 0
+    return int(min(TCP_BUFFER_MAX, max(TCP_BUFFER_MIN, 2 * best)))
+
+
+def tcp_buffer_sysctls(size: int) -> dict[str, str]:
+    """The sysctls that let TCP autotuning grow to `size` bytes (the net.core maxima bound setsockopt)."""
+    return {"net.ipv4.tcp_rmem": f"4096 131072 {size}", "net.ipv4.tcp_wmem": f"4096 16384 {size}",
+            "net.core.rmem_max": str(size), "net.core.wmem_max": str(size)}
+
+
+# ------------------------------------------------------------------------------------ userspace engine
+LINKD_CHAIN = "SWARM_EMU_LINKS"  # the framework's own chain in the node's mangle table (PREROUTING jumps to it)
+LINKD_QUEUE = 0  # NFQUEUE number (queues are per network namespace: one engine per node)
+LINKD_MAX_BYTES = 1 << 30  # data one node's engine may hold (rate x delay); beyond: a SpecError, nothing applied
+LINKD_CONTROL = "/run/swarm-linkd.sock"  # the engine's control socket inside the node (its own /run)
+LINKD_STATE = "/run/swarm-linkd.conf"  # its last configuration, read again if it restarts
+
+
+def _us(ms: float) -> str:
+    return f"{round(ms * 1000)}us"
+
+
+def linkd_line(mac: str, imp: Impairment, label: str = "") -> str:
+    """One link of the userspace engine's configuration (swarm-linkd's `link <src MAC> key=value ...`),
+    with the same meaning as netem_args: same queue limit, same distributions and loss models."""
+    eff = imp.effective()
+    comment = f"  # {label}" if label else ""
+    if eff.down:
+        return f"link {mac.lower()} down{comment}"
+    kv = []
+    if eff.delay is not None:
+        kv.append(f"delay={_us(eff.delay)}")
+        if eff.jitter is not None:
+            kv.append(f"jitter={_us(eff.jitter)}")
+            if eff.jitter_distribution:
+                kv.append(f"dist={eff.jitter_distribution}")
+            if eff.jitter_correlation is not None:
+                kv.append(f"delay_corr={eff.jitter_correlation:g}%")
+    if eff.loss is not None:
+        kv.append(f"loss={eff.loss:g}%")
+        if eff.loss_correlation is not None:
+            kv.append(f"loss_corr={eff.loss_correlation:g}%")
+    if eff.loss_gemodel is not None:
+        kv.append("ge=" + ",".join(f"{x:g}%" for x in eff.loss_gemodel))
+    if eff.rate is not None:
+        kv.append(f"rate={eff.rate}")
+    for key in ("corrupt", "duplicate", "reorder"):
+        if getattr(eff, key) is not None:
+            kv.append(f"{key}={getattr(eff, key):g}%")
+    kv.append(f"limit={netem_limit(eff)}")
+    return f"link {mac.lower()} {' '.join(kv)}{comment}"
+
+
+def plan_linkd(per_src: dict[str, Impairment], labels: dict[str, str] | None = None) -> str | None:
+    """The receiving node's engine configuration: one line per impaired source MAC (None: nothing)."""
+    lines = [linkd_line(mac, per_src[mac], (labels or {}).get(mac, "")) for mac in _sorted_dsts(per_src)
+             if not per_src[mac].empty]
+    return "".join(f"{line}\n" for line in lines) or None
+
+
+def plan_ipt(per_src: dict[str, Impairment]) -> str | None:
+    """iptables-restore script (table mangle, run with --noflush) that fills the framework's chain with one
+    NFQUEUE rule per impaired source MAC; no --queue-bypass, so packets drop while no engine listens (fail
+    closed). The chain is declared, which empties it first; PREROUTING's jump to it is made by the runtime."""
+    macs = [mac for mac in _sorted_dsts(per_src) if not per_src[mac].empty]
+    rules = "".join(f"-A {LINKD_CHAIN} -m mac --mac-source {mac.lower()} -j NFQUEUE --queue-num {LINKD_QUEUE}\n"
+                    for mac in macs)
+    return f"*mangle\n:{LINKD_CHAIN} - [0:0]\n{rules}COMMIT\n" if macs else None
+
+
+def linkd_held_bytes(imp: Impairment) -> int:
+    """Bytes one link makes the engine hold: its rate over its delay (+ jitter); 0 without a rate."""
+    eff = imp.effective()
+    if eff.down or not eff.rate:
+        return 0
+    return int(eff.rate * ((eff.delay or 0) + (eff.jitter or 0)) / 1000 / 8)
+
+
+class UserspaceEngine(Engine):
+    name = "userspace"
+    summary = ("swarm-linkd: every NetEm condition in a userspace process per node, on iptables NFQUEUE "
+               "at the receiver, selected by the sender's MAC")
+
+    def available(self) -> bool:
+        return self.caps.nfqueue and bool(self.caps.linkd)
+
+    def needs(self) -> dict[str, str]:
+        if not self.caps.nfqueue:
+            return {p: "nfqueue" for p in PARAMS}
+        if not self.caps.linkd:
+            return {p: "swarm-linkd" for p in PARAMS}
+        return {}
+
+    def check(self, links: DirectedLinks, where: str = "links") -> None:
+        super().check(links, where)
+        per_node: dict[str, int] = {}
+        for (src, dst), imp in sorted(links.items()):
+            held = linkd_held_bytes(imp)
+            per_node[dst] = per_node.get(dst, 0) + held
+            if held > LINKD_MAX_BYTES or per_node[dst] > LINKD_MAX_BYTES:
+                eff = imp.effective()
+                raise SpecError(
+                    f"{where}: link {src}->{dst}: delay {format_time(eff.delay or 0)} at rate {format_rate(eff.rate)}: "
+                    f"{dst}'s userspace engine would hold {per_node[dst] / 1e9:.2f} GB, above its bound of "
+                    f"{LINKD_MAX_BYTES / 1e9:.2f} GB; lower the rate or the delay")
+
+    def plan_node(self, iface, egress, ingress, labels=None) -> NodeCommands:
+        # a cut also drops at the ingress hook when nftables exists (that also stops ARP, which iptables never
+        # sees); the engine drops the link's IP packets either way
+        down = {mac: imp for mac, imp in ingress.items() if imp.effective().down} if self.caps.nftables else {}
+        return NodeCommands(tc=[], nft=plan_nft(iface, down, labels), segment=False,
+                            linkd=plan_linkd(ingress, labels), ipt=plan_ipt(ingress))
+
+
+FEATURE_HELP.update({"nfqueue": "the iptables NFQUEUE target (xt_NFQUEUE)",
+                     "swarm-linkd": "the swarm-linkd binary (run `make setup`, which builds it with cargo)"})
+
+# The registry: kernel NetEm where sch_netem exists, else the userspace engine, else nftables + HTB.
+ENGINES: dict[str, type[Engine]] = {NetemEngine.name: NetemEngine, UserspaceEngine.name: UserspaceEngine,
+                                    NftEngine.name: NftEngine}
+PREFERENCE = ("netem", "userspace", "nft")
+
+
+def choose_engine(caps: Capabilities, pinned: str | None = None, skip: tuple[str, ...] = ()) -> Engine:
     """The engine to use here: `pinned` if given (a SpecError if this host cannot run it), else the first
-    available in PREFERENCE (kernel NetEm where sch_netem exists, else nftables + HTB)."""
+    available in PREFERENCE that is not in `skip` (kernel NetEm where sch_netem exists, else the userspace
+    engine, else nftables + HTB)."""
     if pinned is not None:
         if pinned not in ENGINES:
             raise SpecError(f"engine {pinned!r}: unknown impairment engine (known: {', '.join(ENGINES)})")
         engine = ENGINES[pinned](caps)
         if not engine.available():
-            feature = "sch_netem" if pinned == "netem" else "nftables"
-            raise SpecError(f"engine {pinned!r}: this kernel lacks {FEATURE_HELP[feature]}")
+            missing = sorted(set(engine.needs().values())) or ["sch_netem" if pinned == "netem" else "nftables"]
+            usable = [n for n in PREFERENCE if ENGINES[n](caps).available()]
+            where = "host" if "swarm-linkd" in missing else "kernel"
+            raise SpecError(f"engine {pinned!r}: this {where} lacks {', '.join(FEATURE_HELP.get(f, f) for f in missing)}"
+                            f" (usable here: {', '.join(usable) or 'none'})")
         return engine
     for name in PREFERENCE:
         engine = ENGINES[name](caps)
-        if engine.available():
+        if name not in skip and engine.available():
             return engine
-    return ENGINES[PREFERENCE[-1]](caps)  # nothing available: every parameter will be a clear error
+    return NoEngine(caps)  # nothing available: every parameter is a clear error naming what is missing
+
+
+class NoEngine(Engine):
+    """No engine runs here (neither NetEm, nor NFQUEUE + swarm-linkd, nor nftables): every condition is refused
+    with what each engine would need."""
+
+    name = "none"
+    summary = "no impairment engine runs on this host"
+
+    def available(self) -> bool:
+        return False
+
+    def needs(self) -> dict[str, str]:
+        return {p: "any" for p in PARAMS}
+
+    def check(self, links: DirectedLinks, where: str = "links") -> None:
+        for (src, dst), imp in sorted(links.items()):
+            values = imp.effective().values()
+            if values:
+                param, value = next(iter(values.items()))
+                userspace = sorted(set(UserspaceEngine(self.caps).needs().values()))
+                raise SpecError(
+                    f"{where}: link {src}->{dst}: {param} {_show(param, value)}: no impairment engine runs here: "
+                    f"this kernel lacks nftables and {FEATURE_HELP['sch_netem']}, and the userspace engine needs "
+                    f"{' and '.join(FEATURE_HELP[f] for f in userspace)}; links can only run unimpaired")
+
+    def plan_node(self, iface, egress, ingress, labels=None) -> NodeCommands:
+        return NodeCommands(tc=[], nft=None)

@@ -9,7 +9,9 @@ parameter keeps the others. A parameter is switched off by setting it to its neu
 
 Units (strings as in the spec and CLI; bare numbers are the unit in brackets):
 - delay, jitter: "250ms", "1.3s", "500us" [milliseconds]
-- loss, loss_correlation, corrupt, duplicate, reorder: "1%", "0.5%" [percent]
+- loss, loss_correlation, jitter_correlation, corrupt, duplicate, reorder: "1%", "0.5%" [percent]
+- loss_gemodel: Gilbert-Elliott loss as NetEm's `loss gemodel p r 1-h 1-k`: "1%,10%,50%,0%" (or a list);
+  missing values take NetEm's defaults (r = 100 - p, 1-h = 100 %, 1-k = 0 %). Replaces `loss`.
 - rate: "10Mbit", "10M", "10Mbps", "500kbit", "1.5G", "0" (unlimited) [bit/s]. Decimal units, bits: unlike
   `tc`, "Mbps" means megabits per second here (as in iperf3 and the thesis).
 
@@ -23,6 +25,8 @@ Units (strings as in the spec and CLI; bare numbers are the unit in brackets):
         - {node: sat04, loss: 5%}                                    # all of sat04's ISL traffic (in and out)
         - {node: sat04, direction: out, rate: 1Mbit}                 # only what sat04 sends
       engine: nft                           # optional: pin an engine (default: picked by the capability probe)
+      tcp_buffers: bdp                      # optional: TCP buffers of each node sized from its links' BDP
+                                            # (netem.engines.tcp_buffer_sysctls), for TCP over seconds of delay
 """
 from __future__ import annotations
 
@@ -36,13 +40,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from swarm.errors import SpecError
 from swarm.units import format_rate, format_time, parse_link_rate, parse_percent, parse_time_ms
 
-PARAMS = ("delay", "jitter", "jitter_distribution", "loss", "loss_correlation", "rate", "corrupt", "duplicate",
-          "reorder", "up")
+PARAMS = ("delay", "jitter", "jitter_distribution", "jitter_correlation", "loss", "loss_correlation", "loss_gemodel",
+          "rate", "corrupt", "duplicate", "reorder", "up")
 DISTRIBUTIONS = ("uniform", "normal", "pareto", "paretonormal")
 # The engines of the registry in netem/engines.py (which plans from this model, so the model names them
 # instead of importing it); a unit test checks that the two agree.
-ENGINE_NAMES = ("netem", "nft")
-_PERCENT_FIELDS = ("loss", "loss_correlation", "corrupt", "duplicate", "reorder")
+ENGINE_NAMES = ("netem", "userspace", "nft")
+_PERCENT_FIELDS = ("jitter_correlation", "loss", "loss_correlation", "corrupt", "duplicate", "reorder")
 
 
 
@@ -57,8 +61,10 @@ class Impairment(_Strict):
     delay: Optional[float] = None  # ms, one-way
     jitter: Optional[float] = None  # ms
     jitter_distribution: Optional[Literal["uniform", "normal", "pareto", "paretonormal"]] = None
+    jitter_correlation: Optional[float] = None  # %
     loss: Optional[float] = None  # %
     loss_correlation: Optional[float] = None  # %
+    loss_gemodel: Optional[tuple[float, float, float, float]] = None  # % p, r, 1-h, 1-k
     rate: Optional[int] = None  # bit/s; 0 = unlimited
     corrupt: Optional[float] = None  # %
     duplicate: Optional[float] = None  # %
@@ -74,6 +80,19 @@ class Impairment(_Strict):
     @classmethod
     def _pct(cls, v: Any, info) -> Optional[float]:
         return None if v is None else parse_percent(v, info.field_name)
+
+    @field_validator("loss_gemodel", mode="before")
+    @classmethod
+    def _gemodel(cls, v: Any) -> Optional[tuple[float, float, float, float]]:
+        if v is None:
+            return None
+        parts = [x.strip() for x in v.split(",")] if isinstance(v, str) else list(v) if isinstance(v, (list, tuple)) else [v]
+        if not 1 <= len(parts) <= 4:
+            raise ValueError(f"loss_gemodel {v!r}: expected p[,r[,1-h[,1-k]]] percentages, e.g. 1%,10%,50%,0%")
+        vals = [parse_percent(x, "loss_gemodel") for x in parts]
+        p = vals[0]
+        defaults = [p, 100.0 - p, 100.0, 0.0]
+        return tuple(vals + defaults[len(vals):])
 
     @field_validator("rate", mode="before")
     @classmethod
@@ -102,13 +121,17 @@ class Impairment(_Strict):
     def effective(self) -> "Impairment":
         """Neutral values (0 %, 0 ms, unlimited rate, link up) dropped: what an engine must apply."""
         vals = self.values()
-        for key in ("delay", "jitter", "loss", "loss_correlation", "rate", "corrupt", "duplicate", "reorder"):
+        for key in ("delay", "jitter", "jitter_correlation", "loss", "loss_correlation", "rate", "corrupt", "duplicate",
+                    "reorder"):
             if vals.get(key) == 0:
                 vals.pop(key)
+        if vals.get("loss_gemodel") is not None and vals["loss_gemodel"][0] == 0 and vals["loss_gemodel"][3] == 0:
+            vals.pop("loss_gemodel")  # never leaves the good state, never loses there: no loss
         if vals.get("up") is True:
             vals.pop("up")
         if "jitter" not in vals:
             vals.pop("jitter_distribution", None)
+            vals.pop("jitter_correlation", None)
         if "loss" not in vals:
             vals.pop("loss_correlation", None)
         if vals.get("jitter_distribution") == "uniform":
@@ -131,6 +154,9 @@ class Impairment(_Strict):
         if eff.jitter is not None and eff.delay is not None and eff.jitter > eff.delay:
             raise SpecError(f"{where}: jitter {format_time(eff.jitter)} is larger than the delay "
                             f"{format_time(eff.delay)} (a packet cannot arrive before it was sent)")
+        if eff.loss is not None and eff.loss_gemodel is not None:
+            raise SpecError(f"{where}: loss {eff.loss:g}% and loss_gemodel: give one loss model (set loss: 0 to use "
+                            "loss_gemodel)")
         if eff.reorder is not None and eff.delay is None:
             raise SpecError(f"{where}: reorder {eff.reorder:g}% needs a delay (reordered packets skip the delay)")
 
@@ -144,10 +170,13 @@ class Impairment(_Strict):
             parts.append(f"delay {format_time(eff.delay)}")
         if eff.jitter is not None:
             dist = f" ({eff.jitter_distribution})" if eff.jitter_distribution else ""
-            parts.append(f"jitter {format_time(eff.jitter)}{dist}")
+            corr = f" (corr {eff.jitter_correlation:g}%)" if eff.jitter_correlation is not None else ""
+            parts.append(f"jitter {format_time(eff.jitter)}{dist}{corr}")
         if eff.loss is not None:
             corr = f" (corr {eff.loss_correlation:g}%)" if eff.loss_correlation is not None else ""
             parts.append(f"loss {eff.loss:g}%{corr}")
+        if eff.loss_gemodel is not None:
+            parts.append("loss gemodel " + "/".join(f"{x:g}%" for x in eff.loss_gemodel))
         if eff.rate is not None:
             parts.append(f"rate {format_rate(eff.rate)}")
         for key in ("corrupt", "duplicate", "reorder"):
@@ -238,6 +267,7 @@ class LinksSpec(_Strict):
     default: Optional[LinkValues] = None
     overrides: list[LinkOverride] = Field(default_factory=list)
     engine: Optional[str] = None
+    tcp_buffers: Optional[Literal["bdp"]] = None  # size each node's TCP buffers from its links' bandwidth-delay product
 
     @field_validator("engine")
     @classmethod
@@ -248,6 +278,12 @@ class LinksSpec(_Strict):
 
 
 DirectedLinks = dict[tuple[str, str], Impairment]
+
+
+def links_with_engine(links: Optional[LinksSpec], engine: str) -> LinksSpec:
+    """`links` (or none) with its engine pinned to `engine` (validated: an unknown name is a SpecError)."""
+    doc = links.model_dump(exclude_none=True) if links is not None else {}
+    return _validate(LinksSpec, {**doc, "engine": engine}, "--engine")
 
 
 def check_nodes(links: LinksSpec, nodes: list[str], where: str = "links") -> None:

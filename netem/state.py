@@ -115,7 +115,7 @@ def node_needs_visit(rec: dict, has_conditions: bool, clearing: bool) -> bool:
     """A node with no conditions, nothing of ours applied before and no `clearing` is not touched, so nodes
     without conditions never need tc or nft in their image."""
     had_tc, had_nft = had_parts(rec)
-    return has_conditions or had_tc or had_nft or clearing or "gso_saved" in rec
+    return has_conditions or had_tc or had_nft or clearing or "gso_saved" in rec or bool(rec.get("linkd_links"))
 
 
 def parts_to_apply(rec: dict, cmds: NodeCommands, engine: str, force: bool, clearing: bool) -> tuple[bool, bool]:

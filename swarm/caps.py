@@ -24,6 +24,8 @@ class Capabilities:
     batmand: bool
     ddsperf: bool
     htb: bool = False  # HTB qdisc: per-link rate limits of the impairment engines
+    nfqueue: bool = False  # iptables NFQUEUE target: the userspace link engine's hook
+    linkd: str = ""  # path of the userspace link engine's binary (swarm-linkd, built by `make setup`); "" = none
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -6,6 +6,8 @@
 - link rates (`rate:` of a link): parse_link_rate -> bit/s (0: unlimited); format_rate back
 - sweep rates (the thesis's '10k', '1Mbps'): parse_rate -> bit/s; rate_label back ('10kbps')
 - sample rates ('100Hz', '2kHz', 'inf'): rate_hz -> samples per second
+- orbits (netem/orbits): parse_length_km, parse_angle_deg, parse_frequency_hz, parse_db, parse_speed_km_s
+  (propagation speed, 'c' / '0.59c'), parse_epoch (UTC instants)
 
 Link parsers raise ValueError (they run inside pydantic validators, which name the field); the sweep's
 rate parser raises SpecError (it is called on already-validated lists).
@@ -90,16 +92,17 @@ def format_rate(bps: int) -> str:
 
 
 # ---------------------------------------------------------------------------- experiments and sweeps
-_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m)?$")
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?$")
+_DURATION_MULT = {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(value: Any, field: str = "duration") -> float:
-    """'10s', '500ms', '2m', 10 -> seconds (> 0)."""
+    """'10s', '500ms', '2m', '10min', '1.5h', '1d', 10 -> seconds (> 0)."""
     match = _DURATION_RE.match(str(value).strip())
     if not match:
-        raise ValueError(f"{field} {value!r}: expected seconds, e.g. 10, 10s, 500ms or 2m")
+        raise ValueError(f"{field} {value!r}: expected seconds, e.g. 10, 10s, 500ms, 2m or 1.5h")
     number, unit = float(match.group(1)), match.group(2) or "s"
-    seconds = number * {"ms": 0.001, "s": 1, "m": 60}[unit]
+    seconds = number * _DURATION_MULT[unit]
     if seconds <= 0:
         raise ValueError(f"{field} {value!r}: must be positive")
     return seconds
@@ -137,3 +140,92 @@ def rate_hz(value: str) -> float:
     if v.endswith("kHz"):
         return float(v[:-3]) * 1000
     return float(v.removesuffix("Hz"))
+
+
+# ------------------------------------------------------------------------------------------- orbits
+C_KM_S = 299_792.458  # speed of light in vacuum, km/s
+_NUM = r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+_LENGTH_RE = re.compile(rf"^{_NUM}\s*(km|m)?$")
+_ANGLE_RE = re.compile(rf"^{_NUM}\s*(deg|°|rad)?$")
+_FREQ_RE = re.compile(rf"^{_NUM}\s*([kmg]?)(hz)?$", re.IGNORECASE)
+_DB_RE = re.compile(rf"^{_NUM}\s*(db)?$", re.IGNORECASE)
+_SPEED_RE = re.compile(rf"^{_NUM}?\s*(c|km/s|m/s)$")
+
+
+def _text(value: Any, field: str, example: str) -> str:
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"{field} {value!r}: expected {example}")
+    return str(value).strip().lower()
+
+
+def parse_length_km(value: Any, field: str = "length") -> float:
+    """'550km', '550 km', '400m', 550 (km) -> kilometres (sign kept: callers decide what is sane)."""
+    match = _LENGTH_RE.match(_text(value, field, "a length like 550km or 400m"))
+    if not match:
+        raise ValueError(f"{field} {value!r}: expected a length like 550km or 400m")
+    km = float(match.group(1)) * (0.001 if match.group(2) == "m" else 1.0)
+    if not math.isfinite(km):
+        raise ValueError(f"{field} {value!r}: not a finite length")
+    return km
+
+
+def parse_angle_deg(value: Any, field: str = "angle") -> float:
+    """'53', '53deg', '0.92rad', 53.0 -> degrees."""
+    match = _ANGLE_RE.match(_text(value, field, "an angle in degrees like 53 or 53deg"))
+    if not match:
+        raise ValueError(f"{field} {value!r}: expected an angle in degrees like 53 or 53deg")
+    deg = float(match.group(1))
+    if match.group(2) == "rad":
+        deg = math.degrees(deg)
+    if not math.isfinite(deg):
+        raise ValueError(f"{field} {value!r}: not a finite angle")
+    return deg
+
+
+def parse_frequency_hz(value: Any, field: str = "bandwidth") -> float:
+    """'20MHz', '500kHz', 1e6 -> Hz (> 0)."""
+    match = _FREQ_RE.match(_text(value, field, "a bandwidth like 20MHz"))
+    if not match:
+        raise ValueError(f"{field} {value!r}: expected a bandwidth like 20MHz or 500kHz")
+    hz = float(match.group(1)) * _RATE_MULT[match.group(2).lower()]
+    if not hz > 0:
+        raise ValueError(f"{field} {value!r}: must be positive")
+    return hz
+
+
+def parse_db(value: Any, field: str = "snr") -> float:
+    """'10dB', 10 -> decibels."""
+    match = _DB_RE.match(_text(value, field, "a ratio in dB like 10dB"))
+    if not match:
+        raise ValueError(f"{field} {value!r}: expected a ratio in dB like 10dB")
+    return float(match.group(1))
+
+
+def parse_speed_km_s(value: Any, field: str = "propagation_speed") -> float:
+    """'c', '0.59c' (StarryNet's choice), '200000km/s', '2e8m/s' -> km/s, in (0, c]."""
+    text = _text(value, field, "a speed like c, 0.59c or 200000km/s")
+    match = _SPEED_RE.match(text.replace(" ", ""))
+    if not match:
+        raise ValueError(f"{field} {value!r}: expected a speed like c, 0.59c or 200000km/s")
+    number = float(match.group(1)) if match.group(1) is not None else 1.0
+    km_s = number * {"c": C_KM_S, "km/s": 1.0, "m/s": 0.001}[match.group(2)]
+    if not 0 < km_s <= C_KM_S * (1 + 1e-12):
+        raise ValueError(f"{field} {value!r}: must be above 0 and at most c")
+    return km_s
+
+
+def parse_epoch(value: Any, field: str = "epoch"):
+    """ISO 8601 ('2026-03-20T12:00:00Z', a YAML timestamp) -> an aware UTC datetime (naive = UTC)."""
+    from datetime import datetime, timezone
+
+    if isinstance(value, datetime):
+        dt = value
+    else:
+        text = _text(value, field, "a UTC time like 2026-03-20T12:00:00Z")
+        try:
+            dt = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{field} {value!r}: expected a UTC time like 2026-03-20T12:00:00Z") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc)

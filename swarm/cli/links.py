@@ -44,8 +44,10 @@ def register(cli: click.Group) -> None:
 @click.option("--delay", help="One-way delay, e.g. 100ms or 1.3s (0: none).")
 @click.option("--jitter", help="Delay variation, e.g. 10ms.")
 @click.option("--jitter-distribution", "jitter_distribution", type=click.Choice(["uniform", "normal", "pareto", "paretonormal"]))
+@click.option("--jitter-correlation", "jitter_correlation", help="Jitter correlation, e.g. 25%.")
 @click.option("--loss", help="Random loss, e.g. 2% (0: none).")
 @click.option("--loss-correlation", "loss_correlation", help="Loss correlation, e.g. 25%.")
+@click.option("--loss-gemodel", "loss_gemodel", help="Gilbert-Elliott loss p,r,1-h,1-k as NetEm's gemodel, e.g. 1%,10%,50%,0%.")
 @click.option("--rate", help="Rate limit, e.g. 10Mbit, 10M, 500k (0: unlimited).")
 @click.option("--corrupt", help="Corrupted packets, e.g. 0.1%.")
 @click.option("--duplicate", help="Duplicated packets, e.g. 1%.")
@@ -91,6 +93,8 @@ APPLIED_AT = {  # where each engine of netem.engines acts on a directed link src
     "netem": "on the sender: NetEm under an HTB class per destination on its ISL interface (egress)",
     "nft": "loss and cuts at the receiver (nftables ingress drop, so the sender's socket sees no error); "
            "rate on the sender (HTB class per destination, egress)",
+    "userspace": "at the receiver: swarm-linkd holds and drops the packets iptables NFQUEUE hands it in the "
+                 "receiving node's PREROUTING, per sending MAC (delay, rate, loss ... all there)",
 }
 
 

@@ -20,7 +20,7 @@ from rich.table import Table
 from swarm import __version__
 from swarm.cfs.node import check_cfs
 from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, down_by_name, leftovers, wipe as wipe_all
-from swarm.cli import cfs as cfs_commands, links as link_commands, mesh as mesh_commands
+from swarm.cli import cfs as cfs_commands, links as link_commands, mesh as mesh_commands, orbits as orbit_commands
 from swarm.cli.console import err, out, warn
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
@@ -104,10 +104,13 @@ def init(name: str, nodes: int, backend: str | None, force: bool) -> None:
 @click.option("--keep-on-failure", is_flag=True, help="Leave a failed swarm in place for inspection.")
 @click.option("--timeout", type=float, help="Seconds to wait for readiness (default 60 + 0.5 per node).")
 @click.option("--check", is_flag=True, help="Only validate the spec.")
-def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: float | None, check: bool) -> None:
+@click.option("--engine", help="Pin the impairment engine: netem, userspace or nft (default: the spec's "
+                               "`links.engine`, else kernel NetEm where it exists, else userspace, else nft).")
+def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: float | None, check: bool,
+       engine: str | None) -> None:
     """Bring up the swarm in SPEC_FILE and wait until every node is ready."""
     if check:
-        swarm = Swarm.from_yaml(spec_file, backend=backend)
+        swarm = Swarm.from_yaml(spec_file, backend=backend, engine=engine)
         check_cfs(swarm.spec, swarm.nodes, swarm.backend.name)
         engine = swarm.links.engine
         if swarm.spec.links:
@@ -118,7 +121,7 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
         return
     with ProgressBar("up") as bar:
         swarm = Swarm.from_yaml(spec_file, backend=backend, progress=bar, keep_on_failure=keep_on_failure,
-                                message=lambda m: err.print(m))
+                                message=lambda m: err.print(m), engine=engine)
         seconds = swarm.up(ready_timeout=timeout)
     out.print(f"swarm {swarm.name!r}: {len(swarm.nodes)} nodes up with backend {swarm.backend.name} in {seconds:.1f} s")
     if swarm.mesh_result is not None:
@@ -345,7 +348,7 @@ def report(run_dir: str) -> None:
     _write_report(Path(run_dir))
 
 
-for _commands in (link_commands, cfs_commands, mesh_commands):  # impair, fault; cfs tlm/cmd; mesh
+for _commands in (link_commands, cfs_commands, mesh_commands, orbit_commands):  # impair, fault; cfs; mesh; orbits
     _commands.register(cli)
 
 

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator
 
-from netem.engines import TC_MAJOR, Engine, choose_engine, nft_clear_script
+from netem.engines import TC_MAJOR, Engine, choose_engine, nft_clear_script, tcp_buffer_bytes, tcp_buffer_sysctls
 from netem.model import NONE, DirectedLinks, Impairment, LinkOverride, resolve_links
 from netem.state import (LINKS_FILE, LinkRow, LinkState, check_partition, node_links, node_needs_visit, parts_to_apply,
                          signature, with_cuts)
@@ -22,6 +22,7 @@ from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.mesh.plan import BATADV_IF, enslaved_interfaces
 from swarm.runtime.backends import swarm_dir
 from swarm.runtime.backends.base import NODE_ACTIONS
+from swarm.runtime.linkd import Linkd
 
 if TYPE_CHECKING:
     from swarm.runtime.swarm import Swarm
@@ -36,10 +37,14 @@ class LinkController:
     def __init__(self, swarm: "Swarm", workers: int = 8):
         self.swarm = swarm
         links = swarm.spec.links
-        self.engine: Engine = choose_engine(swarm.caps, links.engine if links else None)
+        # compose: the userspace engine runs there only when pinned (`engine: userspace`); its binary is copied
+        # into each container and the node image needs iptables, which has been exercised on netns only
+        skip = ("userspace",) if swarm.backend.name == "compose" else ()
+        self.engine: Engine = choose_engine(swarm.caps, links.engine if links else None, skip)
         self.workers = workers
         self.dir = swarm_dir(swarm.workdir, swarm.name)
         self.names = [n.name for n in swarm.nodes]
+        self.linkd = Linkd(swarm)
 
     # ---------------------------------------------------------------------------------- state file
     @property
@@ -227,9 +232,43 @@ class LinkController:
         state = self.load()
         notes = [f"{n}: {rec['gso_note']}; loss hits its TCP in bursts of segments"
                  for n, rec in sorted(state.nodes.items()) if rec.get("gso_note")]
+        notes += self._engine_notes(state)
+        for node, tb in self.tcp_buffers().items():
+            notes.append(f"{node}: TCP buffers sized from the bandwidth-delay product: {tb['bytes'] / 2**20:.0f} MiB "
+                         f"({', '.join(tb['set']) or 'nothing'} set" +
+                         (f"; not settable here: {', '.join(tb['not_set'])}" if tb["not_set"] else "") + ")")
         return {"swarm": self.swarm.name, "engine": self.engine.name, "engine_description": self.engine.describe(),
                 "links": [vars(r) for r in self.rows()], "cuts": len(state.cuts), "node_faults": state.node_faults,
                 "notes": notes, "changed": state.changed}
+
+    def _engine_notes(self, state: LinkState) -> list[str]:
+        """Nodes whose userspace engine should run but does not answer: their impaired links drop everything."""
+        if self.engine.name != "userspace":
+            return []
+        running = self.swarm.backend.node_states(self.swarm.name)
+        notes = []
+        for node, rec in sorted(state.nodes.items()):
+            if rec.get("linkd_links") and running.get(node) == "running" and not self.linkd.ping(node):
+                notes.append(f"{node}: its userspace link engine is not answering: the links into {node} drop every "
+                             "packet (fail closed) until it restarts (see its log, .swarm/<name>/logs/"
+                             f"{node}.linkd.log)")
+        return notes
+
+    def last_change(self) -> dict[str, dict]:
+        """Per node: the userspace engine's generation and when it took the last change (engine's clock)."""
+        state = self.load()
+        return {n: {"gen": rec.get("linkd_gen"), "set_at_ns": rec.get("linkd_set_at_ns")}
+                for n, rec in state.nodes.items() if rec.get("linkd_gen")}
+
+    def first_packet_after(self, nodes: list[str] | None = None) -> dict[str, int]:
+        """Per node (userspace engine): the wall-clock time (ns) at which the first packet met the conditions
+        of its last change (0: none yet)."""
+        out = {}
+        for node in nodes or self.names:
+            head, _ = self.linkd.stats(node)
+            if head:
+                out[node] = int(head.get("first_packet_at_ns", 0))
+        return out
 
     # ------------------------------------------------------------------------------------ applying
     def _push(self, state: LinkState, nodes: list[str] | None = None, force: bool = False,
@@ -282,9 +321,56 @@ class LinkController:
                 self._apply_nft(node.name, cmds.nft)
             rec["nft"] = signature(cmds.nft)
             self._apply_segmentation(node.name, iface, rec, cmds.segment, force)
+            self._apply_linkd(node.name, iface, rec, cmds, force, clearing)
+            self._apply_tcp_buffers(node.name, rec, eff, force)
         except CommandError as exc:
             if not (unknown and exc.returncode in (126, 127)):  # the node's image has no tc / nft: nothing of ours
                 raise
+
+    def _apply_linkd(self, node: str, iface: str, rec: dict, cmds, force: bool, clearing: bool) -> None:
+        """The userspace engine's part: configuration first, then the rules that queue packets to it (so no
+        packet of a new link meets an engine that does not know it); rules first when a link goes away.
+        The engine is started when a node first has a link through it, and restarted if it is gone."""
+        sig = signature([cmds.linkd, cmds.ipt])
+        had = bool(rec.get("linkd_links"))
+        if not (cmds.linkd or had or (clearing and self.engine.name == "userspace" and "linkd" not in rec)):
+            return
+        if rec.get("linkd") == sig and not (force or clearing):
+            return
+        if cmds.linkd:
+            self.linkd.ensure_running(node, rec)
+            reply = self.linkd.configure(node, cmds.linkd)
+            self.linkd.set_rules(node, iface, cmds.ipt)
+            rec["linkd_gen"] = int(reply.get("gen", 0))
+            rec["linkd_set_at_ns"] = int(reply.get("set_at_ns", 0))
+        else:
+            self.linkd.remove_rules(node, iface)
+            if had and self.linkd.ping(node):
+                reply = self.linkd.configure(node, None)
+                rec["linkd_gen"] = int(reply.get("gen", 0))
+                rec["linkd_set_at_ns"] = int(reply.get("set_at_ns", 0))
+        rec["linkd"] = sig
+        rec["linkd_links"] = (cmds.linkd or "").count("\n")
+
+    def _apply_tcp_buffers(self, node: str, rec: dict, eff: DirectedLinks, force: bool) -> None:
+        """With `links: {tcp_buffers: bdp}`: the node's TCP buffer sysctls sized from its links' bandwidth-delay
+        product (netem.engines.tcp_buffer_bytes); what was set (or why not) is kept for `impair --show` and
+        the run's host.json. Only grown, never shrunk below what the node had."""
+        links = self.swarm.spec.links
+        if links is None or links.tcp_buffers != "bdp":
+            return
+        size = tcp_buffer_bytes(eff, node)
+        if not size or (rec.get("tcp_buffers", {}).get("bytes") == size and not force):
+            return
+        done, failed = [], []
+        for key, value in tcp_buffer_sysctls(size).items():
+            res = self._run(node, ["sysctl", "-q", "-w", f"{key}={value}"], check=False)
+            (done if res.ok else failed).append(key)
+        rec["tcp_buffers"] = {"bytes": size, "set": done, "not_set": failed}
+
+    def tcp_buffers(self) -> dict[str, dict]:
+        """Per node: the TCP buffer size set from the BDP and which sysctls took it."""
+        return {n: rec["tcp_buffers"] for n, rec in sorted(self.load().nodes.items()) if rec.get("tcp_buffers")}
 
     def _apply_segmentation(self, node: str, iface: str, rec: dict, wanted: bool, force: bool) -> None:
         """gso_max_segs 1 on the ISL interface while the node sends on a lossy link (engines.needs_segmentation);

@@ -1,8 +1,8 @@
 """Capability probe: what this host can do, found by trying it (never by trusting a list).
 
 Kernel features are tried inside a throwaway network namespace made with `unshare --net`, so the probe
-creates nothing that outlives it. The result says which path the framework will use (kernel NetEm or the
-nftables/TBF fallback, batman-adv or batmand) and is shown by `swarm probe` and stored with results.
+creates nothing that outlives it. The result says which path the framework will use (kernel NetEm, the userspace
+engine on NFQUEUE or the nftables/HTB fallback, batman-adv or batmand) and is shown by `swarm probe` and stored with results.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from functools import lru_cache
 from swarm.caps import Capabilities
 from swarm.errors import CommandError
 from swarm.runtime.runner import Runner
+from swarm.runtime.linkd import linkd_binary
 
 
 def _ok(runner: Runner, argv: list[str], timeout: float = 15) -> bool:
@@ -71,6 +72,9 @@ def probe(runner: Runner | None = None) -> Capabilities:
         batmand=shutil.which("batmand") is not None,
         ddsperf=shutil.which("ddsperf") is not None,
         htb=netns and _ok(runner, in_scratch_netns(["tc", "qdisc", "add", "dev", "lo", "root", "htb"])),
+        nfqueue=netns and _ok(runner, in_scratch_netns(["iptables", "-t", "mangle", "-A", "PREROUTING", "-j", "NFQUEUE",
+                                                        "--queue-num", "0"])),
+        linkd=linkd_binary() or "",
     )
 
 

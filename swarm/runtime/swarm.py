@@ -34,6 +34,7 @@ from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
 from swarm.runtime.runner import Result, Runner
 from swarm.spec.model import NodePlan, SwarmSpec, check_swarm_name, load_spec, plan_nodes, spec_from_dict
+from netem.model import links_with_engine
 
 
 def default_workdir() -> Path:
@@ -70,6 +71,11 @@ def fping_alive(runner_result: Result) -> set[str]:
     return {line.strip() for line in runner_result.stdout.splitlines() if line.strip()}
 
 
+
+def with_engine(spec: SwarmSpec, engine: str) -> SwarmSpec:
+    """`spec` with its impairment engine pinned (`swarm up --engine`); kept in the swarm's state with the spec."""
+    return spec.model_copy(update={"links": links_with_engine(spec.links, engine)})
+
 class Swarm:
     """A swarm described by a spec, on one backend."""
 
@@ -84,8 +90,11 @@ class Swarm:
         progress: Progress = no_progress,
         keep_on_failure: bool = False,
         message: Callable[[str], None] = lambda _msg: None,
+        engine: str | None = None,
         source: str = "",
     ):
+        if engine is not None:  # `--engine`: pins the impairment engine over the spec's `links.engine`
+            spec = with_engine(spec, engine)
         self.spec = spec
         self.source = source  # the spec file, named by errors found after loading (e.g. a link condition)
         self.runner = runner or Runner()

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from swarm.spec.apps import AppSettings, app_environment, app_image, check_apps
 from swarm.errors import VALUE_LIMIT, SpecError
 from netem.model import LinksSpec, resolve_links
+from netem.orbits.spec import parse_orbits
 from swarm.mesh.spec import MeshSpec
 
 MAX_NODES = 1000
@@ -193,6 +194,8 @@ class SwarmSpec(_Strict):
     apps: list[str] = Field(default_factory=list)  # apps in every node (swarm.apps): swarm-app, or a user's image
     app: AppSettings = AppSettings()  # their settings: rate_hz, domain_id, targets, window_s
     mesh: MeshSpec = MeshSpec()  # routing on the ISL network (swarm.mesh): `batman` or `none`
+    # orbit-driven links (netem/orbits/spec.py): validated here, applied by `swarm orbits apply NAME`
+    orbits: Optional[dict[str, Any]] = None
 
     @field_validator("name")
     @classmethod
@@ -236,6 +239,15 @@ class SwarmSpec(_Strict):
                 resolve_links(self.links, [n.name for n in resolved])
             except SpecError as exc:
                 raise ValueError(str(exc)) from None
+        if self.orbits is not None:  # every node the orbits fly must be a node of the swarm
+            try:
+                flown = parse_orbits(self.orbits, "orbits").node_names()
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+            names = {n.name for n in resolved}
+            missing = [n for n in flown if n not in names]
+            if missing:
+                raise ValueError(f"orbits: node {missing[0]!r} is not a node of the swarm")
         return self
 
     def resolved_nodes(self) -> list[NodeSpec]:

@@ -235,7 +235,7 @@ def test_misspelt_experiment_key(tmp_path):
 def test_links_error_at_check_names_the_file(tmp_path, caps):
     if caps.sch_netem:
         pytest.skip("this host can apply a delay: no error to name")
-    (tmp_path / "s.yaml").write_text("name: hd-x\nnodes: 2\nbackend: netns\nlinks: {default: {delay: 10ms}}\n")
+    (tmp_path / "s.yaml").write_text("name: hd-x\nnodes: 2\nbackend: netns\nlinks: {engine: nft, default: {delay: 10ms}}\n")
     res = swarm(["up", "--check", "s.yaml"], tmp_path)
     assert res.returncode == 2 and one_error_line(res).startswith("error: s.yaml: links")
 

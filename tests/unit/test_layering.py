@@ -20,6 +20,7 @@ PACKAGES = ("swarm", "netem", "compose", "experiments", "analysis")
 LAYER_OF = [
     ("swarm.errors", "base"), ("swarm.units", "base"), ("swarm.caps", "base"),
     ("swarm.spec", "spec"), ("swarm.mesh.spec", "spec"), ("netem.model", "spec"),
+    ("netem.orbits.spec", "spec"),  # the `orbits:` section of a swarm spec (pydantic only, like netem.model)
     ("netem", "plan"), ("compose", "plan"), ("swarm.mesh.plan", "plan"), ("swarm.cfs.node", "plan"),
     ("swarm.cfs.ground", "plan"),
     ("swarm.runtime", "runtime"), ("swarm.mesh.runtime", "runtime"), ("swarm.cfs.image", "runtime"),
@@ -37,13 +38,18 @@ ALLOWED = {
     # analysis reads result files with the experiments' pure parsers (raw iperf3 JSON, the app's records).
     ("analysis", "experiments"): lambda src, dst: dst in PURE_EXPERIMENT_MODULES,
 }
-PURE_EXPERIMENT_MODULES = {"experiments.traffic.iperf3", "experiments.traffic.muxresult", "experiments.app.parse"}
+PURE_EXPERIMENT_MODULES = {"experiments.traffic.iperf3", "experiments.traffic.muxresult", "experiments.app.parse",
+                           "experiments.orbits.model"}  # the orbits report re-plans from the stored experiment
 RUNTIME_PREFIXES = ("swarm.runtime", "swarm.mesh.runtime", "swarm.cfs.image", "swarm.cli")
 
 # Imports inside functions: only these, for the CLI's start-up time (pandas, matplotlib) and the package's
 # lazy `Swarm` attribute (PEP 562).
 FUNCTION_LEVEL_OK = {("swarm.cli.main", "experiments.runs"), ("swarm.cli.main", "experiments"),
-                     ("swarm", "swarm.runtime.swarm")}
+                     ("swarm", "swarm.runtime.swarm"),
+                     # `swarm orbits`: the planner, its report and the driver load numpy/pandas/matplotlib
+                     ("swarm.cli.orbits", "analysis.orbits"), ("swarm.cli.orbits", "netem.orbits.planner"),
+                     ("swarm.cli.orbits", "netem.orbits.spec"), ("swarm.cli.orbits", "netem.orbits.records"),
+                     ("swarm.cli.orbits", "swarm.runtime.orbits")}
 
 
 def layer(module: str) -> str:

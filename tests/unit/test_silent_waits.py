@@ -113,11 +113,19 @@ def test_fault_wait_shows_progress_and_ctrl_c_leaves_the_fault(capsys):
     assert "waiting for the mesh to reconverge" in text and "the fault (heal) stays applied" in text
 
 
-@pytest.mark.parametrize("engine, where", [("nft", "loss and cuts at the receiver"), ("netem", "on the sender")])
+@pytest.mark.parametrize("engine, where", [("nft", "loss and cuts at the receiver"), ("netem", "on the sender"),
+                                           ("userspace", "at the receiver")])
 def test_impair_show_says_where_each_engine_applies(engine, where):
     from swarm.cli.links import applied_at
 
     assert applied_at(SimpleNamespace(name=engine)).startswith(where)
+
+
+def test_every_registered_engine_says_where_it_applies():
+    from netem.engines import ENGINES
+    from swarm.cli.links import APPLIED_AT
+
+    assert set(ENGINES) <= set(APPLIED_AT), "a new engine: say in swarm/cli/links.py (or its applied_at) where it acts"
 
 
 def test_readme_impair_example_works_on_a_host_without_netem():

@@ -1,0 +1,1 @@
+"""The `orbits` experiment type: a swarm whose links follow an orbit plan live (`swarm run`)."""

@@ -1,0 +1,552 @@
+"""The `orbits:` spec (pure): which nodes fly which orbits, where the ground stations are, and the link
+policy that turns geometry into links.
+
+    orbits:
+      epoch: 2026-03-20T12:00:00Z    # start of the plan (default: the newest TLE epoch, else 2026-01-01T00:00:00Z)
+      duration: 10min                # how much orbit to plan (default 10min)
+      step: 1s                       # sampling step = link update period (default 1s)
+      propagation_speed: c           # or 0.59c (StarryNet's value), 200000km/s
+      satellites:
+        - walker: {type: delta, total: 12, planes: 3, phasing: 1, altitude: 550km, inclination: 53, prefix: sat}
+        - formation: {count: 3, spacing: 100km, altitude: 500km, inclination: 97.4, prefix: ff}   # leader-follower
+        - {name: iss, tle: ["1 25544U 98067A ...", "2 25544  51.6416 ..."]}
+        - {name: cube, elements: {altitude: 600km, eccentricity: 0.001, inclination: 51.6, raan: 30,
+                                  arg_perigee: 0, mean_anomaly: 90}}
+      ground_stations:
+        - {name: gs01, lat: 47.37, lon: 8.54, alt: 400m, min_elevation: 10}
+      links:
+        isl: {max_range: 5000km, max_degree: 4, rate: 100Mbit}   # rate fixed, or a link budget (below)
+        ground: {min_elevation: 10, max_links: 2, rate: {bandwidth: 20MHz, snr: 10dB, at: 1000km, max: 200Mbit}}
+        atmosphere_margin: 80km      # a line of sight must clear the Earth + this much atmosphere
+        delay_resolution: 1ms        # a link's delay is re-applied when it drifts by more than this
+
+Names follow the swarm's rule ([a-z0-9-]+); generated satellites are <prefix>01, <prefix>02, ... (at least two
+digits, as the swarm spec names its groups), so `walker: {total: 12, prefix: sat}` flies the swarm's
+sat01..sat12. Angles are degrees; bare lengths are km; bare durations are seconds.
+"""
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+import swarm.units as units
+from swarm.errors import SpecError
+
+EARTH_RADIUS_KM = 6378.137  # WGS84 equatorial radius
+MU_KM3_S2 = 398600.8  # WGS72 (SGP4's constants)
+DEFAULT_EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+TLE_WARN_DAYS = 14.0  # SGP4 drifts ~1-3 km/day from a TLE's epoch: beyond two weeks the geometry is a guess
+MAX_SAMPLES = 20_000_000  # steps x nodes: beyond this a plan is a typo (100 nodes x 2 days at 1 s)
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+
+
+def _check_name(what: str, v: str) -> str:
+    if not isinstance(v, str) or not _NAME_RE.match(v) or len(v) > 40:
+        raise ValueError(f"{what} {v!r}: name must match [a-z0-9-]+ (at most 40 characters)")
+    return v
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ------------------------------------------------------------------------------------------- TLE
+def tle_checksum(line: str) -> int:
+    """The TLE checksum: digits summed, each '-' counts 1, modulo 10 (over the first 68 columns)."""
+    return sum(int(c) if c.isdigit() else (1 if c == "-" else 0) for c in line[:68]) % 10
+
+
+def check_tle(lines: list[str], node: str) -> tuple[str, str]:
+    """Two TLE lines (an optional title line is dropped) checked for shape and checksum; errors name the
+    node and the line."""
+    lines = [ln.rstrip() for ln in lines if ln.strip()]
+    if len(lines) == 3 and not lines[0].startswith("1 "):
+        lines = lines[1:]  # a three-line element set: the title is ours to ignore (the node is named)
+    if len(lines) != 2:
+        raise ValueError(f"node {node!r}: TLE must be two lines (got {len(lines)})")
+    for number, line in enumerate(lines, start=1):
+        if not line.startswith(f"{number} "):
+            raise ValueError(f"node {node!r}: TLE line {number} must start with '{number} ' (got {line[:10]!r})")
+        if len(line) != 69:
+            raise ValueError(f"node {node!r}: TLE line {number} has {len(line)} characters, expected 69")
+        if not line[68].isdigit():
+            raise ValueError(f"node {node!r}: TLE line {number} has no checksum digit in column 69")
+        if int(line[68]) != tle_checksum(line):
+            raise ValueError(f"node {node!r}: TLE line {number}: bad checksum {line[68]} "
+                             f"(the line sums to {tle_checksum(line)})")
+    if lines[0][2:7] != lines[1][2:7]:
+        raise ValueError(f"node {node!r}: TLE lines carry different catalogue numbers "
+                         f"({lines[0][2:7].strip()!r} and {lines[1][2:7].strip()!r})")
+    try:
+        float(lines[1][52:63]), float(lines[1][8:16]), float("0." + lines[1][26:33].strip())
+        int(lines[0][18:20]), float(lines[0][20:32])
+    except ValueError:
+        raise ValueError(f"node {node!r}: TLE line 2: unreadable number in the element fields") from None
+    return lines[0], lines[1]
+
+
+def tle_epoch(line1: str) -> datetime:
+    """A TLE's epoch (columns 19-32: two-digit year, fractional day of year)."""
+    yy = int(line1[18:20])
+    year = 2000 + yy if yy < 57 else 1900 + yy
+    return datetime(year, 1, 1, tzinfo=timezone.utc) + timedelta(days=float(line1[20:32]) - 1)
+
+
+# ---------------------------------------------------------------------------------- orbit sources
+class Elements(_Strict):
+    """Keplerian (SGP4 mean) elements. Give `altitude` (of a circular orbit's radius above the equator)
+    or `semi_major_axis`."""
+
+    altitude: Optional[float] = None  # km
+    semi_major_axis: Optional[float] = None  # km
+    eccentricity: float = Field(0.0, ge=0.0, lt=1.0)
+    inclination: float = 0.0  # deg
+    raan: float = 0.0  # deg
+    arg_perigee: float = 0.0  # deg
+    mean_anomaly: float = 0.0  # deg
+    bstar: float = 0.0  # drag term (1/earth radii); 0: no decay
+    epoch: Optional[datetime] = None  # default: the plan's epoch
+
+    @field_validator("altitude", "semi_major_axis", mode="before")
+    @classmethod
+    def _len(cls, v: Any, info) -> Optional[float]:
+        return None if v is None else units.parse_length_km(v, info.field_name)
+
+    @field_validator("inclination", "raan", "arg_perigee", "mean_anomaly", mode="before")
+    @classmethod
+    def _ang(cls, v: Any, info) -> float:
+        return units.parse_angle_deg(v, info.field_name)
+
+    @field_validator("epoch", mode="before")
+    @classmethod
+    def _epoch(cls, v: Any) -> Optional[datetime]:
+        return None if v is None else units.parse_epoch(v)
+
+    @field_validator("inclination")
+    @classmethod
+    def _incl(cls, v: float) -> float:
+        if not 0 <= v <= 180:
+            raise ValueError(f"inclination {v:g}: must be between 0 and 180 degrees")
+        return v
+
+    @model_validator(mode="after")
+    def _above_ground(self) -> "Elements":
+        if (self.altitude is None) == (self.semi_major_axis is None):
+            raise ValueError("give one of altitude or semi_major_axis")
+        a = self.a_km
+        perigee_alt = a * (1 - self.eccentricity) - EARTH_RADIUS_KM
+        if perigee_alt <= 0:
+            what = (f"altitude {self.altitude:g} km" if self.altitude is not None
+                    else f"semi_major_axis {a:g} km")
+            raise ValueError(f"{what} with eccentricity {self.eccentricity:g}: perigee {perigee_alt:.0f} km "
+                             f"is below the Earth's surface")
+        return self
+
+    @property
+    def a_km(self) -> float:
+        return self.semi_major_axis if self.semi_major_axis is not None else EARTH_RADIUS_KM + self.altitude
+
+
+class Walker(_Strict):
+    """A Walker constellation i:t/p/f. delta: planes spread over 360 deg of RAAN; star: over 180 deg."""
+
+    type: Literal["delta", "star"] = "delta"
+    total: int = Field(ge=1, le=10_000)
+    planes: int = Field(ge=1)
+    phasing: int = Field(0, ge=0)
+    altitude: float  # km
+    inclination: float  # deg
+    raan: float = 0.0  # deg: RAAN of the first plane
+    prefix: str = "sat"
+
+    _len = field_validator("altitude", mode="before")(lambda v: units.parse_length_km(v, "altitude"))
+    _ang = field_validator("inclination", "raan", mode="before")(
+        lambda v, info: units.parse_angle_deg(v, info.field_name))
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        return _check_name("prefix", v + "0")[:-1]
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Walker":
+        if self.total % self.planes:
+            raise ValueError(f"total {self.total} is not a multiple of planes {self.planes}")
+        if self.phasing >= self.planes:
+            raise ValueError(f"phasing {self.phasing}: must be below planes ({self.planes})")
+        if self.altitude <= 0:
+            raise ValueError(f"altitude {self.altitude:g} km is below the Earth's surface")
+        if not 0 <= self.inclination <= 180:
+            raise ValueError(f"inclination {self.inclination:g}: must be between 0 and 180 degrees")
+        return self
+
+    def names(self) -> list[str]:
+        width = max(2, len(str(self.total)))
+        return [f"{self.prefix}{i:0{width}d}" for i in range(1, self.total + 1)]
+
+    def elements(self) -> list[Elements]:
+        per_plane = self.total // self.planes
+        spread = 360.0 if self.type == "delta" else 180.0
+        out = []
+        for k in range(self.total):
+            plane, slot = divmod(k, per_plane)
+            out.append(Elements(
+                altitude=self.altitude, inclination=self.inclination,
+                raan=(self.raan + plane * spread / self.planes) % 360,
+                mean_anomaly=(slot * 360.0 / per_plane + plane * self.phasing * 360.0 / self.total) % 360))
+        return out
+
+
+class Formation(_Strict):
+    """Leader-follower: `count` satellites on one circular orbit, each `spacing` (straight-line distance)
+    behind the one before."""
+
+    count: int = Field(ge=1, le=10_000)
+    spacing: float  # km
+    altitude: float  # km
+    inclination: float = 0.0
+    raan: float = 0.0
+    mean_anomaly: float = 0.0  # of the leader
+    prefix: str = "sat"
+
+    _len = field_validator("spacing", "altitude", mode="before")(
+        lambda v, info: units.parse_length_km(v, info.field_name))
+    _ang = field_validator("inclination", "raan", "mean_anomaly", mode="before")(
+        lambda v, info: units.parse_angle_deg(v, info.field_name))
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        return _check_name("prefix", v + "0")[:-1]
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Formation":
+        if self.altitude <= 0:
+            raise ValueError(f"altitude {self.altitude:g} km is below the Earth's surface")
+        r = EARTH_RADIUS_KM + self.altitude
+        if not 0 < self.spacing <= 2 * r:
+            raise ValueError(f"spacing {self.spacing:g} km: must be above 0 and at most the orbit's diameter")
+        if (self.count - 1) * self.angle_deg >= 360:
+            raise ValueError(f"{self.count} satellites {self.spacing:g} km apart do not fit on one orbit")
+        return self
+
+    @property
+    def angle_deg(self) -> float:
+        r = EARTH_RADIUS_KM + self.altitude
+        return math.degrees(2 * math.asin(self.spacing / (2 * r)))  # chord -> central angle
+
+    def names(self) -> list[str]:
+        width = max(2, len(str(self.count)))
+        return [f"{self.prefix}{i:0{width}d}" for i in range(1, self.count + 1)]
+
+    def elements(self) -> list[Elements]:
+        return [Elements(altitude=self.altitude, inclination=self.inclination, raan=self.raan,
+                         mean_anomaly=(self.mean_anomaly - k * self.angle_deg) % 360) for k in range(self.count)]
+
+
+class SatelliteEntry(_Strict):
+    """One item of `satellites:`: a named node with a TLE or elements, or a generator (walker, formation)."""
+
+    name: Optional[str] = None
+    tle: Optional[Any] = None  # two lines (a list, or one string with a newline)
+    elements: Optional[Elements] = None
+    walker: Optional[Walker] = None
+    formation: Optional[Formation] = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else _check_name("node", v)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "SatelliteEntry":
+        given = [k for k in ("tle", "elements", "walker", "formation") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of tle, elements, walker, formation (got {given or 'none'})")
+        if given[0] in ("tle", "elements") and self.name is None:
+            raise ValueError(f"a satellite with {given[0]} needs a name")
+        if given[0] in ("walker", "formation") and self.name is not None:
+            raise ValueError(f"a {given[0]} names its satellites from its prefix; drop name {self.name!r}")
+        if self.tle is not None:
+            raw = self.tle.splitlines() if isinstance(self.tle, str) else self.tle
+            if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+                raise ValueError(f"node {self.name!r}: tle must be two lines of text")
+            object.__setattr__(self, "tle", list(check_tle(raw, self.name)))
+        return self
+
+
+class GroundStation(_Strict):
+    name: str
+    lat: float  # deg, geodetic
+    lon: float  # deg
+    alt: float = 0.0  # km above the WGS84 ellipsoid
+    min_elevation: Optional[float] = None  # deg; default links.ground.min_elevation
+
+    _name = field_validator("name")(lambda v: _check_name("ground station", v))
+    _alt = field_validator("alt", mode="before")(lambda v: units.parse_length_km(v, "alt"))
+    _ang = field_validator("lat", "lon", "min_elevation", mode="before")(
+        lambda v, info: None if v is None else units.parse_angle_deg(v, info.field_name))
+
+    @field_validator("lat")
+    @classmethod
+    def _lat(cls, v: float) -> float:
+        if not -90 <= v <= 90:
+            raise ValueError(f"latitude {v:g} outside -90..90 degrees")
+        return v
+
+    @field_validator("lon")
+    @classmethod
+    def _lon(cls, v: float) -> float:
+        if not -180 <= v <= 360:
+            raise ValueError(f"longitude {v:g} outside -180..360 degrees")
+        return v
+
+    @field_validator("min_elevation")
+    @classmethod
+    def _el(cls, v: Optional[float]) -> Optional[float]:
+        if v is not None and not -10 <= v < 90:
+            raise ValueError(f"min_elevation {v:g}: must be in [-10, 90) degrees")
+        return v
+
+
+# ------------------------------------------------------------------------------------- link policy
+class RateModel(_Strict):
+    """A link's rate: fixed (`rate: 100Mbit`) or from a link budget: Shannon capacity of `bandwidth` at
+    `snr` measured at distance `at`, free-space (SNR ~ 1/d^2), capped at `max`; below `min` the link is
+    down (the budget does not close). Rates are floored to multiples of `step` so small drifts are not
+    re-applied every second."""
+
+    fixed: Optional[int] = None  # bit/s
+    bandwidth: Optional[float] = None  # Hz
+    snr: Optional[float] = None  # dB at `at`
+    at: Optional[float] = None  # km
+    max: Optional[int] = None  # bit/s
+    min: int = 0  # bit/s
+    step: Optional[int] = None  # bit/s; default 1 % of max (or of the rate at `at`)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, v: Any) -> Any:
+        if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+            return {"fixed": units.parse_link_rate(v, "rate")}
+        if isinstance(v, dict):
+            v = dict(v)
+            for key, parse in (("bandwidth", units.parse_frequency_hz), ("snr", units.parse_db),
+                               ("at", units.parse_length_km), ("max", units.parse_link_rate),
+                               ("min", units.parse_link_rate), ("step", units.parse_link_rate)):
+                if v.get(key) is not None:
+                    v[key] = parse(v[key], key)
+        return v
+
+    @model_validator(mode="after")
+    def _complete(self) -> "RateModel":
+        budget = [k for k in ("bandwidth", "snr", "at") if getattr(self, k) is not None]
+        if self.fixed is None and len(budget) != 3:
+            raise ValueError("rate: give a fixed rate (100Mbit) or a budget {bandwidth, snr, at}")
+        if self.fixed is not None and budget:
+            raise ValueError("rate: a fixed rate and a link budget exclude each other")
+        if self.at is not None and self.at <= 0:
+            raise ValueError(f"rate.at {self.at:g} km: must be positive")
+        return self
+
+    @property
+    def is_budget(self) -> bool:
+        return self.fixed is None
+
+    def quantum(self) -> int:
+        if self.step:
+            return self.step
+        ref = self.max or self.bandwidth * math.log2(1 + 10 ** (self.snr / 10))  # the rate at `at`
+        return max(1, int(ref // 100))
+
+
+
+class IslPolicy(_Strict):
+    enabled: bool = True
+    max_range: Optional[float] = None  # km; None: any distance with line of sight
+    max_degree: Optional[int] = Field(None, ge=1)  # nearest k (mutual), None: every visible pair
+    rate: Optional[RateModel] = None  # None: rate not managed (unlimited)
+
+    _len = field_validator("max_range", mode="before")(
+        lambda v: None if v is None else units.parse_length_km(v, "max_range"))
+
+    @field_validator("max_range")
+    @classmethod
+    def _pos(cls, v: Optional[float]) -> Optional[float]:
+        if v is not None and v <= 0:
+            raise ValueError(f"max_range {v:g} km: must be positive")
+        return v
+
+
+class GroundPolicy(_Strict):
+    enabled: bool = True
+    min_elevation: float = 10.0  # deg
+    max_links: Optional[int] = Field(None, ge=1)  # per station, highest elevation first
+    rate: Optional[RateModel] = None
+
+    _ang = field_validator("min_elevation", mode="before")(lambda v: units.parse_angle_deg(v, "min_elevation"))
+
+    @field_validator("min_elevation")
+    @classmethod
+    def _el(cls, v: float) -> float:
+        if not -10 <= v < 90:
+            raise ValueError(f"min_elevation {v:g}: must be in [-10, 90) degrees")
+        return v
+
+
+class LinkPolicy(_Strict):
+    isl: IslPolicy = IslPolicy()
+    ground: GroundPolicy = GroundPolicy()
+    atmosphere_margin: float = 80.0  # km (Hypatia's choice: no ISL grazes below 80 km)
+    delay_resolution: float = 1.0  # ms
+
+    _len = field_validator("atmosphere_margin", mode="before")(
+        lambda v: units.parse_length_km(v, "atmosphere_margin"))
+
+    @field_validator("delay_resolution", mode="before")
+    @classmethod
+    def _res(cls, v: Any) -> float:
+        ms = units.parse_time_ms(v, "delay_resolution")
+        if ms <= 0:
+            raise ValueError(f"delay_resolution {v!r}: must be positive")
+        return ms
+
+    @field_validator("atmosphere_margin")
+    @classmethod
+    def _margin(cls, v: float) -> float:
+        if v < 0:
+            raise ValueError(f"atmosphere_margin {v:g} km: must not be negative")
+        return v
+
+
+# ------------------------------------------------------------------------------------------- root
+class OrbitsSpec(_Strict):
+    epoch: Optional[datetime] = None
+    duration: float = 600.0  # s
+    step: float = 1.0  # s
+    propagation_speed: float = units.C_KM_S  # km/s
+    satellites: list[SatelliteEntry] = Field(default_factory=list)
+    ground_stations: list[GroundStation] = Field(default_factory=list)
+    links: LinkPolicy = LinkPolicy()
+
+    @field_validator("epoch", mode="before")
+    @classmethod
+    def _epoch(cls, v: Any) -> Optional[datetime]:
+        return None if v is None else units.parse_epoch(v)
+
+    @field_validator("duration", "step", mode="before")
+    @classmethod
+    def _dur(cls, v: Any, info) -> float:
+        return units.parse_duration(v, info.field_name)
+
+    @field_validator("propagation_speed", mode="before")
+    @classmethod
+    def _speed(cls, v: Any) -> float:
+        return units.parse_speed_km_s(v)
+
+    @model_validator(mode="after")
+    def _whole(self) -> "OrbitsSpec":
+        if self.step > self.duration:
+            raise ValueError(f"step {self.step:g} s is longer than duration {self.duration:g} s")
+        names = self.satellite_names() + [g.name for g in self.ground_stations]
+        if not names:
+            raise ValueError("no satellites and no ground stations")
+        seen: set[str] = set()
+        for n in names:
+            if n in seen:
+                raise ValueError(f"node {n!r} is named twice")
+            seen.add(n)
+        samples = math.ceil(self.duration / self.step) * len(names)
+        if samples > MAX_SAMPLES:
+            raise ValueError(f"{len(names)} nodes x {math.ceil(self.duration / self.step)} steps is more than "
+                             f"{MAX_SAMPLES:,} samples: raise step or shorten duration")
+        return self
+
+    # ------------------------------------------------------------------ derived, all pure
+    def satellite_names(self) -> list[str]:
+        out: list[str] = []
+        for s in self.satellites:
+            gen = s.walker or s.formation
+            out += gen.names() if gen else [s.name]
+        return out
+
+    def node_names(self) -> list[str]:
+        return self.satellite_names() + [g.name for g in self.ground_stations]
+
+    def start(self) -> datetime:
+        """The plan's epoch: given, else the newest TLE epoch, else DEFAULT_EPOCH."""
+        if self.epoch is not None:
+            return self.epoch
+        tles = [tle_epoch(s.tle[0]) for s in self.satellites if s.tle]
+        return max(tles) if tles else DEFAULT_EPOCH
+
+    def warnings(self) -> list[str]:
+        """Sane-but-suspicious input: a start far from a TLE's epoch (SGP4 accuracy decays with it)."""
+        out = []
+        start = self.start()
+        for s in self.satellites:
+            if s.tle:
+                days = abs((start - tle_epoch(s.tle[0])).total_seconds()) / 86400
+                if days > TLE_WARN_DAYS:
+                    out.append(f"node {s.name!r}: plan epoch {start:%Y-%m-%dT%H:%M:%SZ} is {days:.0f} days from its "
+                               f"TLE epoch {tle_epoch(s.tle[0]):%Y-%m-%dT%H:%M:%SZ}: positions may be off by "
+                               f"tens of km or more")
+        return out
+
+
+# -------------------------------------------------------------------------------------- loading
+def _where(loc: tuple, data: Any) -> str:
+    parts: list[str] = []
+    cur = data
+    for key in loc:
+        if isinstance(key, int) and isinstance(cur, list) and key < len(cur):
+            item = cur[key]
+            label = item.get("name") if isinstance(item, dict) else None
+            parts[-1] = f"{parts[-1]}[{key}]" + (f" ({label!r})" if label else "") if parts else f"[{key}]"
+            cur = item
+            continue
+        if isinstance(key, str) and key.startswith(("function-", "value_error")):
+            continue
+        parts.append(str(key))
+        cur = cur.get(key) if isinstance(cur, dict) else None
+    return ".".join(parts)
+
+
+def parse_orbits(data: Any, source: str = "orbits") -> OrbitsSpec:
+    """Validate an `orbits:` mapping; bad input is one SpecError line naming the field and the value."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: expected a mapping, got {type(data).__name__}")
+    try:
+        return OrbitsSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = _where(tuple(err["loc"]), data)
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown field {err['loc'][-1]!r}"
+            where = _where(tuple(err["loc"][:-1]), data)
+        elif err["type"] not in ("value_error", "missing", "assertion_error"):
+            msg = f"{msg} (got {err.get('input')!r})"
+        raise SpecError(f"{source}{'.' + where if where else ''}: {msg}") from None
+
+
+def load_orbits_file(path) -> OrbitsSpec:
+    """A YAML file with an `orbits:` mapping at the top (a swarm spec or experiment), or the mapping itself."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1})" if mark else ""
+        raise SpecError(f"{p}: not valid YAML{at}") from None
+    if isinstance(data, dict) and "orbits" in data:
+        return parse_orbits(data["orbits"], f"{p}: orbits")
+    return parse_orbits(data, str(p))

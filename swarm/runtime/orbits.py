@@ -1,0 +1,278 @@
+"""The link-timeline driver: a running swarm's links follow an orbit plan (netem.orbits) live.
+
+At each step of the plan only the links whose state changed are updated, through the swarm's link engine
+(swarm.runtime.links.LinkController's per-node apply of the engine's plan: kernel NetEm, nftables + HTB
+where sch_netem is missing, or any other engine of the registry), in parallel across the nodes concerned. A node whose
+tc tree keeps its shape (a rate or delay moved) gets `tc class/qdisc change` lines (netem.incremental)
+instead of a rebuild, so a delay update does not flush the packets queued in the link. A link's new conditions are the swarm's
+configured conditions for it (`links:` of the spec) with the plan's laid over: down (up: false), or up with
+the planned one-way delay and rate. A parameter the engine cannot apply here (delay without sch_netem) is
+left out and said so once (`delay_applied` false in links.csv), never silently.
+
+Timing: plan second t is due at wall time release + t / speedup (speedup > 1 compresses the orbit; delays
+are not compressed). A step's updates start when it is due; if the previous step is still being applied when
+later steps fall due, those steps are merged (the latest state of each link wins) and their rows say so
+(`coalesced`). Every link update is one row of links.csv, written when its step finished:
+
+    step, t_plan_s, scheduled_ts, applied_ts, lag_ms (applied - scheduled: both nodes of the link done),
+    a, b, kind, up, delay_ms, rate, delay_applied, coalesced, ok, error
+
+The initial state (t = 0: every pair of plan nodes down unless the plan has it up) is applied to every plan
+node before the clock starts. The driver keeps the link state in memory and writes links.json (what
+`impair --show`, `clear` and `down` read) after the initial state, every few seconds when a step leaves time,
+and at the end; `restore()` puts the spec's conditions back.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Callable, Optional
+
+from netem.incremental import tc_changes
+from netem.model import NONE, DirectedLinks, Impairment
+from netem.orbits.planner import Plan
+from netem.orbits.records import LINK_COLUMNS
+from netem.state import node_links, signature
+from swarm.errors import CommandError, RuntimeFailure, SpecError
+
+if TYPE_CHECKING:
+    from swarm.runtime.swarm import Swarm
+
+__all__ = ["LinkTimelineDriver", "LINK_COLUMNS", "check_plan_nodes"]
+DOWN = Impairment(up=False)
+SAVE_EVERY_S = 5.0
+
+
+def check_plan_nodes(plan: Plan, swarm_nodes: list[str], where: str = "orbits") -> None:
+    """Every node the plan flies must be a node of the swarm (the swarm may have more)."""
+    known = set(swarm_nodes)
+    missing = [n for n in plan.nodes if n not in known]
+    if missing:
+        shown = f"{swarm_nodes[0]}..{swarm_nodes[-1]}" if len(swarm_nodes) > 4 else ", ".join(swarm_nodes)
+        raise SpecError(f"{where}: node {missing[0]!r} of the orbit plan is not a node of the swarm (nodes: {shown})"
+                        + (f"; {len(missing) - 1} more" if len(missing) > 1 else ""))
+
+
+class LinkTimelineDriver:
+    """Drives one running swarm's links from a Plan. `on_rows(rows)` receives each step's links.csv rows."""
+
+    def __init__(self, swarm: "Swarm", plan: Plan, *, speedup: float = 1.0, workers: int = 16,
+                 on_rows: Callable[[list[dict]], None] = lambda rows: None,
+                 message: Callable[[str], None] = lambda m: None, run_id: str = ""):
+        if not speedup > 0:
+            raise SpecError(f"speedup {speedup!r}: must be positive")
+        self.swarm, self.plan, self.speedup = swarm, plan, float(speedup)
+        self.ctl = swarm.links
+        self.engine = self.ctl.engine
+        self.workers, self.on_rows, self.message, self.run_id = workers, on_rows, message, run_id
+        names = [n.name for n in swarm.nodes]
+        check_plan_nodes(plan, names)
+        self.by_name = {n.name: n for n in swarm.nodes}
+        self.by_mac = {n.name: n.isl_mac for n in swarm.nodes}
+        needs = self.engine.needs()
+        self.apply_delay = "delay" not in needs
+        self.apply_rate = "rate" not in needs
+        self.base: DirectedLinks = self.ctl.spec_links()
+        self.eff: dict[str, DirectedLinks] = {n: {} for n in plan.nodes}  # per node: directed links touching it
+        self.recs: dict[str, dict] = {}
+        self.stop_event = threading.Event()
+        self.summary: dict = {}
+        self._last_save = 0.0
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self.initial_s: Optional[float] = None
+        self.tc_applied: dict[str, list[list[str]]] = {}  # per node: the tc plan in place (for in-place changes)
+        self.counts = {"tc_in_place": 0, "tc_rebuilt": 0, "nft": 0}
+        self._count_lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------- conditions
+    def conditions(self, a: str, b: str, up: bool, delay_ms: float, rate: int) -> tuple[Impairment, Impairment]:
+        """The conditions of a->b and b->a for one planned state."""
+        if not up:
+            return self.base.get((a, b), NONE).merge(DOWN), self.base.get((b, a), NONE).merge(DOWN)
+        values: dict = {}
+        if self.apply_delay and delay_ms == delay_ms:  # not NaN
+            values["delay"] = round(float(delay_ms), 3)
+        if self.apply_rate and rate:
+            values["rate"] = int(rate)
+        orbit = Impairment.model_validate(values) if values else NONE
+        return self.base.get((a, b), NONE).merge(orbit), self.base.get((b, a), NONE).merge(orbit)
+
+    def _set(self, a: str, b: str, ab: Impairment, ba: Impairment) -> None:
+        for pair, imp in (((a, b), ab), ((b, a), ba)):
+            for node in pair:
+                if imp.empty:
+                    self.eff[node].pop(pair, None)
+                else:
+                    self.eff[node][pair] = imp
+
+    # ---------------------------------------------------------------------------------- applying
+    def _apply_nodes(self, nodes: list[str], pool: ThreadPoolExecutor, force: bool = False
+                     ) -> dict[str, tuple[float, str]]:
+        """Apply the given nodes' plans in parallel; {node: (done_ts, error or '')}."""
+        def one(name: str) -> tuple[str, float, str]:
+            rec = self.recs.setdefault(name, {})
+            try:
+                self._apply_one(self.by_name[name], rec, force or rec.get("stale", False))
+                rec.pop("stale", None)
+                return name, time.time(), ""
+            except (CommandError, RuntimeFailure) as exc:
+                rec["stale"] = True
+                return name, time.time(), str(exc)
+
+        return {n: (ts, err) for n, ts, err in pool.map(one, nodes)}
+
+    def _apply_one(self, node, rec: dict, force: bool) -> None:
+        """One node: a tc tree that keeps its shape is changed in place first (netem.incremental: no queue
+        flushed, one command); then the controller's own per-node apply does everything else the engine
+        plans (nft, segmentation, an engine's own parts), finding the tc part already current."""
+        egress, ingress, labels = node_links(self.eff[node.name], node.name, self.by_mac)
+        iface = rec.get("iface") or self.ctl.isl_iface(node)
+        rec["iface"] = iface
+        tc = self.engine.plan_node(iface, egress, ingress, labels).tc
+        prev = self.tc_applied.get(node.name)
+        if not force and prev is not None and rec.get("tc") == signature(prev) and rec.get("tc") != signature(tc):
+            changes = tc_changes(prev, tc)
+            if changes:
+                self.ctl._run(node.name, ["tc", "-batch", "-"], input="\n".join(" ".join(a[1:]) for a in changes) + "\n")
+                rec["tc"] = signature(tc)
+                with self._count_lock:
+                    self.counts["tc_in_place"] += 1
+        tc_before, nft_before = rec.get("tc"), rec.get("nft")
+        self.ctl._apply_node(node, rec, self.eff[node.name], self.by_mac, force)
+        self.tc_applied[node.name] = tc
+        with self._count_lock:
+            self.counts["tc_rebuilt"] += rec.get("tc") != tc_before or (force and bool(tc))
+            self.counts["nft"] += rec.get("nft") != nft_before or force
+
+    def _save(self) -> None:
+        """links.json: the configured conditions with the plan's current ones, and the per-node records."""
+        with self.ctl._transaction() as state:
+            merged = dict(self.base)
+            for links in self.eff.values():
+                merged.update(links)
+            state.base = {p: imp for p, imp in merged.items() if imp.values()}
+            state.nodes.update({n: rec for n, rec in self.recs.items()})
+        self._last_save = time.monotonic()
+
+    def prepare(self) -> float:
+        """Every pair of plan nodes to its t=0 state, on every plan node (before the clock starts: on a
+        large swarm this takes seconds). Returns seconds taken."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max(1, min(self.workers, len(self.plan.nodes))))
+        pool = self._pool
+        started = time.time()
+        with self.ctl._transaction() as state:
+            self.recs = {n: dict(state.nodes.get(n, {})) for n in self.plan.nodes}
+        first = self.plan.timeline[self.plan.timeline["t_start"] == 0]
+        for r in first.itertuples(index=False):
+            self._set(r.a, r.b, *self.conditions(r.a, r.b, bool(r.up), r.delay_ms, int(r.rate)))
+        for a, b in self.plan.never_up():
+            self._set(a, b, *self.conditions(a, b, False, float("nan"), 0))
+        done = self._apply_nodes(list(self.plan.nodes), pool, force=True)
+        failed = [(n, e) for n, (_, e) in done.items() if e]
+        self._save()
+        if failed:
+            raise RuntimeFailure(f"orbits: initial link state not applied on {len(failed)} node(s): "
+                                 f"{failed[0][0]}: {failed[0][1]}")
+        self.initial_s = time.time() - started
+        return self.initial_s
+
+    def run(self, release: Optional[float] = None, progress: Callable[[float, float, str], None] = lambda d, t, w: None
+            ) -> dict:
+        """Apply the initial state, then every step at its time until the plan ends (or `stop()`).
+        Returns a summary (also in `self.summary`). The initial state is applied first unless `prepare()`
+        already did."""
+        if not self.apply_delay:
+            self.message(f"orbits: engine '{self.engine.name}' cannot apply delay on this host (no sch_netem): "
+                         "links follow the plan's up/down" + (" and rate" if self.apply_rate else "")
+                         + "; planned delays are recorded, not applied")
+        steps = [(t, rows) for t, rows in self.plan.steps() if t > 0]
+        wall_len = self.plan.duration / self.speedup
+        step_rows: list[dict] = []
+        if self.initial_s is None:
+            self.prepare()
+        initial_s = self.initial_s
+        with self._pool as pool:
+            t0 = release if release is not None else time.time()
+            i = 0
+            n_batches = coalesced_steps = late_steps = 0
+            while i < len(steps) and not self.stop_event.is_set():
+                due = t0 + steps[i][0] / self.speedup
+                wait = due - time.time()
+                if wait > 0:
+                    if wait > 0.2 and time.monotonic() - self._last_save > SAVE_EVERY_S:
+                        self._save()
+                        wait = due - time.time()
+                    if wait > 0 and self.stop_event.wait(wait):
+                        break
+                batch = [steps[i]]
+                i += 1
+                now = time.time()
+                while i < len(steps) and t0 + steps[i][0] / self.speedup <= now:
+                    batch.append(steps[i])
+                    i += 1
+                latest: dict[tuple[str, str], object] = {}
+                for _, rows in batch:
+                    for r in rows.itertuples(index=False):
+                        latest[(r.a, r.b)] = r
+                nodes: set[str] = set()
+                for (a, b), r in latest.items():
+                    self._set(a, b, *self.conditions(a, b, bool(r.up), r.delay_ms, int(r.rate)))
+                    nodes.update((a, b))
+                done = self._apply_nodes(sorted(nodes), pool)
+                finished = max(ts for ts, _ in done.values()) if done else time.time()
+                n_batches += 1
+                coalesced = len(batch) > 1
+                coalesced_steps += len(batch) - 1
+                # done before the next step was due (one step period after this one), whether or not it changes links
+                late_steps += finished > t0 + batch[0][0] / self.speedup + self.plan.step / self.speedup
+                out = []
+                for t, rows in batch:
+                    scheduled = t0 + t / self.speedup
+                    for r in rows.itertuples(index=False):
+                        ts_a, err_a = done[r.a]
+                        ts_b, err_b = done[r.b]
+                        applied = max(ts_a, ts_b)
+                        out.append({"run_id": self.run_id, "step": int(round(t / self.plan.step)), "t_plan_s": t,
+                                    "scheduled_ts": round(scheduled, 6), "applied_ts": round(applied, 6),
+                                    "lag_ms": round((applied - scheduled) * 1000, 3), "a": r.a, "b": r.b,
+                                    "kind": r.kind, "up": bool(r.up),
+                                    "delay_ms": "" if r.delay_ms != r.delay_ms else r.delay_ms, "rate": int(r.rate),
+                                    "delay_applied": bool(r.up) and self.apply_delay, "coalesced": coalesced,
+                                    "ok": not (err_a or err_b), "error": err_a or err_b})
+                step_rows.append({"t": batch[0][0], "lag_ms": (finished - (t0 + batch[0][0] / self.speedup)) * 1000,
+                                  "updates": len(latest), "nodes": len(nodes)})
+                self.on_rows(out)
+                progress(min(wall_len, time.time() - t0), wall_len,
+                         f"step t={batch[-1][0]:g} s: {len(latest)} link(s) on {len(nodes)} node(s)")
+            if not self.stop_event.is_set():
+                end = t0 + wall_len
+                while (left := end - time.time()) > 0 and not self.stop_event.wait(min(left, 0.5)):
+                    progress(wall_len - left, wall_len, "plan's last interval")
+        self._save()
+        lags = sorted(s["lag_ms"] for s in step_rows)
+
+        def q(p: float) -> Optional[float]:
+            return round(lags[min(len(lags) - 1, int(p * len(lags)))], 3) if lags else None
+
+        self.summary = {"engine": self.engine.name, "delay_applied": self.apply_delay, "rate_applied": self.apply_rate,
+                        "speedup": self.speedup, "initial_s": round(initial_s, 3), "steps_planned": len(steps),
+                        "batches": n_batches, "coalesced_steps": coalesced_steps,
+                        "steps_finished_before_next": (round(1 - late_steps / n_batches, 4) if n_batches else None),
+                        "step_lag_ms_p50": q(0.5), "step_lag_ms_p99": q(0.99), "step_lag_ms_max": lags[-1] if lags else None,
+                        "updates": sum(s["updates"] for s in step_rows), "stopped": self.stop_event.is_set(),
+                        **{f"{k}_commands": v for k, v in self.counts.items()}}
+        return self.summary
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def close(self) -> None:
+        """Release the worker threads (after an error between prepare() and run())."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def restore(self) -> None:
+        """The spec's conditions back on every node (the plan's cuts and delays removed)."""
+        self.ctl.restore()

@@ -1,0 +1,184 @@
+"""The userspace link engine's planner (pure): golden configuration and iptables rules, the same meaning as
+the kernel engine's plan (queue limit, distributions, loss models), the bound on held data, engine choice
+and its refusals, the runtime's argv builders, and the engine's own parser against the planner's output."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+from netem.engines import (LINKD_MAX_BYTES, NodeCommands, UserspaceEngine, choose_engine, linkd_line, netem_args,
+                           netem_limit, plan_ipt, plan_linkd, tcp_buffer_bytes, tcp_buffer_sysctls)
+from netem.model import Impairment, LinksSpec, impairment, links_with_engine, resolve_links
+from swarm.caps import Capabilities
+from swarm.errors import SpecError
+from swarm.runtime.linkd import cache_dir, ctl_argv, engine_argv, linkd_binary, parse_kv
+
+from conftest import REPO, golden
+
+CAPS = Capabilities(kernel="x", root=True, docker=False, docker_version="", compose=[], compose_version="",
+                    netns=True, sch_netem=False, batman_adv=False, nftables=True, tbf=True,
+                    iperf3_version="iperf 3.12", batmand=True, ddsperf=True, htb=True, nfqueue=True,
+                    linkd="/opt/swarm-linkd")
+NODES = ["sat01", "sat02", "sat03"]
+MAC = {"sat01": "02:42:0A:C8:00:02", "sat02": "02:42:0a:c8:00:03", "sat03": "02:42:0a:c8:00:04"}
+
+
+def node_plan(spec: dict, node: str) -> NodeCommands:
+    eff = resolve_links(LinksSpec.model_validate(spec), NODES)
+    ingress = {MAC[s]: imp for (s, d), imp in eff.items() if d == node}
+    egress = {MAC[d]: imp for (s, d), imp in eff.items() if s == node}
+    labels = {MAC[s]: f"{s}->{d}" for (s, d) in eff if d == node}
+    return UserspaceEngine(CAPS).plan_node("eth1", egress, ingress, labels)
+
+
+def test_golden_plan_every_condition():
+    spec = {"overrides": [
+        {"between": ["sat01", "sat02"], "delay": "1300ms", "jitter": "10ms", "loss": "1%"},
+        {"between": ["sat03", "sat02"], "direction": "a->b", "delay": "250ms", "jitter": "20ms",
+         "jitter_distribution": "paretonormal", "jitter_correlation": "25%", "loss_gemodel": "1%,10%,50%,0%",
+         "rate": "10Mbit", "corrupt": "0.1%", "duplicate": "1%", "reorder": "5%"},
+    ]}
+    cmds = node_plan(spec, "sat02")
+    text = f"# linkd\n{cmds.linkd}# iptables-restore --noflush\n{cmds.ipt}# tc\n{cmds.tc}\n# nft\n{cmds.nft}\n"
+    assert text == golden("impair_userspace_sat02.txt", text)
+    assert cmds.tc == [] and not cmds.segment  # rate is shaped in the engine; NFQUEUE segments GSO itself
+
+
+def test_a_cut_link_is_down_in_the_engine_and_at_the_ingress_hook():
+    cmds = node_plan({"overrides": [{"between": ["sat01", "sat02"], "up": False}]}, "sat02")
+    assert cmds.linkd == "link 02:42:0a:c8:00:02 down  # sat01->sat02\n"
+    assert "ether saddr 02:42:0A:C8:00:02 counter drop" in cmds.nft  # also stops ARP, which iptables never sees
+
+
+def test_no_conditions_no_engine_and_no_rules():
+    cmds = node_plan({"overrides": [{"between": ["sat01", "sat03"], "delay": "10ms"}]}, "sat02")
+    assert cmds.linkd is None and cmds.ipt is None and cmds.nft is None
+
+
+def test_same_meaning_as_the_kernel_engine():
+    imp = impairment(delay="100ms", jitter="10ms", jitter_distribution="normal", jitter_correlation="25%",
+                     loss_gemodel="1%", rate="1Gbit")
+    line = linkd_line("aa:bb:cc:dd:ee:ff", imp)
+    assert f"limit={netem_limit(imp)}" in line  # the queue limit netem gets
+    assert "ge=1%,99%,100%,0%" in line  # NetEm's gemodel defaults for missing r, 1-h, 1-k
+    assert netem_args(imp)[2:] == ["delay", "100ms", "10ms", "25%", "distribution", "normal",
+                                  "loss", "gemodel", "1%", "99%", "100%", "0%"]
+
+
+def test_the_engine_parses_what_the_planner_writes():
+    binary = linkd_binary()
+    if not binary:
+        pytest.skip("swarm-linkd not built (make setup)")
+    cfg = plan_linkd({"02:00:00:00:00:01": impairment(delay="4s", jitter="1ms", jitter_distribution="pareto",
+                                                      loss="2%", loss_correlation="10%", rate="100Mbit",
+                                                      duplicate="1%", corrupt="1%", reorder="2%"),
+                      "02:00:00:00:00:02": Impairment(up=False)})
+    res = subprocess.run([binary, "check"], input=cfg, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run([binary, "check"], input="link 02:00:00:00:00:01 dist=gamma\n", capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 2 and 'dist "gamma"' in res.stderr
+
+
+def test_held_data_above_the_bound_is_refused_before_anything_runs():
+    links = resolve_links(LinksSpec.model_validate(
+        {"overrides": [{"between": ["sat01", "sat02"], "direction": "a->b", "delay": "4s", "rate": "10Gbit"}]}), NODES)
+    with pytest.raises(SpecError, match=r"link sat01->sat02: delay 4s at rate 10Gbit: sat02's userspace engine "
+                                        r"would hold 5.00 GB, above its bound of 1.07 GB"):
+        UserspaceEngine(CAPS).check(links)
+    ok = resolve_links(LinksSpec.model_validate(
+        {"overrides": [{"between": ["sat01", "sat02"], "delay": "4s", "rate": "1Gbit"}]}), NODES)
+    UserspaceEngine(CAPS).check(ok)  # 500 MB: fits
+    assert LINKD_MAX_BYTES == 1 << 30
+
+
+def test_engine_choice():
+    assert choose_engine(replace(CAPS, sch_netem=True)).name == "netem"
+    assert choose_engine(CAPS).name == "userspace"
+    assert choose_engine(replace(CAPS, nfqueue=False)).name == "nft"
+    assert choose_engine(replace(CAPS, linkd="")).name == "nft"
+    assert choose_engine(CAPS, "nft").name == "nft"
+    with pytest.raises(SpecError, match=r"engine 'userspace': this host lacks the swarm-linkd binary .*usable here: nft"):
+        choose_engine(replace(CAPS, linkd=""), "userspace")
+    with pytest.raises(SpecError, match=r"engine 'userspace': this kernel lacks the iptables NFQUEUE target"):
+        choose_engine(replace(CAPS, nfqueue=False), "userspace")
+
+
+def test_nothing_runs_here_names_every_engine():
+    none = choose_engine(replace(CAPS, nfqueue=False, nftables=False))
+    links = {("sat01", "sat02"): impairment(delay="10ms")}
+    with pytest.raises(SpecError, match=r"link sat01->sat02: delay 10ms: no impairment engine runs here: this kernel "
+                                        r"lacks nftables and NetEm \(sch_netem\), and the userspace engine needs the "
+                                        r"iptables NFQUEUE target"):
+        none.check(links)
+
+
+@pytest.mark.parametrize("values,needle", [
+    ({"delay": "-5ms"}, "delay"),
+    ({"delay": "abc"}, "delay"),
+    ({"delay": "10ms", "jitter": "1ms", "jitter_distribution": "gamma"}, "jitter_distribution"),
+    ({"loss_gemodel": "1%,2%,3%,4%,5%"}, "loss_gemodel"),
+])
+def test_bad_values_name_the_parameter(values, needle):
+    with pytest.raises(SpecError, match=needle):
+        impairment(**values)
+
+
+def test_jitter_without_delay_names_the_link():
+    with pytest.raises(SpecError, match=r"links: link sat01->sat02: jitter 10ms needs a delay"):
+        resolve_links(LinksSpec.model_validate({"overrides": [{"between": ["sat01", "sat02"], "jitter": "10ms"}]}),
+                      NODES)
+
+
+def test_engine_pin_from_the_command_line():
+    assert links_with_engine(None, "userspace").engine == "userspace"
+    with pytest.raises(SpecError, match="unknown impairment engine"):
+        links_with_engine(None, "tc")
+
+
+def test_runtime_argv():
+    argv = engine_argv("/bin/swarm-linkd")
+    assert argv[:2] == ["sh", "-c"] and argv[3:5] == ["/bin/swarm-linkd", "run"]
+    assert "--state" in argv and "--realtime" in argv and "--queue" in argv
+    assert ctl_argv("L", "set", "link a delay=1ms\n\nlink b down\n") == [
+        "L", "ctl", "--control", "/run/swarm-linkd.sock", "set", "link a delay=1ms", "link b down"]
+    assert parse_kv("ok gen=3 set_at_ns=12\n") == {"gen": "3", "set_at_ns": "12"}
+
+
+def test_plan_ipt_has_no_queue_bypass():
+    script = plan_ipt({"02:00:00:00:00:01": impairment(delay="1ms")})
+    assert "--queue-bypass" not in script and "NFQUEUE --queue-num 0" in script
+
+
+@pytest.mark.skipif(shutil.which("cargo") is None, reason="cargo not installed")
+def test_engine_unit_tests_pass():
+    """The engine's own unit tests (model.rs: shares, distributions, rate composition) through cargo."""
+    res = subprocess.run(["cargo", "test", "-q", "--release", "--locked", "--manifest-path",
+                          str(REPO / "netem" / "linkd" / "Cargo.toml")], capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "CARGO_TARGET_DIR": str(cache_dir() / "linkd-target")})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+
+
+def test_tcp_buffers_from_the_bandwidth_delay_product():
+    links = resolve_links(LinksSpec.model_validate({"tcp_buffers": "bdp", "overrides": [
+        {"between": ["sat01", "sat02"], "profile": "iss-ku"},  # 517 Mbit/s, 300 ms each way
+        {"between": ["sat02", "sat03"], "delay": "1ms"}]}), NODES)
+    # 517e6 bit/s x 0.6 s / 8 = 38.8 MB; twice that
+    assert tcp_buffer_bytes(links, "sat01") == int(2 * 517e6 * 0.6 / 8)
+    assert tcp_buffer_bytes(links, "sat03") == 6 * 2**20  # 2 ms x 1 Gbit/s is below Linux's default
+    assert tcp_buffer_bytes({}, "sat01") == 0
+    lunar = resolve_links(LinksSpec.model_validate({"default": {"profile": "lunar-relay"}}), NODES)
+    assert tcp_buffer_bytes(lunar, "sat01") == int(2 * 1e9 * 2.6 / 8)  # no rate: 1 Gbit/s assumed
+    assert tcp_buffer_sysctls(1000)["net.ipv4.tcp_rmem"] == "4096 131072 1000"
+
+
+def test_without_netem_and_nfqueue_the_refusal_names_both():
+    nft = choose_engine(replace(CAPS, nfqueue=False))
+    with pytest.raises(SpecError, match=r"delay 10ms: impairment engine 'nft' cannot apply it because this kernel lacks "
+                                        r"NetEm \(sch_netem\) and the userspace engine needs the iptables NFQUEUE "
+                                        r"target \(xt_NFQUEUE\); possible here: loss, rate, link up/down"):
+        nft.check({("sat01", "sat02"): impairment(delay="10ms")})
