@@ -8,7 +8,8 @@ SWARM  := $(VENV)/bin/swarm
 # NetEm and batman-adv where the host's kernel lacks them. Nothing here needs qemu-utils; on a host with a newer
 # qemu-utils from backports, installing Debian's qemu-system-x86 replaces it (harmless for this project).
 APT_PACKAGES := iperf3 iproute2 nftables fping iputils-ping traceroute procps util-linux \
-                batmand batctl cyclonedds-tools debootstrap python3-venv qemu-system-x86 kmod
+                batmand batctl cyclonedds-tools debootstrap python3-venv qemu-system-x86 kmod \
+                chromium  # headless, for the report's browser test (tests/integration/test_report_browser.py)
 
 .PHONY: setup linkd linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn wipe clean help
 
@@ -94,7 +95,7 @@ bench-dtn: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) experiments/bench/bench_dtn.py
 
 wipe: setup
-	$(SWARM) wipe
+	$(SWARM) wipe --yes
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

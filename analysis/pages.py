@@ -13,8 +13,8 @@ import pandas as pd
 
 _CSS = """
 body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border: 1px solid #bbb; padding: 0.2em 0.6em; text-align: right; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; max-width: 100%; }
+th, td { border: 1px solid #bbb; padding: 0.2em 0.5em; text-align: right; overflow-wrap: anywhere; }
 th { background: #eee; }
 .warn { background: #fff4d6; border-left: 4px solid #e0a000; padding: 0.5em 1em; }
 img { max-width: 100%; }
@@ -55,7 +55,7 @@ def _markdown(table: pd.DataFrame) -> str:
 
 def _facts(host_facts: dict) -> pd.DataFrame:
     return pd.DataFrame(
-        [(key, value if isinstance(value, str) else json.dumps(value)) for key, value in host_facts.items()],
+        [(key, (value or "(none)") if isinstance(value, str) else json.dumps(value)) for key, value in host_facts.items()],
         columns=["fact", "value"])
 
 

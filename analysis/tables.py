@@ -32,6 +32,75 @@ def _columns(basis: str) -> tuple[str, str]:
     raise SpecError(f"basis {basis!r}: expected 'window' or 'whole'")
 
 
+NO_WINDOW = "not measured: no concurrent window"
+
+
+def gap_reason(group: pd.DataFrame, basis: str = "window") -> str:
+    """Why a group of flows (one test, or one protocol/size/rate cell) has no figure on `basis`, or "" when it
+    has one: never a blank cell without its reason."""
+    bps_col, _ = _columns(basis)
+    if group.empty:
+        return "not tested"
+    good = group[group["ok"].astype(bool)]
+    if good.empty:
+        return "not measured: every flow failed"
+    if good[bps_col].notna().any():
+        return ""
+    if basis == "window" and "window_s" in group and (pd.to_numeric(group["window_s"], errors="coerce") <= 0).any():
+        return NO_WINDOW
+    return "not measured: no figures"
+
+
+def fill_gaps(table: pd.DataFrame, df: pd.DataFrame, protocol: str, basis: str = "window") -> pd.DataFrame:
+    """A display copy of a per-size table (a `nodes` column; value columns either per rate label, for UDP
+    tables, or figures, for TCP) with every missing figure replaced by its reason (gap_reason)."""
+    shown = table.astype(object).copy()
+    flows = df[df["protocol"] == protocol]
+    rates = {rate_label(r): r for r in flows["rate_bps"].dropna().unique()} if protocol == "udp" else {}
+    for i, nodes in enumerate(table["nodes"]):
+        for column in table.columns:
+            if column == "nodes" or not pd.isna(table.at[i, column]):
+                continue
+            cell = flows[flows["size"] == nodes]
+            if column in rates:
+                cell = cell[cell["rate_bps"] == rates[column]]
+            shown.at[i, column] = gap_reason(cell, basis) or "not measured: no figures"
+    return shown
+
+
+def lossfree_status(flows: pd.DataFrame, basis: str = "window") -> str:
+    """One size at one UDP rate, for Table 2: loss-free, lossy (max %), not measured (why), or the sender
+    could not offer the load (share it put on the wire)."""
+    _, loss_col = _columns(basis)
+    reason = gap_reason(flows, basis)
+    if reason:
+        return reason
+    good = flows[flows["ok"].astype(bool)]
+    offered = offered_fraction(flows).median()
+    if offered < OFFERED_MIN_FRACTION:
+        return f"sender could not offer the load ({offered:.0%} sent)"
+    if good[loss_col].isna().any():
+        return f"not measured: {int(good[loss_col].isna().sum())} of {len(flows)} links without a loss figure"
+    failed = len(flows) - len(good)
+    if failed:
+        return f"{failed} of {len(flows)} flows failed"
+    worst = good[loss_col].max()
+    return "loss-free" if worst == 0 else f"lossy (max {worst:.3g}%)"
+
+
+def table_lossfree_by_size(df: pd.DataFrame, basis: str = "window") -> pd.DataFrame:
+    """Table 2 in full: rows UDP rates, columns sizes, each cell lossfree_status."""
+    udp = df[df["protocol"] == "udp"]
+    sizes = sorted(int(s) for s in udp["size"].unique())
+    rows = []
+    for rate_bps, group in udp.groupby("rate_bps", sort=True):
+        row = {"rate": rate_label(rate_bps)}
+        for size in sizes:
+            row[f"n={size}"] = lossfree_status(group[group["size"] == size], basis)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["rate"] + [f"n={s}" for s in sizes])
+
+
 def summarize(df: pd.DataFrame, basis: str = "window") -> pd.DataFrame:
     """One row per (protocol, size, rate_bps) with flow counts, bandwidth and UDP loss statistics.
 
@@ -61,10 +130,11 @@ def summarize(df: pd.DataFrame, basis: str = "window") -> pd.DataFrame:
             "system_bps": per_test.median() if per_test.notna().any() else math.nan,
             "median_loss_pct": loss.median() if len(loss) else math.nan,
             "max_loss_pct": loss.max() if len(loss) else math.nan,
+            "note": gap_reason(group, basis),
         })
     return pd.DataFrame(rows, columns=[
         "protocol", "size", "rate_bps", "rate", "tests", "flows", "flows_in_error", "flows_measured",
-        "median_bps", "lowest_bps", "highest_bps", "system_bps", "median_loss_pct", "max_loss_pct",
+        "median_bps", "lowest_bps", "highest_bps", "system_bps", "median_loss_pct", "max_loss_pct", "note",
     ])
 
 
@@ -131,6 +201,10 @@ def table_largest_lossfree(df: pd.DataFrame, basis: str = "window") -> pd.DataFr
             note = f">= {int(largest)} (largest tested)"
         else:
             note = ""
+        unmeasured = [f"n={int(size)} {reason}" for size, flows in group.groupby("size")
+                      if (largest is None or size > largest) and (reason := gap_reason(flows, basis))]
+        if unmeasured and group[loss_col].notna().any():  # a larger size might have been loss-free: say so
+            note = "; ".join(([note] if note else []) + unmeasured)
         rows.append({"rate": rate_label(rate_bps), "largest_lossfree_nodes": largest, "note": note})
     table = pd.DataFrame(rows, columns=["rate", "largest_lossfree_nodes", "note"])
     table["largest_lossfree_nodes"] = table["largest_lossfree_nodes"].astype("Int64")

@@ -14,5 +14,6 @@ swarm ping demo
 swarm down demo
 trap - EXIT
 
+echo "sweep: engine mux (one paced sender per node: holds its concurrent window on a loaded host)"
 swarm sweep experiments/quick.yaml "${backend[@]}"
 echo "open the newest results/*/report/report.html"

@@ -14,7 +14,8 @@ Progress = Callable[[float, float, str], None]
 @dataclass(frozen=True)
 class ExperimentType:
     """One experiment type. `command` is the CLI command that runs it (`sweep` or `run`); `resumable`
-    says whether `sweep --resume` can finish an interrupted run; `unit` labels its progress counts."""
+    says whether `sweep --resume` can finish an interrupted run; `unit` labels its progress counts. Every swarm
+an experiment needs is `first_swarm`, or, for an experiment with `sizes` and `swarm_spec(size)`, one per size."""
 
     name: str
     summary: str
@@ -25,3 +26,4 @@ class ExperimentType:
     report: Callable[[Path], dict[str, Path]]
     resumable: bool = True
     unit: str = ""
+    count_tests: Callable[[Any], int] | None = None  # how many tests (for `sweep --check`); None: not counted

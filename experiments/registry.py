@@ -27,7 +27,7 @@ DEFAULT = TRAFFIC.name
 
 def get_type(name: Any, where: str = "experiment") -> ExperimentType:
     """The registered type `name`; SpecError (one line) naming the known ones."""
-    if name not in TYPES:
+    if not isinstance(name, str) or name not in TYPES:  # `type: [x]` is not a name (and not hashable)
         known = ", ".join(f"{n} (the default)" if n == DEFAULT else n for n in TYPES)
         raise SpecError(f"{where}: type {name!r}: unknown experiment type (known: {known})")
     return TYPES[name]

@@ -2,6 +2,7 @@
 experiment validated and the backend its first swarm needs answered, so bad input leaves nothing behind."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from experiments.registry import ExperimentType
 from experiments.store import ResultsStore, host_facts
 from swarm.errors import SpecError
 from swarm.runtime.swarm import Swarm
+from swarm.spec.model import SwarmSpec
 
 
 def open_run(experiment_file: str | None, resume_dir: str | None, results_root: str | Path,
@@ -31,8 +33,53 @@ def open_run(experiment_file: str | None, resume_dir: str | None, results_root: 
         raise SpecError(f"{command}: give an EXPERIMENT_FILE or --resume RUN_DIR")
     kind, exp = registry.load(experiment_file)
     _check_command(kind, experiment_file, command)
-    Swarm(kind.first_swarm(exp), backend=backend or getattr(exp, "backend", None)).backend.check_available()
+    preflight(kind, exp, backend, experiment_file)
     return kind, exp, ResultsStore.create(Path(results_root), exp, host_facts())
+
+
+def experiment_swarms(kind: ExperimentType, exp: Any) -> list[SwarmSpec]:
+    """Every swarm the experiment brings up: one per size for a sweep (`sizes` + `swarm_spec(size)`), else
+    its type's first swarm."""
+    if hasattr(exp, "sizes") and hasattr(exp, "swarm_spec"):
+        return [exp.swarm_spec(size) for size in sorted(set(exp.sizes))]
+    return [kind.first_swarm(exp)]
+
+
+def preflight(kind: ExperimentType, exp: Any, backend: str | None, source: str) -> list[Swarm]:
+    """What `up` would refuse, checked for every swarm of the experiment before anything is made (the
+    backend, subnets against the host's interfaces and the swarms that are up, link conditions against
+    this host's engine, the mesh): SpecError naming the file and the size."""
+    swarms = []
+    for spec in experiment_swarms(kind, exp):
+        label = f"{source}: swarm {spec.name!r} ({len(spec.resolved_nodes())} nodes)"
+        swarm = Swarm(spec, backend=backend or getattr(exp, "backend", None), source=label)
+        swarm.preflight()
+        swarms.append(swarm)
+    return swarms
+
+
+def check_experiment(experiment_file: str, backend: str | None, command: str) -> str:
+    """`sweep --check` / `run --check`: validate the experiment and every swarm it implies; creates nothing.
+    Returns the one-line summary."""
+    kind, exp = registry.load(experiment_file)
+    _check_command(kind, experiment_file, command)
+    swarms = preflight(kind, exp, backend, experiment_file)
+    tests = f"{kind.count_tests(exp)} tests, " if kind.count_tests else ""
+    sizes = f"sizes {', '.join(str(len(s.nodes)) for s in swarms)}"
+    first = swarms[0]
+    return (f"{experiment_file}: valid ({kind.name}, {tests}{sizes}, backend {first.backend.name}, impairment engine "
+            f"{first.links.engine.name}, mesh {first.mesh.implementation or 'none'})")
+
+
+def discard_if_empty(store: ResultsStore) -> bool:
+    """Remove a run folder that holds no result yet (the first swarm never came up): True if removed."""
+    d = store.dir
+    if not d.is_dir() or (d / "tests.csv").exists() or any((d / "raw").rglob("*")):
+        return False
+    if {p.name for p in d.iterdir()} - {"experiment.yaml", "host.json", "raw"}:
+        return False
+    shutil.rmtree(d)
+    return True
 
 
 def _check_command(kind: ExperimentType, source: str, command: str) -> None:

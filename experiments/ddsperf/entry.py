@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from analysis.ddsperf import write_ddsperf_report
-from experiments.ddsperf.sweep import experiment_from_dict, run_ddsperf_sweep
+from experiments.ddsperf.sweep import experiment_from_dict, plan_tests, run_ddsperf_sweep
 from experiments.kind import ExperimentType
 
 
@@ -14,4 +14,4 @@ def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d,
 TYPE = ExperimentType(
     name="ddsperf", summary="Cyclone DDS ddsperf throughput/latency sweep", command="sweep",
     from_dict=experiment_from_dict, first_swarm=lambda exp: exp.swarm_spec(min(exp.sizes)), run=_run,
-    report=write_ddsperf_report)
+    report=write_ddsperf_report, count_tests=lambda exp: len(plan_tests(exp)))

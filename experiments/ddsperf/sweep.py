@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import signal
 import time
@@ -30,10 +31,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from experiments.store import host_facts
 from experiments.traffic.model import ExperimentSpec
+from swarm.runtime.backends import swarm_dir
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 from swarm.spec.apps import check_domain_id
 from swarm.units import rate_hz
-from swarm.spec.model import NodePlan, SwarmSpec, _check_name, read_yaml, swarm_from_template, validate_document
+from swarm.spec.model import NodePlan, SwarmSpec, _check_name, read_yaml, swarm_from_template, unique, validate_document
 
 SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?$")
 RATE_RE = re.compile(r"^(inf|\d+(?:\.\d+)?(?:Hz|kHz)?)$")
@@ -96,7 +98,7 @@ class DdsperfExperiment(BaseModel):
             raise ValueError("sample_sizes: give at least one")
         for s in v:
             parse_sample_size(s)
-        return [str(s) for s in v]
+        return unique("sample_sizes", [str(s) for s in v], key=parse_sample_size)
 
     @field_validator("rates")
     @classmethod
@@ -106,7 +108,7 @@ class DdsperfExperiment(BaseModel):
         for r in v:
             if not RATE_RE.match(str(r)) or rate_hz(r) <= 0:
                 raise ValueError(f"rate {r!r}: expected a positive rate like 100Hz, 2kHz or inf")
-        return [str(r) for r in v]
+        return unique("rates", [str(r) for r in v], key=rate_hz)
 
     @model_validator(mode="after")
     def _consistent(self) -> "DdsperfExperiment":
@@ -185,7 +187,19 @@ def ddsperf_argv(exp: DdsperfExperiment, test: DdsTest, node: NodePlan, sender: 
 
 def remembering_pid(pidfile: str, argv: list[str]) -> list[str]:
     """`argv` run through a shell that first writes its pid (then exec's it) to `pidfile` inside the node."""
-    return ["sh", "-c", 'echo $$ > "$0"; exec "$@"', pidfile, *argv]
+    return ["sh", "-c", 'mkdir -p "$(dirname "$0")" && echo $$ > "$0"; exec "$@"', pidfile, *argv]
+
+
+def pid_file(backend: str, workdir: Path, swarm: str, node: str) -> str:
+    """Where a receiver's pid is kept, never in a world-writable place (whose file anyone could replace
+    before we `kill "$(cat file)"` as root): a namespace shares the host's file system, so the node's
+    directory under the swarm's own 0700 state directory; a container, its own /run."""
+    if backend != "netns":
+        return "/run/swarm-emu-ddsperf.pid"
+    root = swarm_dir(workdir, swarm)
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o700)
+    return str(root / "nodes" / node / "ddsperf.pid")
 
 
 def stop_remembered(pidfile: str) -> list[str]:
@@ -263,7 +277,7 @@ def run_test(swarm, exp: DdsperfExperiment, test: DdsTest, raw_dir: Path, run_id
     sender, receivers = swarm.nodes[0], swarm.nodes[1:test.size]
     prefix = lambda n: swarm.backend.exec_prefix(swarm.name, n.name)  # noqa: E731
     unicast = [n.isl_ip for n in swarm.nodes[:test.size]] if swarm.backend.name in ("compose", "swarm") else None
-    pidfile = lambda n: f"/tmp/swarm-emu-ddsperf-{swarm.name}-{n.name}.pid"  # noqa: E731
+    pidfile = lambda n: pid_file(swarm.backend.name, swarm.workdir, swarm.name, n.name)  # noqa: E731
     procs = {n.name: swarm.runner.start(prefix(n) + remembering_pid(pidfile(n), ddsperf_argv(exp, test, n, False, unicast)),
                                         stdout_path=str(raw_dir / f"{n.name}.txt")) for n in receivers}
     timeout = initwait(test.size) + exp.duration + 30

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from analysis.traffic import write_sweep_report
 from experiments.kind import ExperimentType
-from experiments.traffic.model import experiment_from_dict
+from experiments.traffic.model import experiment_from_dict, plan_tests
 from experiments.traffic.run import run_sweep
 
 
@@ -15,4 +15,4 @@ def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d,
 TYPE = ExperimentType(
     name="traffic", summary="bandwidth and loss sweep over swarm sizes, protocols and rates", command="sweep",
     from_dict=experiment_from_dict, first_swarm=lambda exp: exp.swarm_spec(min(exp.sizes)), run=_run,
-    report=write_sweep_report)
+    report=write_sweep_report, count_tests=lambda exp: len(plan_tests(exp)))

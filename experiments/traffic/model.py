@@ -18,7 +18,8 @@ from swarm.errors import SpecError
 from swarm.units import parse_duration
 from experiments.timeline import FaultEvent, check_timeline
 from netem.model import LinksSpec
-from swarm.spec.model import MAX_NODES, NodePlan, SwarmSpec, _check_name, _Strict, read_yaml, swarm_from_template, validate_document
+from swarm.spec.model import (MAX_NODES, NodePlan, SwarmSpec, _check_name, _Strict, read_yaml, swarm_from_template, unique,
+                              validate_document)
 
 PATTERNS = ("full-mesh", "ring", "pairs", "one-to-all")
 class IperfOptions(_Strict):
@@ -81,7 +82,12 @@ class ExperimentSpec(_Strict):
         for n in v:
             if not 2 <= n <= MAX_NODES:
                 raise ValueError(f"size {n}: a swarm has 2 to {MAX_NODES} nodes")
-        return v
+        return unique("sizes", v)  # a repeated size would run its tests twice into one run folder
+
+    @field_validator("protocols")
+    @classmethod
+    def _protocols(cls, v: list[str]) -> list[str]:
+        return unique("protocols", v)
 
     @field_validator("rates")
     @classmethod
@@ -93,7 +99,7 @@ class ExperimentSpec(_Strict):
                 raise ValueError(str(exc)) from None
             if bps <= 0:
                 raise ValueError(f"rate {r!r}: must be positive")
-        return v
+        return unique("rates", v, key=parse_rate)  # 1M and 1000k are one rate, one test id
 
     @model_validator(mode="after")
     def _consistent(self) -> "ExperimentSpec":

@@ -469,6 +469,17 @@ def run_sweep(exp: ExperimentSpec, store: ResultsStore, *, backend: str | None =
         signal.signal(signal.SIGTERM, previous)
 
 
+def window_note(row: dict, duration: float, engine: str = "iperf3") -> str:
+    """A console line for a test without a usable concurrent window (every flow never ran at once), which the
+    report marks 'not measured' in every concurrent-window table; "" when the window is usable."""
+    window, skew = row.get("window_s", math.nan), row.get("skew_s", math.nan)
+    if window > 0:
+        return ""
+    return (f"{row['test_id']}: no concurrent window (start skew {skew:.1f} s >= {duration:g} s duration): only "
+            "whole-test figures, not concurrent ones; the report marks it 'not measured: no concurrent window'"
+            + ("; engine mux holds the start together on a loaded host" if engine == "iperf3" else ""))
+
+
 def _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_error, runner) -> list[dict]:
     store.drop_incomplete_flows()
     done = store.completed_tests()
@@ -498,6 +509,8 @@ def _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_
                                                f"skew {row['skew_s'] * 1000:.0f} ms"
                                                + (f" (clocks of the hosts agree to ±{row['clock_uncertainty_s'] * 1000:.2f} ms)"
                                                   if row.get("clock_uncertainty_s") else ""))
+                if (note := window_note(row, exp.duration, exp.engine)):
+                    message(note)
                 if abort_on_error and row["flows_ok"] < row["flows"]:
                     raise RuntimeFailure(f"test {test.test_id}: {row['flows'] - row['flows_ok']} flows failed (--abort-on-error)")
                 if exp.settle:

@@ -89,6 +89,20 @@ def impair(name, between, node, all_links, direction, profile, show, as_json, cl
     out.print(f"swarm {name!r}: {shown}: set {values.describe()} (engine {ctl.engine.name})")
 
 
+APPLIED_AT = {  # where each engine of netem.engines acts on a directed link src -> dst
+    "netem": "on the sender: NetEm under an HTB class per destination on its ISL interface (egress)",
+    "nft": "loss and cuts at the receiver (nftables ingress drop, so the sender's socket sees no error); "
+           "rate on the sender (HTB class per destination, egress)",
+    "userspace": "at the receiver: swarm-linkd holds and drops the packets iptables NFQUEUE hands it in the "
+                 "receiving node's PREROUTING, per sending MAC (delay, rate, loss ... all there)",
+}
+
+
+def applied_at(engine) -> str:
+    """Where `engine` applies a link's conditions: its own `applied_at`, else the table above."""
+    return getattr(engine, "applied_at", None) or APPLIED_AT.get(engine.name, "inside the nodes, per directed link")
+
+
 def _show(ctl, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(ctl.summary(), indent=1))
@@ -96,6 +110,7 @@ def _show(ctl, as_json: bool) -> None:
 
     summary = ctl.summary()
     out.print(f"impairment engine: {summary['engine_description']}")
+    out.print(f"applied: {applied_at(ctl.engine)}")
     for note in summary["notes"]:
         out.print(f"note: {note}")
     if summary["node_faults"]:
@@ -104,7 +119,7 @@ def _show(ctl, as_json: bool) -> None:
     if not rows:
         out.print(f"swarm {ctl.swarm.name!r}: no link conditions set (every link as the host gives it)")
         return
-    table = Table(title=f"link conditions of {ctl.swarm.name} (directed: sender -> receiver, applied on the sender)")
+    table = Table(title=f"link conditions of {ctl.swarm.name} (directed: sender -> receiver)")
     for col in ("link", "configured", "cut", "in effect"):
         table.add_column(col)
     for r in rows:

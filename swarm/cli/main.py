@@ -19,18 +19,16 @@ from rich.table import Table
 
 from swarm import __version__
 from swarm.cfs.node import check_cfs
-from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, forget_state, wipe as wipe_all
+from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, down_by_name, leftovers, wipe as wipe_all
 from swarm.cli import cfs as cfs_commands, dtn as dtn_commands, links as link_commands, mesh as mesh_commands, \
     orbits as orbit_commands
-from swarm.cli.console import err, out
+from swarm.cli.console import err, out, warn
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
 from netem.engines import choose_engine
 from swarm.mesh.spec import MeshSpec, choose_implementation
-from swarm.runtime.backends import get_backend
-from swarm.runtime.runner import Runner
 from swarm.runtime.probe import capabilities
-from swarm.spec.model import json_schema, spec_from_dict
+from swarm.spec.model import check_swarm_name, json_schema, spec_from_dict
 
 
 
@@ -118,7 +116,7 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
         check_cfs(swarm.spec, swarm.nodes, swarm.backend.name)
         engine = swarm.links.engine
         if swarm.spec.links:
-            swarm.links.spec_links()  # every condition possible with this host's impairment engine
+            swarm.check_links()  # every condition possible with this host's impairment engine
         mesh = swarm.mesh.implementation or "none"  # a pinned implementation this host lacks: SpecError
         swarm.backend.check_spec(swarm.spec, swarm.nodes)  # multi-host: every host answers, rights, subnets
         out.print(f"{spec_file}: valid ({len(swarm.nodes)} nodes, backend {swarm.backend.name}, impairment engine "
@@ -211,22 +209,47 @@ def ping(name: str) -> None:
 
 @cli.command()
 @click.argument("name")
-def down(name: str) -> None:
-    """Remove everything of swarm NAME (idempotent; works after a crash)."""
-    state = [s for n, s in all_states(default_workdir()) if n == name]
-    removed: list[str] = []
-    backends = [state[0]["backend"]] if state else ["compose", "netns"]
-    caps = capabilities()
-    for b in backends:
-        removed += get_backend(b, Runner(), caps, default_workdir()).down(name)
-    if forget_state(default_workdir(), name):
-        removed.append("state")
+@click.option("--keep-compose", is_flag=True, help="Keep the generated compose/NAME.yml.")
+def down(name: str, keep_compose: bool) -> None:
+    """Remove everything of swarm NAME (idempotent; works after a crash), the compose file it generated too."""
+    removed = down_by_name(name, warn=warn, keep_compose=keep_compose)
     out.print(f"swarm {name!r}: " + (f"removed {', '.join(removed)}" if removed else "nothing to remove"))
 
 
 @cli.command()
-def wipe() -> None:
-    """Remove everything the framework labelled, of every swarm (after a crash). Images are kept."""
+@click.argument("names", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (for scripts).")
+def wipe(names: tuple[str, ...], dry_run: bool, yes: bool) -> None:
+    """Remove what the framework made for the swarms NAMES, or for every swarm (after a crash). Only what
+    carries the framework's labels or markers is removed; images are kept."""
+    for name in names:
+        check_swarm_name(name)
+    if names and not dry_run:
+        for name in names:
+            removed = down_by_name(name, warn=warn)
+            out.print(f"swarm {name!r}: " + (f"removed {', '.join(removed)}" if removed else "nothing to remove"))
+        return
+    found = leftovers()
+    if names:
+        found = {n: found.get(n, []) for n in names}
+    if dry_run:
+        for swarm, things in found.items():
+            click.echo(f"{swarm}: " + (", ".join(things) if things else "nothing"))
+        click.echo(f"would remove {sum(map(len, found.values()))} object(s) of {len([f for f in found.values() if f])} swarm(s)"
+                   " (dry run: nothing removed)")
+        return
+    if not found:
+        out.print("wiped: nothing to remove")
+        return
+    question = f"remove everything of {len(found)} swarm(s): {', '.join(found)}?"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise SwarmErrorExit(f"wipe: would {question[:-1]}; not a terminal, so confirm with --yes "
+                                 "(or name swarms: `swarm wipe NAME...`; see --dry-run)", 2)
+        if not click.confirm(question, default=False):
+            out.print("nothing removed")
+            return
     removed = wipe_all()
     out.print("wiped: " + (", ".join(removed) if removed else "nothing to remove"))
 
@@ -234,7 +257,7 @@ def wipe() -> None:
 @cli.command(name="list")
 def list_() -> None:
     """Swarms that are up (have state)."""
-    for name, state in all_states(default_workdir()):
+    for name, state in all_states(default_workdir(), warn=warn):
         nodes = len(spec_from_dict(state["spec"]).resolved_nodes())
         age = time.time() - state.get("created", time.time())
         out.print(f"{name}\t{state['backend']}\t{nodes} nodes\tup {age:.0f} s")
@@ -263,8 +286,12 @@ def probe() -> None:
 @click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
 @click.option("--abort-on-error", is_flag=True, help="Stop at the first test with a failed flow.")
 @click.option("--report/--no-report", "make_report", default=True, show_default=True, help="Write the report at the end.")
-def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, make_report) -> None:
+@click.option("--check", is_flag=True, help="Only validate the experiment and every swarm it implies; create nothing.")
+def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, make_report, check) -> None:
     """Run the sweep in EXPERIMENT_FILE (or --resume a run folder): traffic (iperf3/mux) or `type: ddsperf`."""
+    if check:
+        _check_experiment("sweep", experiment_file, backend)
+        return
     _run_experiment("sweep", experiment_file, resume_dir, backend, results_root, make_report, abort_on_error)
 
 
@@ -273,15 +300,27 @@ def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, ma
 @click.option("--backend", help="compose or netns (default: the experiment's, else the host's default).")
 @click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
 @click.option("--report/--no-report", "make_report", default=True, show_default=True)
-def run_cmd(experiment_file: str, backend: str | None, results_root: str, make_report: bool) -> None:
+@click.option("--check", is_flag=True, help="Only validate the experiment and its swarm; create nothing.")
+def run_cmd(experiment_file: str, backend: str | None, results_root: str, make_report: bool, check: bool) -> None:
     """Run the experiment in EXPERIMENT_FILE (e.g. the reference swarm app under a fault timeline); results and a report."""
+    if check:
+        _check_experiment("run", experiment_file, backend)
+        return
     _run_experiment("run", experiment_file, None, backend, results_root, make_report)
+
+
+def _check_experiment(command: str, experiment_file: str | None, backend: str | None) -> None:
+    from experiments.runs import check_experiment  # start-up: see _run_experiment
+
+    if not experiment_file:
+        raise SwarmErrorExit(f"{command} --check: give an EXPERIMENT_FILE", 2)
+    out.print(check_experiment(experiment_file, backend, command), soft_wrap=True)
 
 
 def _run_experiment(command: str, experiment_file, resume_dir, backend, results_root, make_report,
                     abort_on_error: bool = False) -> None:
     """Any registered experiment type: open (or resume) its run folder, run it with a progress bar, report."""
-    from experiments.runs import open_run  # here, not at the top: the experiment types pull in pandas and
+    from experiments.runs import discard_if_empty, open_run  # here, not at the top: the experiment types pull in pandas and
     # matplotlib (~1.5 s), which `swarm status` and the other swarm commands never need
 
     kind, exp, store = open_run(experiment_file, resume_dir, results_root, backend, command)
@@ -290,11 +329,16 @@ def _run_experiment(command: str, experiment_file, resume_dir, backend, results_
     bar = Progress(TextColumn(f"[bold]{kind.name}[/] {{task.description}}"), BarColumn(),
                    TextColumn(f"{{task.completed:.0f}}/{{task.total:.0f}}{unit}"), TimeElapsedColumn(),
                    TextColumn("ETA"), TimeRemainingColumn(), console=err)
-    with bar:
-        task = bar.add_task("starting", total=0)  # a number from the start: the count column formats it
-        run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error,
-                           message=lambda m: bar.console.print(m),
-                           progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w))
+    try:
+        with bar:
+            task = bar.add_task("starting", total=0)  # a number from the start: the count column formats it
+            run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error,
+                               message=lambda m: bar.console.print(m),
+                               progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w))
+    except BaseException:
+        if not resume_dir and discard_if_empty(store):  # the first swarm never came up: no empty folder left
+            err.print(f"removed the empty run folder {store.dir}")
+        raise
     out.print(f"{command} done: {run_dir}")
     if make_report:
         _write_report(run_dir)

@@ -13,11 +13,13 @@ import sys
 import time
 
 import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from swarm.errors import SpecError
-from swarm.cli.console import out
-from swarm.mesh.plan import healed_pairs
+
+from swarm.cli.console import err, out
+from swarm.mesh.plan import STABLE_S, healed_pairs
 from swarm.runtime.swarm import Swarm
 
 def register(cli: click.Group) -> None:
@@ -33,13 +35,31 @@ def convergence_line(what: str, timing: dict, implementation: str) -> str:
     return f"mesh {implementation}: NOT converged after {what} ({timing.get('problem', '')})"
 
 
+TQ_NOTE = ("TQ: B.A.T.M.A.N.'s transmit quality of the link to a neighbour, 0-255 (255: every originator message "
+           "arrived; each node forwards through the neighbour with the best TQ, so low values mean lossy links and "
+           "relays that may change)")
+
+
 def wait_after_fault(swarm, what: str, applied_ts: float, cuts_before: set, cuts_after: set) -> None:
     """After a fault on a meshed swarm, wait for the routes to settle (healed links carrying their direct route
-    again) and print how long that took."""
+    again, routes unchanged for STABLE_S) with progress on stderr, and print how long that took. Ctrl-C stops
+    the wait, not the fault: it says so and exits 130."""
     if not swarm.spec.mesh.enabled:
         return
     m = swarm.mesh
-    timing = m.wait_converged(applied_ts, direct=healed_pairs(cuts_before, cuts_after))
+    err.print(f"waiting for the mesh to reconverge (up to {m.spec.converge_timeout:g} s; Ctrl-C stops waiting, "
+              "the fault stays applied)")
+    bar = Progress(TextColumn("[bold]mesh[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=err)
+    try:
+        with bar:
+            task = bar.add_task("reading routes", total=len(swarm.nodes))
+            timing = m.wait_converged(applied_ts, direct=healed_pairs(cuts_before, cuts_after), stable_s=STABLE_S,
+                                      progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w))
+    except KeyboardInterrupt:
+        err.print(f"interrupted after {time.time() - applied_ts:.0f} s: the fault ({what}) stays applied and the mesh "
+                  f"was not yet seen converged; `swarm mesh {swarm.name} --wait` waits again")
+        raise click.exceptions.Exit(130) from None
     out.print(convergence_line(what, timing, m.implementation))
 
 
@@ -54,7 +74,7 @@ def mesh(name: str, as_json: bool, wait: bool) -> None:
         raise SpecError(f"swarm {name!r}: has no mesh (its spec says mesh: none; set `mesh: batman`)")
     m = swarm.mesh
     if wait:
-        m.wait_converged(time.time())
+        m.wait_converged(time.time(), stable_s=STABLE_S)
     report = m.report()
     if as_json:
         click.echo(json.dumps(report, indent=1))
@@ -72,5 +92,7 @@ def mesh(name: str, as_json: bool, wait: bool) -> None:
         conv = "[green]yes[/]" if row["converged"] else f"[red]no[/] {'; '.join(row['problems'][:2])}"
         table.add_row(row["node"], neighbours, hops, conv)
     out.print(table)
+    if m.implementation == "batmand":
+        out.print(TQ_NOTE)
     out.print("converged" if report["converged"] else "not converged")
     sys.exit(0 if report["converged"] else 1)

@@ -50,6 +50,7 @@ from swarm.mesh.spec import MeshSpec
 BATMAND_HOST_TABLE = 66  # batmand's rt_table_hosts (`batmand -i`): one route per originator
 BATADV_OVERHEAD = 32  # bytes batman-adv adds to every frame on the hard interface
 BATADV_IF = "bat0"
+STABLE_S = 2.0  # routes must stay converged and unchanged this long before `up`, `fault` and `mesh --wait` say so
 POLL_S = 0.5  # route snapshot period; a figure's resolution is about this plus one snapshot (kept as resolution_s)
 MESH_COLUMNS = ["run_id", "test_id", "size", "implementation", "event", "args", "event_ts", "converged_ts",
                 "converge_s", "resolution_s", "converged", "polls"]

@@ -114,32 +114,52 @@ class Mesh:
 
     def wait_converged(self, since: float, timeout: float | None = None,
                        progress: Callable[[int, int, str], None] | None = None,
-                       direct: frozenset[tuple[str, str]] = frozenset()) -> dict:
+                       direct: frozenset[tuple[str, str]] = frozenset(), stable_s: float = 0.0) -> dict:
         """Poll every POLL_S until the mesh has converged (or `timeout` s pass); `direct`: pairs just healed,
-        whose routes must be direct again. Returns MESH_COLUMNS' timing part: converged (bool), converged_ts
-        (when the first converged snapshot was complete), converge_s (from `since`), resolution_s (from the start
-        of the last snapshot that saw it unconverged to converged_ts: the mesh converged within that span;
-        about POLL_S plus one snapshot's duration on an idle host), polls."""
+        whose routes must be direct again. With `stable_s`, converged means converged with the same routes for
+        that long (right after convergence batmand still changes relays from one reading to the next); the
+        figures are those of the first snapshot of that stable run. Returns MESH_COLUMNS' timing part:
+        converged (bool), converged_ts (when the first converged snapshot was complete), converge_s (from
+        `since`), resolution_s (from the start of the last snapshot that saw it unconverged to converged_ts:
+        the mesh converged within that span; about POLL_S plus one snapshot's duration on an idle host), polls."""
         timeout = self.spec.converge_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         polls = 0
         last_unconverged = since  # when the last snapshot that saw the mesh unconverged began reading
+        stable_from: tuple[float, dict, float] | None = None  # (done_ts, routes, last_unconverged) of the stable run
         while True:
             snap = self.snapshot(direct)
             polls += 1
             done_ts = time.time()
             good = sum(1 for p in snap.problems.values() if not p)
-            if progress:
-                progress(good, len(snap.problems), "mesh nodes converged")
-            if snap.converged:  # it converged after last_unconverged and before done_ts: that is the resolution
-                return {"event_ts": round(since, 6), "converged_ts": round(done_ts, 6),
-                        "converge_s": round(done_ts - since, 3), "resolution_s": round(done_ts - last_unconverged, 3),
-                        "converged": True, "polls": polls}
-            last_unconverged = snap.taken_ts
+            if snap.converged:
+                if stable_from is None or stable_from[1] != snap.routes:
+                    stable_from = (done_ts, snap.routes, last_unconverged)
+                held = done_ts - stable_from[0]
+                if progress:
+                    progress(good, len(snap.problems), "mesh nodes converged" if held >= stable_s else
+                             f"mesh converged, routes stable {held:.1f}/{stable_s:g} s")
+                if held >= stable_s:  # converged after last_unconverged and before converged_ts: the resolution
+                    first, _, before = stable_from
+                    return {"event_ts": round(since, 6), "converged_ts": round(first, 6),
+                            "converge_s": round(first - since, 3), "resolution_s": round(first - before, 3),
+                            "converged": True, "polls": polls}
+            else:
+                stable_from = None
+                last_unconverged = snap.taken_ts
+                if progress:
+                    progress(good, len(snap.problems), "mesh nodes converged")
             if time.monotonic() > deadline:
+                problem = _first_problem(snap) if not snap.converged else f"routes still changing after {timeout:g} s"
                 return {"event_ts": round(since, 6), "converged_ts": "", "converge_s": "", "converged": False,
-                        "polls": polls, "problem": _first_problem(snap)}
+                        "polls": polls, "problem": problem}
             time.sleep(max(0.0, POLL_S - (time.time() - snap.taken_ts)))
+
+    def _originators_or_none(self, node: str) -> list[Originator]:
+        try:
+            return self.originators(node)
+        except (CommandError, RuntimeFailure):
+            return []  # the snapshot already reports this node's error
 
     def report(self) -> dict:
         """What `swarm mesh` shows: per node its neighbours (with batmand's TQ), next hop to every other
@@ -147,6 +167,11 @@ class Mesh:
         snap = self.snapshot()
         adj = usable_neighbours(self.names, *self.link_state())
         nodes = []
+        tables: dict[str, list[Originator]] = {}
+        running = [n for n in self.names if n in snap.problems]
+        if self.implementation and running:  # every node's table at once, not one after another
+            with ThreadPoolExecutor(max(1, min(8, len(running)))) as pool:
+                tables = dict(zip(running, pool.map(self._originators_or_none, running)))
         for name in self.names:
             if name not in snap.problems:
                 nodes.append({"node": name, "running": False, "neighbours": {}, "next_hop": {}, "converged": None,
@@ -154,7 +179,7 @@ class Mesh:
                 continue
             quality: dict[str, int] = {}
             if self.implementation:
-                for orig in self.originators(name):
+                for orig in tables.get(name) or []:
                     dst = self.by_addr.get(orig.address, orig.address)
                     if orig.address in orig.candidates and orig.candidates[orig.address] > 0:
                         quality[dst] = orig.candidates[orig.address]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import shutil
 import signal
@@ -25,6 +26,7 @@ from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs
 from swarm.cfs.image import ensure_cfs_image, host_ulimits
 from swarm.dtn.runtime import DtnAgents, ensure_dtn_image
 from swarm.errors import RuntimeFailure, SpecError
+from swarm.mesh.plan import STABLE_S
 from swarm.mesh.runtime import Mesh
 from swarm.runtime.host import ensure_neighbour_capacity
 from swarm.runtime.image import ensure_image
@@ -33,7 +35,7 @@ from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
 from swarm.runtime.clocks import NodeClocks, node_clocks
 from swarm.runtime.runner import Result, Runner
-from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
+from swarm.spec.model import NodePlan, SwarmSpec, check_swarm_name, load_spec, plan_nodes, spec_from_dict
 from netem.model import links_with_engine
 
 
@@ -92,10 +94,12 @@ class Swarm:
         keep_on_failure: bool = False,
         message: Callable[[str], None] = lambda _msg: None,
         engine: str | None = None,
+        source: str = "",
     ):
         if engine is not None:  # `--engine`: pins the impairment engine over the spec's `links.engine`
             spec = with_engine(spec, engine)
         self.spec = spec
+        self.source = source  # the spec file, named by errors found after loading (e.g. a link condition)
         self.runner = runner or Runner()
         self.caps = caps or capabilities()
         self.workdir = workdir or default_workdir()
@@ -114,7 +118,7 @@ class Swarm:
     @classmethod
     def from_yaml(cls, path: str | Path, **kwargs) -> "Swarm":
         """A Swarm for the spec file at `path` (validated; nothing is started)."""
-        return cls(load_spec(path), **kwargs)
+        return cls(load_spec(path), source=str(path), **kwargs)
 
     @classmethod
     def attach(cls, name: str, *, workdir: Path | None = None, **kwargs) -> "Swarm":
@@ -157,16 +161,9 @@ class Swarm:
     # ------------------------------------------------------------------------------------------ up/down
     def up(self, ready_timeout: float | None = None) -> float:
         """Create, start and wait for every node; returns seconds taken. Rolls back on any failure."""
-        check_cfs(self.spec, self.nodes, self.backend.name)
-        self.backend.check_available()
-        self.backend.check_spec(self.spec, self.nodes)  # on every host it will use, before creating anything
-        check_runnable(self.spec.apps, self.backend.name,
-                       lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
-        self._check_conflicts()
+        self.preflight()
         links = self.links if self.spec.links else None
-        if links:
-            links.spec_links()  # a parameter this host's impairment engine cannot apply: SpecError, nothing created
-        mesh = self.mesh if self.spec.mesh.enabled else None  # an implementation this host lacks: SpecError here
+        mesh = self.mesh if self.spec.mesh.enabled else None
         dtn = self.dtn
         dtn.check()  # netns: the dtn7-rs binaries exist or are built now (SpecError without a Rust toolchain)
         started = time.monotonic()
@@ -200,13 +197,40 @@ class Swarm:
             signal.signal(signal.SIGTERM, previous)
         return time.monotonic() - started
 
+    def preflight(self) -> None:
+        """Everything `up` checks before it creates anything: cFS trees, the backend, the apps' images, the
+        name and subnets against what is up and the host's interfaces, the link conditions against this
+        host's impairment engine, the mesh implementation. SpecError (naming `source`) on the first problem."""
+        try:
+            check_cfs(self.spec, self.nodes, self.backend.name)
+            self.backend.check_available()
+            self.backend.check_spec(self.spec, self.nodes)  # on every host it will use, before creating anything
+            check_runnable(self.spec.apps, self.backend.name,
+                           lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
+            self._check_conflicts()
+            if self.spec.mesh.enabled:
+                _ = self.mesh  # an implementation this host lacks: SpecError here
+        except SpecError as exc:
+            raise SpecError(f"{self.source}: {exc}" if self.source and not str(exc).startswith(self.source)
+                            else str(exc)) from None
+        if self.spec.links:
+            self.check_links()  # a parameter this host's impairment engine cannot apply
+
+    def check_links(self) -> None:
+        """Every link condition of the spec is possible with this host's impairment engine; SpecError naming
+        the spec file otherwise."""
+        try:
+            self.links.spec_links()
+        except SpecError as exc:
+            raise SpecError(f"{self.source}: {exc}" if self.source else str(exc)) from None
+
     def start_mesh(self, mesh) -> None:
         """Start the mesh on every node and wait until its routes have converged (swarm.mesh); the result is
         kept in `mesh_result` (and mesh.json in the swarm's state directory). Not converging in time is
         reported, not fatal: the swarm is up, its mesh is slow, and that is worth measuring."""
         started = time.time()
         mesh.start()
-        self.mesh_result = mesh.wait_converged(started, progress=self.progress)
+        self.mesh_result = mesh.wait_converged(started, progress=self.progress, stable_s=STABLE_S)
         (swarm_dir(self.workdir, self.name) / "mesh.json").write_text(json.dumps({"up": self.mesh_result}))
         if not self.mesh_result["converged"] and self.mesh_result["polls"]:
             self.message(f"mesh {mesh.implementation}: not converged {mesh.spec.converge_timeout:g} s after start "
@@ -418,23 +442,60 @@ def _state_file(workdir: Path, name: str) -> Path:
 
 
 def write_state(workdir: Path, name: str, state: dict) -> None:
+    """Atomically: a temporary file in the same directory, fsynced, renamed over state.json, the directory
+    fsynced; a crash leaves either the old or the new state, never a partial one."""
     path = _state_file(workdir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=1))
-    tmp.replace(path)
+    os.chmod(path.parent, 0o700)
+    tmp = path.with_name(f".state.json.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(state, indent=1))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class StateError(SpecError):
+    """A state file that cannot be read or is not a state (corrupt, partial, edited by hand)."""
+
+
+def _load_state(path: Path, name: str) -> dict:
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise StateError(f"{path}: unreadable swarm state ({type(exc).__name__}: {str(exc)[:80]}); "
+                         f"`swarm down {name}` removes what the swarm's labels name") from None
+    if not isinstance(state, dict) or not isinstance(state.get("spec"), dict) or state.get("backend") not in REGISTRY:
+        raise StateError(f"{path}: not a swarm state (no spec or backend); "
+                         f"`swarm down {name}` removes what the swarm's labels name")
+    return state
 
 
 def read_state(workdir: Path, name: str) -> dict | None:
+    """The state of swarm `name`, None when it has none; StateError (one line naming the file) when it is
+    unreadable."""
     path = _state_file(workdir, name)
-    return json.loads(path.read_text()) if path.exists() else None
+    return _load_state(path, name) if path.exists() else None
 
 
-def all_states(workdir: Path) -> Iterator[tuple[str, dict]]:
-    """(name, state) of every swarm with a state file."""
+def _warn(message: str) -> None:
+    logging.getLogger("swarm").warning(message)
+
+
+def all_states(workdir: Path, warn: Callable[[str], None] = _warn) -> Iterator[tuple[str, dict]]:
+    """(name, state) of every swarm with a readable state file; an unreadable one is reported through `warn`
+    (one line naming the file) and skipped, so it cannot hide the other swarms."""
     root = workdir / ".swarm"
     for path in sorted(root.glob("*/state.json")) if root.exists() else []:
-        yield path.parent.name, json.loads(path.read_text())
+        try:
+            yield path.parent.name, _load_state(path, path.parent.name)
+        except StateError as exc:
+            warn(str(exc))
 
 
 def forget_state(workdir: Path, name: str) -> bool:
@@ -454,6 +515,51 @@ def forget_state(workdir: Path, name: str) -> bool:
     return True
 
 
+def state_names(workdir: Path) -> list[str]:
+    """Names of the swarms with a state directory holding a state file, readable or not."""
+    root = workdir / ".swarm"
+    return sorted(p.parent.name for p in root.glob("*/state.json")) if root.exists() else []
+
+
+def leftovers(runner: Runner | None = None, workdir: Path | None = None) -> dict[str, list[str]]:
+    """{swarm: [what]} of everything `wipe` would remove: every backend's labelled or marked resources and
+    every swarm's state (nothing is removed)."""
+    runner = runner or Runner()
+    caps = capabilities()
+    workdir = workdir or default_workdir()
+    found: dict[str, list[str]] = {}
+    for name in REGISTRY:
+        for swarm, what in get_backend(name, runner, caps, workdir).leftovers(None):
+            found.setdefault(swarm, []).append(f"{name} {what}")
+    for swarm in state_names(workdir):
+        found.setdefault(swarm, []).append(f"state {swarm_dir(workdir, swarm)}")
+    return dict(sorted(found.items()))
+
+
+def down_by_name(name: str, runner: Runner | None = None, workdir: Path | None = None,
+                 warn: Callable[[str], None] = _warn, keep_compose: bool = False) -> list[str]:
+    """Remove everything of swarm `name` knowing only its name: its state's backend (every backend when the
+    state is missing or unreadable, reported through `warn`), then its state."""
+    runner = runner or Runner()
+    workdir = workdir or default_workdir()
+    check_swarm_name(name)  # before any path or label filter is built from it
+    try:
+        state = read_state(workdir, name)
+    except StateError as exc:  # removed all the same: the backends find the swarm's resources by its labels
+        warn(str(exc))
+        state = None
+    caps = capabilities()
+    removed: list[str] = []
+    for name_ in [state["backend"]] if state else list(REGISTRY):
+        backend = get_backend(name_, runner, caps, workdir)
+        if keep_compose:
+            backend.keep_compose = True  # the compose backend's; ignored by the others
+        removed += backend.down(name)
+    if forget_state(workdir, name):
+        removed.append("state")
+    return removed
+
+
 def wipe(runner: Runner | None = None, workdir: Path | None = None) -> list[str]:
     """Remove everything every backend made for any swarm, and all swarm state."""
     runner = runner or Runner()
@@ -466,8 +572,8 @@ def wipe(runner: Runner | None = None, workdir: Path | None = None) -> list[str]
             removed += [f"{name}: {r}" for r in get_backend(name, runner, caps, workdir).wipe()]
         except RuntimeFailure as exc:
             failures.append(f"{name}: {exc}")
-    for other, _ in list(all_states(workdir)):
-        forget_state(workdir, other)
+    for other in state_names(workdir):
+        forget_state(workdir, other)  # unreadable states too: wipe is what clears them
         removed.append(f"state of {other}")
     if failures:
         raise RuntimeFailure(f"wipe removed {', '.join(removed) or 'nothing'} but failed: {'; '.join(failures)}")

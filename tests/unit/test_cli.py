@@ -51,7 +51,7 @@ def test_docker_asked_for_but_not_running(tmp_path):
     res = swarm(["up", "s.yaml"], tmp_path, DOCKER_HOST="unix:///nonexistent.sock")
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip().splitlines() == [
-        "error: backend 'compose': Docker is not running (docker version found no server); use --backend netns"]
+        "error: s.yaml: backend 'compose': Docker is not running (docker version found no server); use --backend netns"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
 
 

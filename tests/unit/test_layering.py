@@ -38,7 +38,7 @@ ALLOWED = {
     # analysis reads result files with the experiments' pure parsers (raw iperf3 JSON, the app's records).
     ("analysis", "experiments"): lambda src, dst: dst in PURE_EXPERIMENT_MODULES,
 }
-PURE_EXPERIMENT_MODULES = {"experiments.traffic.iperf3", "experiments.app.parse", "experiments.dtn.parse",
+PURE_EXPERIMENT_MODULES = {"experiments.traffic.iperf3", "experiments.traffic.muxresult", "experiments.app.parse", "experiments.dtn.parse",
                            "experiments.orbits.model"}  # the orbits report re-plans from the stored experiment
 RUNTIME_PREFIXES = ("swarm.runtime", "swarm.mesh.runtime", "swarm.cfs.image", "swarm.cli")
 

@@ -45,8 +45,9 @@ def test_writes_every_file_and_a_self_contained_html(tmp_path):
     paths = write_report(tmp_path, sweep(), HOST, tests=tests)
     expected = {"report_md", "report_html", "fig5", "fig6", "fig7a", "fig7b"} | {
         f"{name}_{ext}" for ext in ("csv", "md")
-        for name in ("summary", "tests", "tcp_bandwidth", "udp_largest_lossfree", "udp_loss_max", "udp_loss_median")
-    }
+        for name in ("summary", "tests", "tcp_bandwidth", "udp_largest_lossfree", "udp_loss_max", "udp_loss_median",
+                     "udp_lossfree_by_size")
+    } | {f"links_{test_id}" for test_id in sweep()["test_id"].unique()}  # per-link matrices (no raw/: no worst-link series)
     assert set(paths) == expected
     for path in paths.values():
         assert path.parent == tmp_path / "report" and path.stat().st_size > 0
@@ -54,7 +55,7 @@ def test_writes_every_file_and_a_self_contained_html(tmp_path):
         assert paths[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     page = paths["report_html"].read_text()
-    assert page.count('<img src="data:image/png;base64,') == 4
+    assert page.count('<img src="data:image/png;base64,') == 4 + sweep()["test_id"].nunique()
     assert not re.search(r"https?://", page)
     assert not re.search(r"""(src|href)=["'](?!data:)""", page)
     assert "cpus" in page and "6.18" in page
@@ -90,7 +91,8 @@ def test_one_protocol_only(tmp_path, tcp, udp):
     assert ("fig5" in paths) == tcp and ("fig7a" in paths) == udp
     md = paths["report_md"].read_text()
     assert ("TCP bandwidth" in md) == tcp and ("UDP" in md) == udp
-    assert paths["report_html"].read_text().count('<img src="data:image/png;base64,') == 2
+    images = 2 + sweep(tcp=tcp, udp=udp)["test_id"].nunique()  # the two figures, one link matrix per test
+    assert paths["report_html"].read_text().count('<img src="data:image/png;base64,') == images
 
 
 def test_per_test_table_and_warnings():

@@ -13,15 +13,23 @@ from typing import Callable, ClassVar
 
 from swarm.caps import Capabilities
 from swarm.runtime.runner import Result, Runner
-from swarm.spec.model import NodePlan, SwarmSpec
+from swarm.errors import SpecError
+from swarm.spec.model import NodePlan, SwarmSpec, check_swarm_name
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is happening)
 NODE_ACTIONS = ("stop", "kill", "pause", "unpause", "restart")  # faults on one node (experiments.timeline)
 
 
 def swarm_dir(workdir: Path, swarm: str) -> Path:
-    """Where the framework keeps a swarm's state, logs and pid files: <workdir>/.swarm/<swarm>/."""
-    return workdir / ".swarm" / swarm
+    """Where the framework keeps a swarm's state, logs and pid files: <workdir>/.swarm/<swarm>/.
+
+    The name must follow the spec's rule and the resolved path must lie under <workdir>/.swarm: a name
+    from the command line never reaches the filesystem otherwise (SpecError)."""
+    root = (Path(workdir) / ".swarm").resolve()
+    path = (root / check_swarm_name(swarm)).resolve()
+    if path.parent != root:
+        raise SpecError(f"swarm {swarm!r}: state path {path} is not under {root}")
+    return path
 
 
 def no_progress(done: int, total: int, what: str) -> None:
@@ -91,6 +99,11 @@ class Backend(ABC):
     @abstractmethod
     def wipe(self) -> list[str]:
         """Remove everything carrying the framework's label or prefix, of every swarm."""
+
+    def leftovers(self, swarm: str | None = None) -> list[tuple[str, str]]:
+        """(swarm, what) of everything `down(swarm)` (or, for None, `wipe`) would remove; `wipe --dry-run`
+        lists it and the confirmation counts its swarms. A backend that cannot tell lists nothing."""
+        return []
 
     @abstractmethod
     def netns_ids(self, swarm: str) -> set[str]:

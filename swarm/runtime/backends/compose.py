@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from swarm.cfs.node import CfsRuntime
-from compose.render import AGENT_COMMAND, LABEL_NODE, LABEL_SWARM, compose_yaml, container_name, project_name, render_compose
+from compose.render import AGENT_COMMAND, GENERATED_HEADER, LABEL_NODE, LABEL_SWARM, compose_yaml, container_name, project_name, render_compose
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.spec.model import NodePlan, SwarmSpec
 from swarm.runtime.backends.base import Backend, Progress, swarm_dir
@@ -214,10 +214,31 @@ class ComposeBackend(Backend):
             time.sleep(0.5)
         return removed
 
-    def down(self, swarm: str) -> list[str]:
+    def leftovers(self, swarm: str | None = None) -> list[tuple[str, str]]:
         if not self.caps.docker:
             return []
-        return self._remove_until_gone(f"label={LABEL_SWARM}={swarm}")
+        label = f"label={LABEL_SWARM}" + (f"={swarm}" if swarm else "")
+        fmt = f'{{{{.Label "{LABEL_SWARM}"}}}}\t{{{{.%s}}}}'
+        found = []
+        for kind, argv, field in (("container", ["docker", "ps", "-a"], "Names"), ("network", ["docker", "network", "ls"], "Name"),
+                                  ("volume", ["docker", "volume", "ls"], "Name")):
+            res = self.runner.run([*argv, "--filter", label, "--format", fmt % field], timeout=60)
+            for line in res.stdout.splitlines():
+                owner, _, name = line.partition("\t")
+                found.append((owner, f"{kind} {name}"))
+        return found
+
+    #: Keep compose/<swarm>.yml on `down` (`swarm down --keep-compose`); by default the file `up` generated
+    #: goes with the swarm, so they do not pile up in the checkout.
+    keep_compose: bool = False
+
+    def down(self, swarm: str) -> list[str]:
+        removed = self._remove_until_gone(f"label={LABEL_SWARM}={swarm}") if self.caps.docker else []
+        path = self.compose_file(swarm)
+        if not self.keep_compose and path.is_file() and path.read_text(errors="replace").startswith(GENERATED_HEADER):
+            path.unlink()  # only a file the framework generated (its header says so), never a user's
+            removed.append(f"{path.parent.name}/{path.name}")
+        return removed
 
     def wipe(self) -> list[str]:
         if not self.caps.docker:

@@ -8,8 +8,10 @@ Layout of swarm S:
   addresses and MACs as the compose backend; its main process (the agent, or the node's command) is
   started from the host with `ip netns exec`;
 - one veth in the host namespace, aliased `swarm-emu:S`, gives the host the ground gateway address.
-Removing the namespaces removes every veth and bridge; `wipe` finds namespaces by the `swarm-emu_`
-prefix and host links by the alias.
+Every namespace carries a marker: its loopback's alias is `swarm-emu:S`. Removing the namespaces removes
+every veth and bridge; `down` and `wipe` remove a namespace only when its marker (or the swarm's namespaces.txt,
+written before each is made) says the framework made it, never by the name prefix alone, and
+host links by the alias.
 """
 from __future__ import annotations
 
@@ -47,6 +49,11 @@ def node_ns(swarm: str, node: str) -> str:
     return f"{NS_PREFIX}{swarm}_{node}"
 
 
+def marker(swarm: str) -> str:
+    """The alias set on the loopback of every namespace the framework makes for `swarm` (and on its host link)."""
+    return f"{ALIAS_PREFIX}{swarm}"
+
+
 def host_link(swarm: str) -> str:
     """Name of the host's veth to the swarm's ground bridge (15 characters at most)."""
     return "swe" + hashlib.sha256(swarm.encode()).hexdigest()[:8] + "g"
@@ -56,7 +63,7 @@ def plan_switch(spec: SwarmSpec) -> list[list[str]]:
     """Commands that create the switch namespace, its bridges and the host's ground link."""
     sw, host = switch_ns(spec.name), host_link(spec.name)
     ground = ipaddress.IPv4Network(spec.networks.ground.subnet)
-    cmds = [["ip", "netns", "add", sw]]
+    cmds = [["ip", "netns", "add", sw], ["ip", "-n", sw, "link", "set", "lo", "alias", marker(spec.name)]]
     for bridge, net in (("isl", spec.networks.isl), ("ground", spec.networks.ground)):
         cmds += [
             ["ip", "-n", sw, "link", "add", bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0"],
@@ -65,7 +72,7 @@ def plan_switch(spec: SwarmSpec) -> list[list[str]]:
     cmds += [
         ["ip", "link", "add", host, "mtu", str(spec.networks.ground.mtu), "type", "veth",
          "peer", "name", "host", "netns", sw],
-        ["ip", "link", "set", host, "alias", f"{ALIAS_PREFIX}{spec.name}"],
+        ["ip", "link", "set", host, "alias", marker(spec.name)],
         ["ip", "addr", "add", f"{gateway_address(spec.networks.ground.subnet)}/{ground.prefixlen}", "dev", host],
         ["ip", "link", "set", host, "up"],
         ["ip", "-n", sw, "link", "set", "host", "master", "ground", "up"],
@@ -76,7 +83,8 @@ def plan_switch(spec: SwarmSpec) -> list[list[str]]:
 def plan_node(spec: SwarmSpec, node: NodePlan) -> list[list[str]]:
     """Commands that create one node's namespace, wire it to both bridges and set its sysctls."""
     sw, ns = switch_ns(spec.name), node_ns(spec.name, node.name)
-    cmds = [["ip", "netns", "add", ns], ["ip", "-n", ns, "link", "set", "lo", "up"]]
+    cmds = [["ip", "netns", "add", ns], ["ip", "-n", ns, "link", "set", "lo", "alias", marker(spec.name)],
+            ["ip", "-n", ns, "link", "set", "lo", "up"]]
     wiring = (
         (GROUND_IF, f"g{node.index}", "ground", spec.networks.ground, node.ground_ip, node.ground_mac),
         (ISL_IF, f"i{node.index}", "isl", spec.networks.isl, node.isl_ip, node.isl_mac),
@@ -118,17 +126,25 @@ class NetnsBackend(Backend):
         total = len(nodes)
         logs = self.state_dir(spec.name) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        self._record(spec.name, switch_ns(spec.name))
         self._run_all(plan_switch(spec))
         pids: dict[str, int] = {}
         launch: dict[str, dict] = {}
         for done, node in enumerate(nodes):
             progress(done, total, f"creating {node.name}")
+            self._record(spec.name, node_ns(spec.name, node.name))
             self._run_all(plan_node(spec, node))
             launch[node.name] = self.launch_plan(spec, node)
             pids[node.name] = self._start_node(spec.name, node.name, launch[node.name])
         (self.state_dir(spec.name) / "launch.json").write_text(json.dumps(launch))
         (self.state_dir(spec.name) / "pids.json").write_text(json.dumps(pids))
         progress(total, total, "namespaces created")
+
+    def _record(self, swarm: str, ns: str) -> None:
+        """Note a namespace in the swarm's state before creating it: a crash between `ip netns add` and its
+        marker leaves a namespace that `down` still knows is ours."""
+        with open(self.state_dir(swarm) / "namespaces.txt", "a") as f:
+            f.write(ns + "\n")
 
     def launch_plan(self, spec: SwarmSpec, node: NodePlan) -> dict:
         """How a node's main process is started (pure), kept in launch.json so `restart` starts it again."""
@@ -191,6 +207,39 @@ class NetnsBackend(Backend):
     def _swarm_namespaces(self, swarm: str) -> list[str]:
         sw = switch_ns(swarm)
         return [ns for ns in self._namespaces() if ns == sw or ns.startswith(sw + "_")]
+
+    def _owner(self, ns: str) -> str | None:
+        """The swarm a namespace belongs to when the framework made it, else None: the marker on its loopback,
+        or the namespaces.txt of a swarm in this workdir naming it (written before each namespace is made)."""
+        res = self.runner.run(["ip", "-n", ns, "-j", "link", "show", "lo"], check=False, timeout=30)
+        try:
+            alias = json.loads(res.stdout or "[]")[0].get("ifalias", "")
+        except (ValueError, IndexError, AttributeError):
+            alias = ""
+        if alias.startswith(ALIAS_PREFIX):
+            return alias[len(ALIAS_PREFIX):]
+        swarm = ns[len(NS_PREFIX):].partition("_")[0]
+        try:
+            recorded = swarm_dir(self.workdir, swarm) / "namespaces.txt"
+            if recorded.exists() and ns in recorded.read_text().split():
+                return swarm
+            launch = swarm_dir(self.workdir, swarm) / "launch.json"  # a swarm made before namespaces.txt
+            nodes = json.loads(launch.read_text()) if launch.exists() else {}
+            return swarm if nodes and ns in {switch_ns(swarm), *(node_ns(swarm, n) for n in nodes)} else None
+        except (SpecError, OSError, ValueError):
+            return None
+
+    def owned_namespaces(self, swarm: str | None) -> dict[str, str]:
+        """{namespace: swarm} of the namespaces the framework made (of `swarm`, or of every swarm)."""
+        candidates = self._swarm_namespaces(swarm) if swarm else self._namespaces()
+        owners = {ns: self._owner(ns) for ns in candidates}
+        return {ns: owner for ns, owner in owners.items() if owner and (swarm is None or owner == swarm)}
+
+    def leftovers(self, swarm: str | None = None) -> list[tuple[str, str]]:
+        if not self.caps.root:
+            return []
+        found = [(owner, f"namespace {ns}") for ns, owner in self.owned_namespaces(swarm).items()]
+        return found + [(owner, f"host link {link}") for link, owner in self._host_links(swarm).items()]
 
     def _pids_in(self, ns: str) -> list[int]:
         res = self.runner.run(["ip", "netns", "pids", ns], check=False, timeout=30)
@@ -302,22 +351,23 @@ class NetnsBackend(Backend):
                 removed.append(f"link {link}")
         return removed
 
-    def _host_links(self, swarm: str | None) -> list[str]:
+    def _host_links(self, swarm: str | None) -> dict[str, str]:
+        """{host link: swarm} of the host veths carrying the framework's alias (of `swarm`, or of every swarm)."""
         res = self.runner.run(["ip", "-j", "link", "show"], timeout=30)
-        links = []
+        links = {}
         for link in json.loads(res.stdout or "[]"):
             alias = link.get("ifalias", "")
-            if alias.startswith(ALIAS_PREFIX) and (swarm is None or alias == ALIAS_PREFIX + swarm):
-                links.append(link["ifname"])
+            if alias.startswith(ALIAS_PREFIX) and (swarm is None or alias == marker(swarm)):
+                links[link["ifname"]] = alias[len(ALIAS_PREFIX):]
         return links
 
     def down(self, swarm: str) -> list[str]:
         if not self.caps.root:
             return []
-        return self._remove(self._swarm_namespaces(swarm), self._host_links(swarm))
+        return self._remove(list(self.owned_namespaces(swarm)), list(self._host_links(swarm)))
 
     def wipe(self) -> list[str]:
         if not self.caps.root:
             return []
-        return self._remove(self._namespaces(), self._host_links(None))
+        return self._remove(list(self.owned_namespaces(None)), list(self._host_links(None)))
 
