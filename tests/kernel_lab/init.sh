@@ -23,7 +23,9 @@ $B mkdir -p /rw/upper /rw/work
 $B mount -t overlay overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work /root || exec $B sh
 for d in proc sys dev; do $B mount --move /$d /root/$d; done
 $B mount -t tmpfs tmpfs /root/run      # the host's /run (its netns files, sockets) is not the guest's
-$B mount -t tmpfs tmpfs /root/tmp
+# A fresh /tmp, unless the project (the agent, its Python) lives below the host's /tmp (a CI clone may): then the
+# host's /tmp stays visible, written to in the overlay's tmpfs upper layer like the rest of the root.
+case "$AGENT $PY" in */tmp/*) ;; *) $B mount -t tmpfs tmpfs /root/tmp;; esac
 $B mkdir -p /root/run/netns /root/var/run /root/kl /root/lib/modules/$KVER
 $B mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 kl /root/kl || exec $B sh
 $B mount --bind "/lower$MODS/lib/modules/$KVER" /root/lib/modules/$KVER
