@@ -51,6 +51,31 @@ def need_iperf3(caps):
     require("iperf3", bool(caps.iperf3_version), "iperf3 not installed")
 
 
+@pytest.fixture
+def need_dtn7(need_netns):
+    """dtn7-rs built by `make setup`; on CI its absence is a failure, not a skip."""
+    from swarm.dtn.runtime import _cache_root
+    if not any(_cache_root().glob("dtn7-*/.complete")):
+        reason = "dtn7-rs not built (make setup builds it with cargo into ~/.cache/swarm-emu/dtn7)"
+        if CI:
+            pytest.fail(f"CI machine lacks dtn7: {reason}")
+        pytest.skip(reason)
+
+
+def swarm_namespaces(prefix: str) -> list[str]:
+    """The host's network namespaces of swarms whose name starts with `prefix`."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(f"swarm-emu_{prefix}")]
+
+
+def interruptible() -> None:
+    """Popen preexec_fn for a child the test will interrupt as Ctrl-C does: SIGINT back to its default. A shell
+    that starts a job in the background without job control (`cmd &` in a script, as a CI runner may) has it
+    ignored, the child inherits that, and Python then never raises KeyboardInterrupt."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def golden(name: str, text: str) -> str:
     """The golden file's text; with UPDATE_GOLDEN=1 it is (re)written from `text` first."""
     path = REPO / "tests" / "golden" / name

@@ -38,6 +38,12 @@ from swarm.runtime.runner import Result, Runner
 from swarm.spec.model import NodePlan, SwarmSpec, check_swarm_name, load_spec, plan_nodes, spec_from_dict
 from netem.model import links_with_engine
 
+#: How long a reachability or health probe waits: three echoes at 0, 0.3 and 0.75 s, answers awaited until
+#: ~1.4 s. A peer whose ARP cache is empty (a node just restarted) resolves its neighbour before it answers,
+#: and Linux asks again only after 1 s; on a lossy link the first ARP frame is lost now and then (seen: one
+#: 28-byte frame dropped by a 1 % loss rule), so a probe that gives up at 0.75 s calls a live node unreachable.
+FPING_PATIENCE = ("-r", "2", "-t", "300")
+
 
 def default_workdir() -> Path:
     """The project checkout (holds images/, flightsw/, compose/): $SWARM_WORKDIR, the source tree, or cwd."""
@@ -353,12 +359,14 @@ class Swarm:
                     return
             if time.monotonic() > deadline:
                 late = next(n for n in self.nodes if states.get(n.name) != "running" or n.isl_ip not in alive)
-                raise NodeFailed(late.name, f"not ready after {timeout:.0f} s", self.backend.logs(self.name, late.name))
+                detail = self.backend.not_ready_detail(self.name, late.name) if states.get(late.name) == "running" else ""
+                raise NodeFailed(late.name, f"not ready after {timeout:.0f} s" + (f"; {detail}" if detail else ""),
+                                 self.backend.logs(self.name, late.name))
             time.sleep(0.3)
 
     def _isl_alive_from(self, src: NodePlan, targets: list[NodePlan] | None = None) -> set[str]:
         ips = [n.isl_ip for n in (targets or self.nodes)]
-        res = self.backend.exec(self.name, src.name, ["fping", "-a", "-r", "1", "-t", "300", *ips], check=False, timeout=60)
+        res = self.backend.exec(self.name, src.name, ["fping", "-a", *FPING_PATIENCE, *ips], check=False, timeout=60)
         return fping_alive(res)
 
     # ------------------------------------------------------------------------------------------ looking
@@ -369,10 +377,10 @@ class Swarm:
         if health and states:
             ground = [n.ground_ip for n in self.nodes]
             if self.backend.host_reaches_ground:
-                res = self.runner.run(["fping", "-a", "-r", "1", "-t", "300", *ground], check=False, timeout=60)
+                res = self.runner.run(["fping", "-a", *FPING_PATIENCE, *ground], check=False, timeout=60)
             else:  # the orchestrator is on no overlay: ask a running node (its own address answers too)
                 prober = next((n for n in self.nodes if not n.spec.image and states.get(n.name) == "running"), None)
-                res = self.backend.exec(self.name, prober.name, ["fping", "-a", "-r", "1", "-t", "300", *ground],
+                res = self.backend.exec(self.name, prober.name, ["fping", "-a", *FPING_PATIENCE, *ground],
                                         check=False, timeout=60) if prober else None
             alive = fping_alive(res) if res is not None else set()
         hosts = self.backend.node_hosts(self.name)

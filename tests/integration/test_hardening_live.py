@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from conftest import interruptible
 
 
 def swarm(args, tmp_path, input=None, **env):
@@ -110,7 +111,7 @@ def test_interrupted_up_is_removed_by_down_with_markers(need_netns, tmp_path, si
                                      "networks: {isl: {subnet: 10.192.0.0/24}, ground: {subnet: 10.193.0.0/24}}\n")
     proc = subprocess.Popen([sys.executable, "-m", "swarm", "up", "s.yaml"], cwd=tmp_path, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "SWARM_WORKDIR": str(tmp_path)})
+                            env={**os.environ, "SWARM_WORKDIR": str(tmp_path)}, preexec_fn=interruptible)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None and len(leftover_namespaces(name)) < 4:

@@ -16,7 +16,7 @@ import pytest
 from swarm.runtime.swarm import NodeFailed, Swarm
 from swarm.spec.model import spec_from_dict
 
-from conftest import REPO
+from conftest import REPO, interruptible
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 BACKENDS = ["netns", pytest.param("compose", marks=pytest.mark.docker)]
@@ -105,7 +105,8 @@ def test_ctrl_c_during_up_leaves_nothing(backend_ready, tmp_path):
     spec.write_text(f"name: {name}\nnodes: 12\nbackend: {backend_ready}\n"
                     "networks: {isl: {subnet: 10.95.0.0/24}, ground: {subnet: 10.96.0.0/24}}\n")
     proc = subprocess.Popen([sys.executable, "-m", "swarm", "up", str(spec)], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "SWARM_WORKDIR": str(REPO)})
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "SWARM_WORKDIR": str(REPO)},
+                            preexec_fn=interruptible)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:  # interrupt once something exists
         if any(not x.startswith("state") for x in leftovers(name)):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import interruptible
 from hosts.fixtures import second_engine  # noqa: F401 - fixture
 from hosts.second_engine import SwarmPair
 from swarm.errors import RuntimeFailure, SpecError
@@ -22,6 +23,8 @@ from swarm.spec.model import spec_from_dict
 
 pytestmark = [pytest.mark.docker, pytest.mark.root, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
+MAIN_DOCKERD_LOG = Path("/var/log/dockerd.log")  # where this machine's main Engine logs (absent elsewhere: skipped)
+GOSSIP_WORDS = ("gossip", "memberlist", "networkdb", "bulk sync", "level=error", "level=warn")
 
 
 def sh(*argv: str) -> str:
@@ -56,10 +59,27 @@ def clean_main(second_engine):  # noqa: F811
     """The main Engine's Swarm state must be what it was before the test (no Swarm here: inactive)."""
     before = main_swarm_state()
     gw_before = "docker_gwbridge" in sh("docker", "network", "ls", "--format", "{{.Name}}").split()
+    gw2_before = "docker_gwbridge" in sh("docker", "-H", second_engine.host, "network", "ls", "--format", "{{.Name}}").split()
+    logs = {"main": MAIN_DOCKERD_LOG, "host2": second_engine.log}
+    offsets = {who: path.stat().st_size if path.exists() else 0 for who, path in logs.items()}
     yield second_engine
+    # Shown by pytest only when the test failed: what both engines said about the Swarm's gossip meanwhile.
+    for who, path in logs.items():
+        if path.exists():
+            with path.open(errors="replace") as f:
+                f.seek(offsets[who])
+                said = [ln.rstrip() for ln in f if any(w in ln.lower() for w in GOSSIP_WORDS)]
+            print(f"--- dockerd ({who}, {path}), gossip and errors during the test:", *said[-40:], sep="\n")
     assert main_swarm_state() == before
     assert ("docker_gwbridge" in sh("docker", "network", "ls", "--format", "{{.Name}}").split()) == gw_before
     assert sh("docker", "-H", second_engine.host, "info", "--format", "{{.Swarm.LocalNodeState}}").strip() == "inactive"
+    # Neither engine keeps what the Swarm made: a stale ingress network (seen once, leaving mid-setup) or
+    # the second engine's docker_gwbridge.
+    nets2 = sh("docker", "-H", second_engine.host, "network", "ls", "--format", "{{.Name}}").split()
+    assert ("docker_gwbridge" in nets2) == gw2_before
+    if before == "inactive":
+        assert "ingress" not in sh("docker", "network", "ls", "--format", "{{.Name}}").split()
+    assert "ingress" not in nets2
 
 
 def test_up_sweep_down_across_two_engines(clean_main, tmp_path):
@@ -170,7 +190,8 @@ def test_a_host_over_tcp_with_tls(clean_main):
     eng = clean_main
     over_tls = hosts(eng)
     over_tls[1] = {**over_tls[1], "endpoint": eng.tcp_endpoint, "tls": eng.client_tls}
-    swarm = make("mh2-tls", eng, 243, n=2, hosts=over_tls)
+    # Its own subnet: the test before it leaves a Swarm holding 10.243.0.0/24's addresses a moment earlier.
+    swarm = make("mh2-tls", eng, 245, n=2, hosts=over_tls)
     try:
         swarm.up()
         assert [(r.host, r.state) for r in swarm.status(health=False)] == [("main", "running"), ("host2", "running")]
@@ -196,7 +217,8 @@ def test_ctrl_c_during_up_undoes_the_swarm_too(clean_main, tmp_path, stage):
                                 "networks": {"isl": {"subnet": "10.243.0.0/24"}, "ground": {"subnet": "10.244.0.0/24"}}}))
     plan = REPO / ".swarm" / name / "hosts.json"
     proc = subprocess.Popen([sys.executable, "-m", "swarm", "up", str(spec)], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "SWARM_WORKDIR": str(REPO)})
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "SWARM_WORKDIR": str(REPO)},
+                            preexec_fn=interruptible)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         try:

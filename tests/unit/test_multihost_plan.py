@@ -6,7 +6,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from swarm.errors import SpecError
+from swarm.errors import RuntimeFailure, SpecError
 from swarm.runtime.clocks import ClockOffset, correct, estimate, resolution
 from swarm.spec.hosts import HostSpec, Placeable, dynamic_range, node_mtu, overlay_driver_mtu, place
 
@@ -188,3 +188,157 @@ def test_broadcast_needs_refused_across_hosts_before_any_host_is_asked(doc, mess
     with pytest.raises(SpecError, match=message):
         SwarmBackend(runner, CAPS, tmp_path).check_spec(spec, plan_nodes(spec))
     assert runner.calls == []
+
+
+def test_a_transient_overlay_attach_failure_is_tried_again_and_others_are_not(tmp_path, monkeypatch):
+    """Seen in CI: `network connect` on a worker answered "attaching to network failed ... context deadline
+    exceeded" once; the same request succeeds a moment later. Anything else fails at once."""
+    import swarm.runtime.backends.swarm as sb
+    monkeypatch.setattr(sb.time, "sleep", lambda s: None)
+    spec = swarm_spec()
+    host = spec.hosts[1]
+    fails = {"n": 1}
+
+    def connect(a):
+        if fails["n"]:
+            fails["n"] -= 1
+            return Result(a, 1, "", "Error response from daemon: attaching to network failed, make sure your network "
+                                    "options are correct and check manager logs: context deadline exceeded")
+        return Result(a, 0)
+
+    runner = RecordingRunner(answers=[(lambda a: "connect" in a, connect)])
+    assert SwarmBackend(runner, CAPS, tmp_path)._anchor(spec, host, "img") == f"{spec.name}-anchor-{host.name}"
+    assert sum("connect" in a for a in runner.calls) == 2 and sum("rm" in a for a in runner.calls) == 2
+
+    runner = RecordingRunner(answers=[(lambda a: "connect" in a, lambda a: Result(a, 1, "", "Error: No such network"))])
+    with pytest.raises(sb.CommandError):
+        SwarmBackend(runner, CAPS, tmp_path)._anchor(spec, host, "img")
+    assert sum("connect" in a for a in runner.calls) == 1
+
+
+def test_a_node_not_ready_across_hosts_is_reported_with_each_hosts_overlay_peers(tmp_path, monkeypatch):
+    """A node that runs but does not answer over the overlay: the error says which hosts each engine's
+    overlay gossip knows (Docker 20.10's `network inspect --verbose` Peers), and a host that does not answer."""
+    spec = swarm_spec()
+    peers = '[{"Name":"a","IP":"10.249.255.1"},{"Name":"b","IP":"10.249.255.2"}]'
+
+    def inspect(a):
+        return Result(a, 1, "", "Cannot connect") if "ssh://ops@lab2" in a else Result(a, 0, peers)
+
+    runner = RecordingRunner(answers=[(lambda a: "inspect" in a, inspect)])
+    backend = SwarmBackend(runner, CAPS, tmp_path)
+    monkeypatch.setattr(backend, "hosts", lambda swarm: list(spec.hosts))
+    assert backend.not_ready_detail("mh2-u", "sat03") == (
+        "overlay mh2-u-isl gossip peers as each host sees them: main [10.249.255.1, 10.249.255.2]; lab2 (no answer)")
+    assert all(a[-4:] == ["--verbose", "--format", "{{json .Peers}}", "mh2-u-isl"] for a in runner.calls)
+
+
+def test_leaving_the_swarm_is_asked_again_until_the_engine_says_inactive(tmp_path, monkeypatch):
+    """Seen here: a worker answered `swarm leave --force` with "context deadline exceeded" and stayed active
+    (no node ID); asked again it left at once. A leave that never takes is reported with Docker's words."""
+    import swarm.runtime.backends.swarm as sb
+    monkeypatch.setattr(sb.time, "sleep", lambda s: None)
+    state = {"left": False, "fails": 1}
+
+    def leave(a):
+        if state["fails"]:
+            state["fails"] -= 1
+            return Result(a, 1, "", "Error response from daemon: context deadline exceeded")
+        state["left"] = True
+        return Result(a, 0, "Node left the swarm.")
+
+    def info(a):
+        return Result(a, 0, "inactive\n" if state["left"] else "active\n")
+
+    runner = RecordingRunner(answers=[(lambda a: "leave" in a, leave), (lambda a: "info" in a, info)])
+    assert SwarmBackend(runner, CAPS, tmp_path)._leave(["docker", "-H", "ssh://ops@lab2"]) == ""
+    assert sum("leave" in a for a in runner.calls) == 2
+
+    state.update(left=False, fails=99)
+    runner = RecordingRunner(answers=[(lambda a: "leave" in a, leave), (lambda a: "info" in a, info)])
+    why = SwarmBackend(runner, CAPS, tmp_path)._leave(["docker"])
+    assert why == "Error response from daemon: context deadline exceeded"
+    assert sum("leave" in a for a in runner.calls) == sb.LEAVE_ATTEMPTS
+
+
+def test_a_leave_waits_for_the_engines_ingress_sandbox_and_gwbridge_removal_outlasts_its_release(tmp_path, monkeypatch):
+    """Seen in CI: leaving 0.4 s after `swarm init`, while the engine was still setting up the ingress network,
+    left a stale `ingress` and a docker_gwbridge held by `ingress-sbox`. The leave is asked only once the
+    sandbox exists; docker_gwbridge removal is retried while the sandbox still holds it, and not otherwise."""
+    import swarm.runtime.backends.swarm as sb
+    monkeypatch.setattr(sb.time, "sleep", lambda s: None)
+    polls = {"n": 0, "rm": 0}
+
+    def containers(a):  # the sandbox shows up on the third look
+        polls["n"] += 1
+        return Result(a, 0, '{"ingress-sbox":{"Name":"ingress-endpoint"}}' if polls["n"] >= 3 else "{}")
+
+    def leave(a):
+        assert polls["n"] >= 3, "left before the ingress sandbox existed"
+        return Result(a, 0, "Node left the swarm.")
+
+    runner = RecordingRunner(answers=[(lambda a: "{{json .Containers}}" in a, containers),
+                                      (lambda a: "leave" in a, leave),
+                                      (lambda a: "info" in a, lambda a: Result(a, 0, "inactive\n"))])
+    backend = SwarmBackend(runner, CAPS, tmp_path)
+    assert backend._leave(["docker"], "ingress") == ""
+    assert polls["n"] == 3 and runner.calls[2][-1] == "ingress"
+
+    def rm(a):
+        polls["rm"] += 1
+        return Result(a, 0, "") if polls["rm"] >= 3 else Result(
+            a, 1, "", "Error response from daemon: error while removing network: network docker_gwbridge id 39 has active endpoints")
+
+    backend = SwarmBackend(RecordingRunner(answers=[(lambda a: "rm" in a, rm)]), CAPS, tmp_path)
+    assert backend._remove_gwbridge(["docker"]) and polls["rm"] == 3
+    other = RecordingRunner(answers=[(lambda a: "rm" in a, lambda a: Result(a, 1, "", "Error: No such network: docker_gwbridge"))])
+    assert not SwarmBackend(other, CAPS, tmp_path)._remove_gwbridge(["docker"]) and len(other.calls) == 1
+
+
+def test_overlays_are_attached_host_by_host_manager_first_each_after_the_peers_agree(tmp_path, monkeypatch):
+    """Engines joining a new overlay at once timed out in CI; the anchors go one host at a time, and a host
+    is attached only once the ones before it list each other as the overlay's gossip peers."""
+    import swarm.runtime.backends.swarm as sb
+    monkeypatch.setattr(sb.time, "sleep", lambda s: None)
+    spec = swarm_spec()
+    attached: list[str] = []
+    polls = {"n": 0}
+
+    def run(a):
+        attached.append("lab2" if "ssh://ops@lab2" in a else "main")
+        return Result(a, 0, "id\n")
+
+    def peers(a):  # the second host shows up in the peer lists on the second poll
+        polls["n"] += 1
+        both = '[{"IP":"10.249.255.1"},{"IP":"10.249.255.2"}]'
+        return Result(a, 0, both if polls["n"] > 2 else '[{"IP":"10.249.255.1"}]')
+
+    runner = RecordingRunner(answers=[(lambda a: "run" in a, run), (lambda a: "{{json .Peers}}" in a, peers)])
+    got = SwarmBackend(runner, CAPS, tmp_path)._attach_overlays(spec, list(spec.hosts), "img", lambda *a: None)
+    assert got == {"main": "mh2-u-anchor-main", "lab2": "mh2-u-anchor-lab2"} and attached == ["main", "lab2"]
+    assert polls["n"] == 4  # both hosts asked until both list 2 peers
+    first_poll = next(i for i, a in enumerate(runner.calls) if "{{json .Peers}}" in a)
+    assert first_poll > max(i for i, a in enumerate(runner.calls) if "run" in a)  # only after the last anchor ran
+
+
+def test_a_host_whose_overlay_agent_never_starts_stops_up_with_its_name(tmp_path, monkeypatch):
+    """Seen in CI: the second host listed no gossip peers at all (not even itself) and every node there was
+    'not ready after 62 s'. When a host still lists nobody once the wait for peers is over, `up` stops at once
+    and names the host; a host that lists only itself is merely late (readiness judges it)."""
+    import swarm.runtime.backends.swarm as sb
+    monkeypatch.setattr(sb.time, "sleep", lambda s: None)
+    monkeypatch.setattr(sb, "PEER_WAIT_S", 0.0)
+    spec = swarm_spec()
+
+    def peers(lab2_sees: str):
+        return lambda a: Result(a, 0, lab2_sees if "ssh://ops@lab2" in a else '[{"IP":"10.249.255.1"}]')
+
+    for lab2_sees, fails in (("null", True), ('[{"IP":"10.249.255.2"}]', False)):
+        runner = RecordingRunner(answers=[(lambda a: "run" in a, lambda a: Result(a, 0, "id\n")),
+                                          (lambda a: "{{json .Peers}}" in a, peers(lab2_sees))])
+        backend = SwarmBackend(runner, CAPS, tmp_path)
+        if fails:
+            with pytest.raises(RuntimeFailure, match=r"^host lab2: its Docker engine did not join the overlay's gossip"):
+                backend._attach_overlays(spec, list(spec.hosts), "img", lambda *a: None)
+        else:
+            assert set(backend._attach_overlays(spec, list(spec.hosts), "img", lambda *a: None)) == {"main", "lab2"}

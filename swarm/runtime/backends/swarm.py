@@ -18,9 +18,11 @@ networks, so every node keeps its deterministic IPv4 (and the IP-derived MAC Doc
 4. overlays: `<swarm>-isl` and `<swarm>-ground`, with `--ip-range` at the top of the subnet for the
    addresses the Swarm hands out itself (per-host load-balancer endpoints), MTU = spec MTU + 50 so the
    node sees the spec's MTU (less, if the hosts' underlay cannot carry it: said at `up`);
-5. each host's share as a Compose project (compose/<swarm>@<host>.yml), in parallel over hosts. A
-   worker sees a Swarm overlay only once a container on it is attached, and Compose v1 inspects an
-   external network before creating anything; a short-lived anchor container attaches it first.
+5. the overlays attached host by host (manager first) by a short-lived anchor container, each host once
+   the ones before it list each other as the overlay's gossip peers: a worker sees a Swarm overlay only
+   once a container on it is attached (Compose v1 inspects an external network before creating anything),
+   and engines that join a new overlay at the same moment can time out (see _attach_overlays);
+6. each host's share as a Compose project (compose/<swarm>@<host>.yml), in parallel over hosts.
 
 `down` works host by host; a host that does not answer is skipped and named with what it still holds,
 the state is kept, and `down` can be rerun when it answers. Everything runs through the one runner,
@@ -112,6 +114,17 @@ class HostCompose(ComposeBackend):
         if path.exists():
             path.unlink()
         return removed
+
+
+# A worker's request to attach a container to an overlay goes through the manager; on a busy host Docker 20.10
+# answers "attaching to network failed ... context deadline exceeded" now and then (seen in CI over TLS) and the
+# same request succeeds a moment later. Such an attachment is tried again; anything else fails at once.
+ATTACH_TRANSIENT = ("attaching to network failed", "context deadline exceeded")
+ATTACH_ATTEMPTS = 3
+LEAVE_ATTEMPTS = 3
+INGRESS_SETTLE_S = 15.0  # how long a leave waits for the engine to finish setting up the Swarm's ingress
+GWBRIDGE_RM_S = 10.0  # how long docker_gwbridge removal is retried while the ingress sandbox lets go of it
+PEER_WAIT_S = 30.0  # how long `up` waits for a newly attached host to appear in the others' overlay peers
 
 
 class SwarmBackend(Backend):
@@ -296,16 +309,17 @@ class SwarmBackend(Backend):
                 progress(sum(started.values()), len(nodes), f"{what} on {len(hosts)} hosts")
             return cb
 
+        anchors = self._attach_overlays(spec, [h for h in hosts if shares[h.name]], image, progress)
+
         def bring_up(h: HostSpec) -> None:
             if not shares[h.name]:
                 return
             hc = self._compose(spec.name, h, plan)
-            anchor = self._anchor(spec, h, image) if h.name != plan["manager"] else None
             try:
                 hc.up(spec, shares[h.name], image, host_progress(h.name))
             finally:
-                if anchor:
-                    self.runner.run([*self._docker(h), "rm", "-f", anchor], check=False, timeout=120)
+                if h.name in anchors:
+                    self.runner.run([*self._docker(h), "rm", "-f", anchors[h.name]], check=False, timeout=120)
 
         with ThreadPoolExecutor(max(1, min(8, len(hosts)))) as pool:
             for fut in [pool.submit(bring_up, h) for h in hosts]:
@@ -359,8 +373,8 @@ class SwarmBackend(Backend):
         local = LOCAL_HOST
         for h in hosts:
             wanted = {n.spec.image or image for n in nodes if plan["placement"][n.name] == h.name}
-            if wanted and h.name != plan["manager"]:
-                wanted.add(image)  # the anchor that attaches the overlays on a worker runs the node image
+            if wanted:
+                wanted.add(image)  # the anchor that attaches the overlays on the host runs the node image
             wanted = sorted(wanted)
             for tag in wanted:
                 if self.runner.run([*self._docker(h), "image", "inspect", "--format", "{{.Id}}", tag],
@@ -385,15 +399,77 @@ class SwarmBackend(Backend):
                              "--opt", f"com.docker.network.driver.mtu={plan['mtu'][which]['overlay']}",
                              "--label", f"{LABEL_SWARM}={spec.name}", "--label", f"{LABEL_NET}={which}", name], timeout=120)
 
+    def _attach_overlays(self, spec: SwarmSpec, hosts: list[HostSpec], image: str, progress: Progress) -> dict[str, str]:
+        """Attach both overlays on each host that runs nodes, one host at a time (the manager first), each
+        once the hosts before it see one another as the overlay's gossip peers; {host: anchor container}.
+
+        Why one at a time: when the first containers of a new overlay started on two engines at once, Docker
+        20.10 answered "attaching to network failed ... context deadline exceeded" after 20 s on one of them,
+        10 s before its log said "Bulk sync to node <the other> timed out" (seen in CI, on the manager and on
+        the worker). An engine that joins an overlay synchronises it with the engines already on it; with
+        every host attached beforehand, the nodes start on overlays each engine has already joined."""
+        anchors: dict[str, str] = {}
+        for i, h in enumerate(hosts):
+            progress(0, len(hosts), f"attaching the overlays on host {h.name} ({i + 1}/{len(hosts)})")
+            anchors[h.name] = self._anchor(spec, h, image)
+            if i and not self._wait_overlay_peers(spec.name, hosts[:i + 1]):
+                self._check_network_agents(spec.name, hosts[:i + 1])
+                progress(0, len(hosts), f"host {h.name}: the overlay's gossip peers did not agree within "
+                                        f"{PEER_WAIT_S:.0f} s; going on (readiness judges the nodes)")
+        return anchors
+
+    def _check_network_agents(self, swarm: str, hosts: list[HostSpec]) -> None:
+        """Raise RuntimeFailure naming each host whose engine lists no gossip peer at all on the ISL overlay,
+        not even itself, although a container of ours is attached there: that engine's gossip did not start (seen in
+        CI: every node there then failed readiness 62 s later, in four tests in a row), so fail now, naming it."""
+        dead = [h.name for h in hosts if self._overlay_peers(swarm, h) == []]
+        if dead:
+            raise RuntimeFailure(
+                f"host {', '.join(dead)}: its Docker engine did not join the overlay's gossip (overlay "
+                f"{network_name(swarm, 'isl')} lists no gossip peers, not even the host itself, {PEER_WAIT_S:.0f} s after "
+                f"a container attached), so its nodes cannot reach other hosts; that dockerd's log says why (look for "
+                f"'agentInit' or 'memberlist': e.g. gossip port 7946 still bound after an earlier `swarm leave`, a leak "
+                f"fixed upstream in moby PR 50115); fix that host's engine, then run `up` again")
+
+    def _wait_overlay_peers(self, swarm: str, hosts: list[HostSpec], timeout: float | None = None) -> bool:
+        """Wait until each host's engine lists every one of `hosts` as a gossip peer of the ISL overlay;
+        False (and go on: readiness then judges the nodes) if that did not happen within `timeout` (PEER_WAIT_S)."""
+        deadline = time.monotonic() + (PEER_WAIT_S if timeout is None else timeout)
+        while True:
+            agree = all(len(self._overlay_peers(swarm, h) or []) >= len(hosts) for h in hosts)
+            if agree or time.monotonic() > deadline:
+                return agree
+            time.sleep(0.5)
+
+    def _overlay_peers(self, swarm: str, host: HostSpec) -> list[str] | None:
+        """The addresses the host's engine lists as gossip peers of the swarm's ISL overlay (Docker 20.10's
+        `network inspect --verbose` Peers), sorted; None if the engine did not answer."""
+        res = self.runner.run([*self._docker(host), "network", "inspect", "--verbose", "--format", "{{json .Peers}}",
+                               network_name(swarm, "isl")], check=False, timeout=30)
+        if not res.ok:
+            return None
+        try:
+            return sorted(p.get("IP", "?") for p in json.loads(res.stdout or "null") or [])
+        except ValueError:
+            return []
+
     def _anchor(self, spec: SwarmSpec, host: HostSpec, image: str) -> str:
-        """A container that attaches both overlays on a worker, so Compose finds them there."""
+        """A container that attaches both overlays on a host: a worker sees a Swarm overlay (and Compose v1
+        finds it) only once something on it is attached; see _attach_overlays for why the manager gets one too."""
         d = self._docker(host)
         name = f"{spec.name}-anchor-{host.name}"
-        self.runner.run([*d, "rm", "-f", name], check=False, timeout=60)
-        self.runner.run([*d, "run", "-d", "--name", name, "--label", f"{LABEL_SWARM}={spec.name}", "--label", f"{LABEL_ANCHOR}=1",
-                         "--network", network_name(spec.name, "isl"), "--entrypoint", "sleep", image, "600"], timeout=120)
-        self.runner.run([*d, "network", "connect", network_name(spec.name, "ground"), name], timeout=60)
-        return name
+        for attempt in range(ATTACH_ATTEMPTS):
+            self.runner.run([*d, "rm", "-f", name], check=False, timeout=60)
+            try:
+                self.runner.run([*d, "run", "-d", "--name", name, "--label", f"{LABEL_SWARM}={spec.name}",
+                                 "--label", f"{LABEL_ANCHOR}=1", "--network", network_name(spec.name, "isl"),
+                                 "--entrypoint", "sleep", image, "600"], timeout=120)
+                self.runner.run([*d, "network", "connect", network_name(spec.name, "ground"), name], timeout=60)
+                return name
+            except CommandError as exc:
+                if attempt + 1 == ATTACH_ATTEMPTS or not any(m in exc.stderr for m in ATTACH_TRANSIENT):
+                    raise
+                time.sleep(2.0 * (attempt + 1))
 
     # ----------------------------------------------------------------------------------------- looking
     def node_states(self, swarm: str) -> dict[str, str]:
@@ -429,6 +505,15 @@ class SwarmBackend(Backend):
 
     def logs(self, swarm: str, node: str, tail: int = 50) -> str:
         return self._compose(swarm, self._host_of(swarm, node)).logs(swarm, node, tail)
+
+    def not_ready_detail(self, swarm: str, node: str) -> str:
+        """Each host's view of the ISL overlay's gossip peers: a node that runs but does not answer across
+        hosts is, on Docker 20.10, most often a host whose overlay gossip has not reached the others."""
+        views = []
+        for h in self.hosts(swarm):
+            peers = self._overlay_peers(swarm, h)
+            views.append(f"{h.name} (no answer)" if peers is None else f"{h.name} [{', '.join(peers)}]")
+        return f"overlay {network_name(swarm, 'isl')} gossip peers as each host sees them: " + "; ".join(views)
 
     def node_action(self, swarm: str, node: str, action: str) -> None:
         self._compose(swarm, self._host_of(swarm, node)).node_action(swarm, node, action)
@@ -581,6 +666,7 @@ class SwarmBackend(Backend):
         ids = self.runner.run([*d, "node", "ls", "--format", "{{.ID}}"], timeout=60).stdout.split()
         nodes = json.loads(self.runner.run([*d, "node", "inspect", *ids], timeout=60).stdout or "[]") if ids else []
         self_id = info.get("NodeID")
+        ingress = self._ingress_network(mgr)
         # This swarm's own record backs the labels up: an `up` interrupted between `swarm init`/`join` and
         # the label it puts on the node still released what it made.
         records = {(c["host"], c["what"]): c for c in plan.get("created", [])}
@@ -588,6 +674,7 @@ class SwarmBackend(Backend):
         created_here = init is not None
         gw_here = init is not None and not init.get("gwbridge_before", True)
         handled: set[str] = set()
+        retry: list[dict] = []  # workers that did not leave: asked again by the next `down`, not this one
         for node in nodes:
             labels = node.get("Spec", {}).get("Labels", {}) or {}
             if node["ID"] == self_id:
@@ -603,9 +690,12 @@ class SwarmBackend(Backend):
             if host_name in reach and reach[host_name]:
                 remaining.append(f"host {host_name}: still a member of the Swarm (it will be asked to leave on the next `down`)")
                 plan.setdefault("pending_leave", []).append({"args": args, "gwbridge": LABEL_GWBRIDGE in labels})
-            elif self.runner.run([*wd, "swarm", "leave", "--force"], check=False, timeout=120).ok:
+            elif (why := self._leave(wd, ingress)):
+                remaining.append(f"host {host_name}: did not leave the Swarm ({why}); the next `down` asks it again")
+                retry.append({"args": args, "gwbridge": LABEL_GWBRIDGE in labels})
+            else:
                 removed.append(f"{host_name}: left the Swarm")
-                if LABEL_GWBRIDGE in labels and self.runner.run([*wd, "network", "rm", "docker_gwbridge"], check=False, timeout=60).ok:
+                if LABEL_GWBRIDGE in labels and self._remove_gwbridge(wd):
                     removed.append(f"{host_name}: docker_gwbridge")
             self.runner.run([*d, "node", "rm", "--force", node["ID"]], check=False, timeout=60)
         for h in hosts:  # joined by this swarm's `up` but never labelled (interrupted right after the join)
@@ -614,27 +704,94 @@ class SwarmBackend(Backend):
                 continue
             wd = self._docker(h)
             node_id = self._swarm_info(h).get("NodeID", "")
-            if node_id and self.runner.run([*wd, "swarm", "leave", "--force"], check=False, timeout=120).ok:
+            if node_id and (why := self._leave(wd, ingress)):
+                remaining.append(f"host {h.name}: did not leave the Swarm ({why})")
+            elif node_id:
                 removed.append(f"{h.name}: left the Swarm")
                 if not rec.get("gwbridge_before", True):
-                    self.runner.run([*wd, "network", "rm", "docker_gwbridge"], check=False, timeout=60)
+                    self._remove_gwbridge(wd)
                 self.runner.run([*d, "node", "rm", "--force", node_id], check=False, timeout=60)
         if created_here:
-            self.runner.run([*d, "swarm", "leave", "--force"], timeout=120)
-            removed.append(f"{mgr.name}: left the Swarm it initialised")
-            if gw_here and self.runner.run([*d, "network", "rm", "docker_gwbridge"], check=False, timeout=60).ok:
-                removed.append(f"{mgr.name}: docker_gwbridge")
-        return self._finish_rejoins(hosts, reach, plan, removed)
+            if (why := self._leave(d, ingress)):
+                remaining.append(f"host {mgr.name}: did not leave the Swarm it initialised ({why})")
+            else:
+                removed.append(f"{mgr.name}: left the Swarm it initialised")
+                if gw_here and self._remove_gwbridge(d):
+                    removed.append(f"{mgr.name}: docker_gwbridge")
+        removed = self._finish_rejoins(hosts, reach, plan, removed)
+        plan["pending_leave"] = plan.get("pending_leave", []) + retry
+        return removed
+
+    def _leave(self, docker: list[str], ingress: str = "") -> str:
+        """Make the engine leave its Swarm: '' once it says inactive, else why not (one line).
+
+        Docker 20.10's worker sometimes answers `swarm leave --force` with "context deadline exceeded" ("agent
+        failed to clean up assignments", seen after an overlay attachment that had timed out) and stays half
+        in the Swarm (active, no node ID); asked again it leaves at once. So: asked up to LEAVE_ATTEMPTS times.
+        With `ingress` (the Swarm's ingress network) the leave first waits for the engine to finish setting it
+        up (see _await_ingress)."""
+        if ingress:
+            self._await_ingress(docker, ingress)
+        why = ""
+        for attempt in range(LEAVE_ATTEMPTS):
+            res = self.runner.run([*docker, "swarm", "leave", "--force"], check=False, timeout=120)
+            state = self.runner.run([*docker, "info", "--format", "{{.Swarm.LocalNodeState}}"],
+                                    check=False, timeout=30).stdout.strip()
+            if state == "inactive":
+                return ""
+            why = ((res.stderr or res.stdout).strip().splitlines() or [f"Swarm state {state!r}"])[-1].strip()[:200]
+            time.sleep(1.0 * (attempt + 1))
+        return why
+
+    def _ingress_network(self, mgr: HostSpec) -> str:
+        """The name of the Swarm's ingress network as the manager lists it ('' if the Swarm has none)."""
+        d = self._docker(mgr)
+        ids = self.runner.run([*d, "network", "ls", "-q", "--filter", "driver=overlay"], check=False, timeout=60).stdout.split()
+        if not ids:
+            return ""
+        res = self.runner.run([*d, "network", "inspect", "--format", "{{if .Ingress}}{{.Name}}{{end}}", *ids],
+                              check=False, timeout=60)
+        return next((ln.strip() for ln in res.stdout.splitlines() if ln.strip()), "")
+
+    def _await_ingress(self, docker: list[str], ingress: str) -> bool:
+        """Wait (at most INGRESS_SETTLE_S) until the engine's ingress sandbox exists; False if it did not appear.
+
+        Seen in CI: an `up` interrupted 0.4 s after `swarm init` left the Swarm while the engine was still
+        setting up the ingress network; the setup finished after the leave (docker_gwbridge created 0.14 s
+        after it), Docker's own release then timed out ("timeout while waiting for ingress network removal")
+        and the engine kept a stale `ingress` network and a docker_gwbridge held by its `ingress-sbox`, which
+        no command removes. Leaving only once the sandbox is there lets Docker release it as usual."""
+        deadline = time.monotonic() + INGRESS_SETTLE_S
+        while True:
+            res = self.runner.run([*docker, "network", "inspect", "--format", "{{json .Containers}}", ingress],
+                                  check=False, timeout=30)
+            if res.ok and "ingress-sbox" in res.stdout:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+
+    def _remove_gwbridge(self, docker: list[str]) -> bool:
+        """Remove docker_gwbridge (made by joining the Swarm); retried while Docker's ingress sandbox still holds
+        it ("has active endpoints") right after a leave; True once it is gone."""
+        deadline = time.monotonic() + GWBRIDGE_RM_S
+        while True:
+            res = self.runner.run([*docker, "network", "rm", "docker_gwbridge"], check=False, timeout=60)
+            if res.ok:
+                return True
+            if "active endpoints" not in (res.stderr or "") or time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
 
     def _finish_rejoins(self, hosts, reach, plan, removed: list[str]) -> list[str]:
         """Hosts that were unreachable at an earlier `down` and still think they are in the Swarm."""
         pending = []
         for item in plan.get("pending_leave", []):
             wd = ["docker", *item["args"]]
-            if self.runner.run([*wd, "swarm", "leave", "--force"], check=False, timeout=120).ok:
+            if not self._leave(wd):
                 removed.append(f"{' '.join(item['args']) or 'local'}: left the Swarm")
                 if item.get("gwbridge"):
-                    self.runner.run([*wd, "network", "rm", "docker_gwbridge"], check=False, timeout=60)
+                    self._remove_gwbridge(wd)
             else:
                 pending.append(item)
         plan["pending_leave"] = pending
