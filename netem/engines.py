@@ -22,8 +22,9 @@ Engines, in an explicit registry (ENGINES; the probe picks the first available i
   the receiving node drops frames per source MAC (`numgen random` for random loss; every frame for a link
   that is down) in the ISL device's ingress hook, and the sender's HTB classes (no netem leaf) limit the rate.
 - `userspace` (where sch_netem is missing but iptables NFQUEUE works, as on our VMs): every NetEm condition in
-  swarm-linkd (netem/linkd/, Rust), one process per node; iptables in the receiving node's mangle PREROUTING
-  queues the frames of each impaired source MAC to it, and it holds, drops, corrupts, duplicates and releases
+  swarm-linkd (netem/linkd/, Rust), one process per receiving node; iptables queues the frames of each impaired
+  source MAC to it (at a forwarding hop, the netns switch's mangle FORWARD, where the backend has one and
+  br_netfilter works; else in the receiving node's mangle PREROUTING, see LinkdHold), and it holds, drops, corrupts, duplicates and releases
   them (rate composed with delay as NetEm's). Its configuration is `linkd_line` per link.
 A parameter the active engine cannot apply is a SpecError naming the parameter and the missing kernel
 feature, raised before anything is applied; never a silent no-op.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import ClassVar
 
 from swarm.errors import SpecError
@@ -45,6 +47,31 @@ NFT_PRIORITY = -500  # ingress hook priority: before anything else that may run 
 UNSHAPED = "100gbit"  # HTB class rate for a destination that has conditions but no rate of its own
 LOSS_SCALE = 1_000_000  # nft random loss resolution: 1e-4 %
 ASSUMED_BPS = 10**9  # rate assumed for sizing a netem queue when the link has no rate of its own
+
+
+# userspace engine (swarm-linkd): where its rules and process live, see LinkdHold and UserspaceEngine
+LINKD_CHAIN = "SWARM_EMU_LINKS"  # the framework's own chain in the node's mangle table (PREROUTING jumps to it)
+LINKD_QUEUE = 0  # NFQUEUE number (queues are per network namespace: one engine per node)
+LINKD_MAX_BYTES = 1 << 30  # data one node's engine may hold (rate x delay); beyond: a SpecError, nothing applied
+LINKD_CONTROL = "/run/swarm-linkd.sock"  # the engine's control socket inside the node (its own /run)
+LINKD_STATE = "/run/swarm-linkd.conf"  # its last configuration, read again if it restarts
+
+
+@dataclass(frozen=True)
+class LinkdHold:
+    """Where a node's userspace engine takes the packets sent to the node: its iptables chain and NFQUEUE number.
+    The default holds at the node's own ingress (mangle PREROUTING in the node; queues are per namespace, so 0).
+    At a forwarding hop (the netns backend's switch namespace, mangle FORWARD) every node's engine shares one
+    namespace, so each gets its own chain and queue there (`at_hop`)."""
+    chain: str = LINKD_CHAIN
+    queue: int = LINKD_QUEUE
+    #: a cut (link down) also drops the link's non-IP frames (ARP, ...) at the node's ingress with nftables, which
+    #: costs a process per change; False for plan-driven up/down at orbit rate: the engine drops the IP packets
+    cut_frames: bool = True
+
+    @classmethod
+    def at_hop(cls, node_index: int, cut_frames: bool = True) -> "LinkdHold":
+        return cls(chain=f"{LINKD_CHAIN}_{node_index}", queue=node_index + 1, cut_frames=cut_frames)
 
 
 @dataclass(frozen=True)
@@ -258,10 +285,11 @@ class Engine:
                         f"{can or 'nothing'}")
 
     def plan_node(self, iface: str, egress: dict[str, Impairment], ingress: dict[str, Impairment],
-                  labels: dict[str, str] | None = None) -> NodeCommands:
+                  labels: dict[str, str] | None = None, hold: LinkdHold = LinkdHold()) -> NodeCommands:
         """One node's commands: `egress` maps each destination's MAC to the conditions of link node->dst,
         `ingress` each source's MAC to those of link src->node; `labels` name the ingress links by source
-        MAC (for rule comments)."""
+        MAC (for rule comments); `hold` says where the userspace engine takes the node's packets (only it
+        uses it)."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -299,9 +327,10 @@ class NetemEngine(Engine):
         super().check(links, where)
         check_duplicate_alone(links, where)
 
-    def plan_node(self, iface, egress, ingress, labels=None) -> NodeCommands:
+    def plan_node(self, iface, egress, ingress, labels=None, hold=LinkdHold()) -> NodeCommands:
         # netem's `loss 100%` on a down link only sees unicast frames; the receiver's drop also stops broadcasts
-        down = {mac: imp for mac, imp in ingress.items() if imp.effective().down} if self.caps.nftables else {}
+        down = ({mac: imp for mac, imp in ingress.items() if imp.effective().down}
+                if self.caps.nftables and hold.cut_frames else {})
         return NodeCommands(tc=plan_netem(iface, egress), nft=plan_nft(iface, down, labels),
                             segment=needs_segmentation(egress))
 
@@ -345,7 +374,7 @@ class NftEngine(Engine):
             missing["rate"] = "sch_htb"
         return missing
 
-    def plan_node(self, iface, egress, ingress, labels=None) -> NodeCommands:
+    def plan_node(self, iface, egress, ingress, labels=None, hold=LinkdHold()) -> NodeCommands:
         return NodeCommands(tc=plan_rate(iface, egress), nft=plan_nft(iface, ingress, labels),
                             segment=needs_segmentation(egress))
 
@@ -380,17 +409,11 @@ def tcp_buffer_sysctls(size: int) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------ userspace engine
-LINKD_CHAIN = "SWARM_EMU_LINKS"  # the framework's own chain in the node's mangle table (PREROUTING jumps to it)
-LINKD_QUEUE = 0  # NFQUEUE number (queues are per network namespace: one engine per node)
-LINKD_MAX_BYTES = 1 << 30  # data one node's engine may hold (rate x delay); beyond: a SpecError, nothing applied
-LINKD_CONTROL = "/run/swarm-linkd.sock"  # the engine's control socket inside the node (its own /run)
-LINKD_STATE = "/run/swarm-linkd.conf"  # its last configuration, read again if it restarts
-
-
 def _us(ms: float) -> str:
     return f"{round(ms * 1000)}us"
 
 
+@lru_cache(maxsize=65536)  # pure; an orbit step re-plans every link of a node, most of them unchanged
 def linkd_line(mac: str, imp: Impairment, label: str = "") -> str:
     """One link of the userspace engine's configuration (swarm-linkd's `link <src MAC> key=value ...`),
     with the same meaning as netem_args: same queue limit, same distributions and loss models."""
@@ -429,14 +452,15 @@ def plan_linkd(per_src: dict[str, Impairment], labels: dict[str, str] | None = N
     return "".join(f"{line}\n" for line in lines) or None
 
 
-def plan_ipt(per_src: dict[str, Impairment]) -> str | None:
+def plan_ipt(per_src: dict[str, Impairment], hold: LinkdHold = LinkdHold()) -> str | None:
     """iptables-restore script (table mangle, run with --noflush) that fills the framework's chain with one
     NFQUEUE rule per impaired source MAC; no --queue-bypass, so packets drop while no engine listens (fail
-    closed). The chain is declared, which empties it first; PREROUTING's jump to it is made by the runtime."""
+    closed). The chain is declared, which empties it first; the jump to it (from PREROUTING in the node, or from
+    FORWARD at the hop for frames leaving through the node's port) is made by the runtime."""
     macs = [mac for mac in _sorted_dsts(per_src) if not per_src[mac].empty]
-    rules = "".join(f"-A {LINKD_CHAIN} -m mac --mac-source {mac.lower()} -j NFQUEUE --queue-num {LINKD_QUEUE}\n"
+    rules = "".join(f"-A {hold.chain} -m mac --mac-source {mac.lower()} -j NFQUEUE --queue-num {hold.queue}\n"
                     for mac in macs)
-    return f"*mangle\n:{LINKD_CHAIN} - [0:0]\n{rules}COMMIT\n" if macs else None
+    return f"*mangle\n:{hold.chain} - [0:0]\n{rules}COMMIT\n" if macs else None
 
 
 def linkd_held_bytes(imp: Impairment) -> int:
@@ -450,7 +474,7 @@ def linkd_held_bytes(imp: Impairment) -> int:
 class UserspaceEngine(Engine):
     name = "userspace"
     summary = ("swarm-linkd: every NetEm condition in a userspace process per node, on iptables NFQUEUE "
-               "at the receiver, selected by the sender's MAC")
+               "at the switch or the receiver, selected by the sender's MAC")
 
     def available(self) -> bool:
         return self.caps.nfqueue and bool(self.caps.linkd)
@@ -475,12 +499,13 @@ class UserspaceEngine(Engine):
                     f"{dst}'s userspace engine would hold {per_node[dst] / 1e9:.2f} GB, above its bound of "
                     f"{LINKD_MAX_BYTES / 1e9:.2f} GB; lower the rate or the delay")
 
-    def plan_node(self, iface, egress, ingress, labels=None) -> NodeCommands:
+    def plan_node(self, iface, egress, ingress, labels=None, hold=LinkdHold()) -> NodeCommands:
         # a cut also drops at the ingress hook when nftables exists (that also stops ARP, which iptables never
         # sees); the engine drops the link's IP packets either way
-        down = {mac: imp for mac, imp in ingress.items() if imp.effective().down} if self.caps.nftables else {}
+        down = ({mac: imp for mac, imp in ingress.items() if imp.effective().down}
+                if self.caps.nftables and hold.cut_frames else {})
         return NodeCommands(tc=[], nft=plan_nft(iface, down, labels), segment=False,
-                            linkd=plan_linkd(ingress, labels), ipt=plan_ipt(ingress))
+                            linkd=plan_linkd(ingress, labels), ipt=plan_ipt(ingress, hold))
 
 
 FEATURE_HELP.update({"nfqueue": "the iptables NFQUEUE target (xt_NFQUEUE)",
@@ -538,5 +563,5 @@ class NoEngine(Engine):
                     f"this kernel lacks nftables and {FEATURE_HELP['sch_netem']}, and the userspace engine needs "
                     f"{' and '.join(FEATURE_HELP[f] for f in userspace)}; links can only run unimpaired")
 
-    def plan_node(self, iface, egress, ingress, labels=None) -> NodeCommands:
+    def plan_node(self, iface, egress, ingress, labels=None, hold=LinkdHold()) -> NodeCommands:
         return NodeCommands(tc=[], nft=None)

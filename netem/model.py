@@ -30,6 +30,8 @@ Units (strings as in the spec and CLI; bare numbers are the unit in brackets):
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import os
 from pathlib import Path
 from typing import Any, Iterable, Literal, Optional
@@ -120,6 +122,9 @@ class Impairment(_Strict):
 
     def effective(self) -> "Impairment":
         """Neutral values (0 %, 0 ms, unlimited rate, link up) dropped: what an engine must apply."""
+        return _effective(self)
+
+    def _effective(self) -> "Impairment":
         vals = self.values()
         for key in ("delay", "jitter", "jitter_correlation", "loss", "loss_correlation", "rate", "corrupt", "duplicate",
                     "reorder"):
@@ -140,7 +145,7 @@ class Impairment(_Strict):
 
     @property
     def empty(self) -> bool:
-        return not self.effective().values()
+        return _empty(self)
 
     @property
     def down(self) -> bool:
@@ -390,3 +395,15 @@ def load_profiles(dirs: Iterable[Path] | None = None) -> dict[str, Profile]:
 def round_trip_ms(links: DirectedLinks, a: str, b: str) -> float:
     """Added round-trip delay between a and b: one-way delay a->b plus b->a (for docs and checks)."""
     return sum((links.get(p, NONE).effective().delay or 0.0) for p in ((a, b), (b, a)))
+
+
+# An orbit step re-plans every link of the nodes it touches (thousands of impairments at 100 nodes); the model is
+# frozen and hashable, so what is derived from its fields alone is computed once per distinct value.
+@lru_cache(maxsize=8192)
+def _effective(imp: Impairment) -> Impairment:
+    return imp._effective()
+
+
+@lru_cache(maxsize=8192)
+def _empty(imp: Impairment) -> bool:
+    return not imp.effective().values()

@@ -25,6 +25,7 @@ class Capabilities:
     ddsperf: bool
     htb: bool = False  # HTB qdisc: per-link rate limits of the impairment engines
     nfqueue: bool = False  # iptables NFQUEUE target: the userspace link engine's hook
+    bridge_nf: bool = False  # iptables sees bridged frames (br_netfilter, -m physdev): the engine can hold at a hop
     linkd: str = ""  # path of the userspace link engine's binary (swarm-linkd, built by `make setup`); "" = none
 
     def as_dict(self) -> dict:

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Benchmark of the userspace link engine (swarm-linkd, netem/linkd) against the Python NFQUEUE prototype.
 
-Two network namespaces (le-bench-s 10.202.0.1, le-bench-r 10.202.0.2) joined by one veth pair; iptables in the
-receiver queues the sender's frames (by source MAC, in mangle PREROUTING, as the framework does) to the engine.
+Two network namespaces (le-bench-s 10.202.0.1, le-bench-r 10.202.0.2). `--hold switch` (the default, as the
+framework on the netns backend): they are joined through a third namespace's bridge (le-bench-w), whose mangle
+FORWARD queues the sender's frames (by source MAC, for the receiver's bridge port, -m physdev) to the engine
+running there. `--hold ingress` (as on compose, or without br_netfilter): one veth pair, the receiver's mangle
+PREROUTING queues them to an engine in the receiver.
 
 - accuracy: one-way delay of 200-byte UDP probes (userspace send -> userspace receive time, one clock) for
   1 ms, 10 ms, 100 ms, 1 s, 4 s: median and p99 minus the set delay; baseline: the same path without rule.
@@ -16,7 +19,7 @@ receiver queues the sender's frames (by source MAC, in mangle PREROUTING, as the
 - the engine's CPU share (of one core) and peak memory during the UDP runs.
 The Python prototype (experiments/bench/nfq_proto.py, constant delay only) runs the delay, UDP and TCP parts.
 
-usage: sudo python3 experiments/bench/bench_linkd.py [--quick] [--json out.json]
+usage: sudo python3 experiments/bench/bench_linkd.py [--quick] [--hold switch|ingress] [--json out.json]
 Needs root, iptables with NFQUEUE, iperf3, the swarm-linkd binary (`make setup`); the prototype part
 needs `pip install NetfilterQueue` (skipped with a note otherwise). Leaves nothing behind (namespaces are
 removed at the end, also after Ctrl-C).
@@ -38,8 +41,11 @@ sys.path.insert(0, str(HERE.parents[1]))
 
 from swarm.runtime.linkd import linkd_binary  # noqa: E402
 
-NS_S, NS_R = "le-bench-s", "le-bench-r"
+NS_S, NS_R, NS_W = "le-bench-s", "le-bench-r", "le-bench-w"
 IF_S, IF_R = "le-bench0", "le-bench1"
+PORT = {NS_R: "wr", NS_S: "ws"}  # the switch's bridge port towards each end
+QUEUE = {NS_R: 1, NS_S: 2}  # at the switch every direction has its own queue (one namespace)
+HOLD = "switch"
 IP_S, IP_R = "10.202.0.1", "10.202.0.2"
 PROBE = str(HERE / "udp_probe.py")
 PROTO = str(HERE / "nfq_proto.py")
@@ -59,7 +65,7 @@ def mac(name: str, dev: str) -> str:
 
 
 def teardown() -> None:
-    for name in (NS_S, NS_R):
+    for name in (NS_S, NS_R, NS_W):
         run(["ip", "netns", "pids", name], check=False)
         for pid in run(["ip", "netns", "pids", name], check=False).stdout.split():
             try:
@@ -71,10 +77,18 @@ def teardown() -> None:
 
 def setup() -> tuple[str, str]:
     teardown()
-    for name in (NS_S, NS_R):
+    for name in (NS_S, NS_R) + ((NS_W,) if HOLD == "switch" else ()):
         run(["ip", "netns", "add", name])
         run(ns(name, "ip", "link", "set", "lo", "up"))
-    run(["ip", "link", "add", IF_S, "netns", NS_S, "type", "veth", "peer", "name", IF_R, "netns", NS_R])
+    if HOLD == "switch":
+        run(ns(NS_W, "ip", "link", "add", "br0", "type", "bridge", "stp_state", 0, "forward_delay", 0))
+        run(ns(NS_W, "ip", "link", "set", "br0", "up"))
+        for name, dev in ((NS_S, IF_S), (NS_R, IF_R)):
+            run(["ip", "link", "add", dev, "netns", name, "type", "veth", "peer", "name", PORT[name], "netns", NS_W])
+            run(ns(NS_W, "ip", "link", "set", PORT[name], "master", "br0", "up"))
+        run(ns(NS_W, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1"))
+    else:
+        run(["ip", "link", "add", IF_S, "netns", NS_S, "type", "veth", "peer", "name", IF_R, "netns", NS_R])
     run(ns(NS_S, "ip", "addr", "add", f"{IP_S}/24", "dev", IF_S))
     run(ns(NS_R, "ip", "addr", "add", f"{IP_R}/24", "dev", IF_R))
     run(ns(NS_S, "ip", "link", "set", IF_S, "up"))
@@ -86,28 +100,45 @@ def setup() -> tuple[str, str]:
     return mac(NS_S, IF_S), mac(NS_R, IF_R)
 
 
+def hold_ns(name: str) -> str:
+    """Where the engine for packets to namespace `name` runs: the switch, or the receiver itself."""
+    return NS_W if HOLD == "switch" else name
+
+
+def hold_queue(name: str) -> int:
+    return QUEUE[name] if HOLD == "switch" else 0
+
+
 def queue_rule(name: str, dev: str, src_mac: str, on: bool) -> None:
+    """Queue the frames from `src_mac` to namespace `name` (arriving on its `dev`) to its engine."""
     op = "-A" if on else "-D"
-    run(ns(name, "iptables", "-t", "mangle", op, "PREROUTING", "-i", dev, "-m", "mac", "--mac-source", src_mac,
-           "-j", "NFQUEUE", "--queue-num", "0"), check=on)
+    where = (["FORWARD", "-m", "physdev", "--physdev-out", PORT[name]] if HOLD == "switch"
+             else ["PREROUTING", "-i", dev])
+    run(ns(hold_ns(name), "iptables", "-t", "mangle", op, *where, "-m", "mac", "--mac-source", src_mac,
+           "-j", "NFQUEUE", "--queue-num", hold_queue(name)), check=on)
 
 
 class Engine:
-    """One engine process in a namespace: swarm-linkd, or the Python prototype (constant delay only)."""
+    """One engine process for the packets to namespace `name` (at the switch or in it): swarm-linkd, or the
+    Python prototype (constant delay only)."""
 
     def __init__(self, kind: str, name: str, src_mac: str, config: str = ""):
         self.kind, self.name, self.src_mac = kind, name, src_mac
+        self.where, self.queue = hold_ns(name), hold_queue(name)
         self.ctl = CTL_DIR / f"{name}.sock"
         self.proc = None
         self.start(config)
 
     def start(self, config: str) -> None:
         if self.kind == "linkd":
-            argv = ns(self.name, LINKD, "run", "--queue", 0, "--control", self.ctl, "--seed", 1, "--realtime",
+            # at the switch a duplicate leaves as a frame through the receiver's bridge port (as the framework's)
+            inject = (["--inject-dev", PORT[self.name], "--inject-mac", mac(self.name, IF_R if self.name == NS_R else IF_S)]
+                      if HOLD == "switch" else [])
+            argv = ns(self.where, LINKD, "run", "--queue", self.queue, *inject, "--control", self.ctl, "--seed", 1, "--realtime",
                       "--link", f"{self.src_mac} {config}")
         else:  # the same real-time priority as swarm-linkd's --realtime
             delay = re.search(r"delay=(\d+)ms", config)
-            argv = ns(self.name, "chrt", "-f", 1, sys.executable, PROTO, 0, delay.group(1) if delay else 0)
+            argv = ns(self.where, "chrt", "-f", 1, sys.executable, PROTO, self.queue, delay.group(1) if delay else 0)
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(0.4)
         if self.proc.poll() is not None:
@@ -126,6 +157,14 @@ class Engine:
         res = run([LINKD, "ctl", "--control", self.ctl, "stats"], check=False)
         line = next((ln for ln in res.stdout.splitlines() if ln.startswith("late_us")), "")
         return {k: int(v) for k, v in (w.split("=", 1) for w in line.split()[1:]) if k[:2] in ("lt", "ge")}
+
+    def head(self) -> dict[str, str]:
+        """The first line of the engine's stats (counters: kept, kernel_held_peak, ...); {} for the prototype."""
+        if self.kind != "linkd":
+            return {}
+        res = run([LINKD, "ctl", "--control", self.ctl, "stats"], check=False)
+        first = res.stdout.splitlines()[0] if res.stdout else ""
+        return dict(w.split("=", 1) for w in first.split() if "=" in w)
 
     def cpu_s(self) -> float:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -187,9 +226,12 @@ def input_packets() -> int:
 # ------------------------------------------------------------------------------------------ parts
 def accuracy(kind: str, mac_s: str, delays: list[int], count: int) -> list[dict]:
     rows = []
-    base = probe(count, 1000, 1.0)["delay_ms"]  # no rule: the path's own latency
+    bare = probe(count, 1000, 1.0)  # no rule: the path's own latency
+    base, kbase = bare["delay_ms"], bare["kernel_delay_ms"]
     base_med = statistics.median(base)
-    rows.append({"engine": "none (bare veth)", "set_ms": 0, "median_ms": base_med, "p99_ms": pct(base, 0.99)})
+    rows.append({"engine": f"none (bare path, {HOLD} layout)", "set_ms": 0, "median_ms": base_med,
+                 "p99_ms": pct(base, 0.99), "kernel_median_ms": statistics.median(kbase),
+                 "kernel_p99_ms": pct(kbase, 0.99)})
     queue_rule(NS_R, IF_R, mac_s, True)
     eng = Engine(kind, NS_R, mac_s, f"delay={delays[0]}ms")
     try:
@@ -197,16 +239,21 @@ def accuracy(kind: str, mac_s: str, delays: list[int], count: int) -> list[dict]
             eng.set(f"delay={d}ms")
             before = eng.late_hist() if kind == "linkd" else {}
             res = probe(count, 1000, d / 1000 + 1.5)
-            got = res["delay_ms"]
+            got, kgot = res["delay_ms"], res["kernel_delay_ms"]
             late = {k: v - before.get(k, 0) for k, v in eng.late_hist().items()} if kind == "linkd" else {}
             rows.append({"engine": kind, "set_ms": d, "received": len(got), "sent": count,
                          "median_ms": statistics.median(got), "p99_ms": pct(got, 0.99),
                          "median_err_ms": statistics.median(got) - d - base_med,
                          "p99_err_ms": pct(got, 0.99) - d - pct(base, 0.99),
+                         # the receiving kernel's stamp (meaningful at the switch only): the link without the
+                         # receiving process's scheduling
+                         "kernel_median_err_ms": statistics.median(kgot) - d - statistics.median(kbase),
+                         "kernel_p99_err_ms": pct(kgot, 0.99) - d - pct(kbase, 0.99),
                          "engine_late_p50": hist_quantile(late, 0.5) if late else "",
                          "engine_late_p99": hist_quantile(late, 0.99) if late else ""})
             print(f"  {kind:6s} delay {d:5d} ms: median {rows[-1]['median_ms']:.3f} p99 {rows[-1]['p99_ms']:.3f} "
-                  f"({len(got)}/{count}); engine's own release lateness p50 {rows[-1]['engine_late_p50']} "
+                  f"({len(got)}/{count}); kernel-stamped error median {rows[-1]['kernel_median_err_ms']:+.3f} "
+                  f"p99 {rows[-1]['kernel_p99_err_ms']:+.3f}; engine's own release lateness p50 {rows[-1]['engine_late_p50']} "
                   f"p99 {rows[-1]['engine_late_p99']}", flush=True)
     finally:
         eng.stop()
@@ -270,6 +317,14 @@ def udp_capacity(seconds: int) -> float:
     return got * 1400 * 8 / seconds
 
 
+def queue_drops(name: str) -> tuple[int, int]:
+    """The kernel's drops for the engine serving namespace `name`: (queue full, netlink buffer full), summed over
+    the hold namespace's queues (/proc/net/netfilter/nfnetlink_queue: columns 6 and 7)."""
+    text = run(ns(hold_ns(name), "cat", "/proc/net/netfilter/nfnetlink_queue"), check=False).stdout
+    rows = [ln.split() for ln in text.splitlines() if len(ln.split()) >= 7]
+    return sum(int(r[5]) for r in rows), sum(int(r[6]) for r in rows)
+
+
 def udp_delay(kind: str, mac_s: str, capacity: float, shares_: list[float], seconds: int) -> list[dict]:
     rows = []
     queue_rule(NS_R, IF_R, mac_s, True)
@@ -277,17 +332,23 @@ def udp_delay(kind: str, mac_s: str, capacity: float, shares_: list[float], seco
     try:
         for share in shares_:
             rate = int(capacity * share)
-            before, cpu0 = input_packets(), eng.cpu_s()
+            before, cpu0, drops0, kept0 = input_packets(), eng.cpu_s(), queue_drops(NS_R), int(eng.head().get("kept", 0))
             sent = blast(rate, seconds)
             time.sleep(1.5)
             got = input_packets() - before
+            drops = [b - a for a, b in zip(drops0, queue_drops(NS_R))]
             cpu = (eng.cpu_s() - cpu0) / (seconds + 1.5)
+            head = eng.head()
             rows.append({"engine": kind, "target_gbit": rate / 1e9, "offered_gbit": sent * 1400 * 8 / seconds / 1e9,
                          "share_of_capacity": share, "sent": sent,
                          "delivered": got, "ratio": got / sent if sent else 0.0, "cpu_core": cpu,
-                         "peak_rss_mb": eng.peak_rss_mb()})
+                         "kernel_queue_dropped": drops[0], "kernel_user_dropped": drops[1],
+                         "peak_rss_mb": eng.peak_rss_mb(), "kept": int(head.get("kept", 0)) - kept0,
+                         "kernel_held_peak": int(head.get("kernel_held_peak", 0))})
             print(f"  {kind:6s} UDP 1 s delay, target {rate / 1e9:.2f} Gbit/s, offered {rows[-1]['offered_gbit']:.2f}: delivered/offered {rows[-1]['ratio']:.4f} "
-                  f"({got}/{sent}), engine {cpu * 100:.0f} % of a core, {rows[-1]['peak_rss_mb']:.0f} MB", flush=True)
+                  f"({got}/{sent}; kernel queue drops {drops[0]}, netlink drops {drops[1]}; kept by the engine {rows[-1]['kept']}, "
+                  f"kernel held peak {rows[-1]['kernel_held_peak']}), engine {cpu * 100:.0f} % of a core, "
+                  f"{rows[-1]['peak_rss_mb']:.0f} MB", flush=True)
     finally:
         eng.stop()
         queue_rule(NS_R, IF_R, mac_s, False)
@@ -329,8 +390,12 @@ def main() -> None:
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--no-proto", action="store_true", help="skip the Python prototype")
     ap.add_argument("--parts", default="accuracy,shares,udp,tcp", help="comma-separated subset to run")
+    ap.add_argument("--hold", choices=("switch", "ingress"), default="switch",
+                    help="where packets are held: a bridging namespace's FORWARD (netns backend) or the receiver's "
+                         "PREROUTING (compose)")
     args = ap.parse_args()
-    global LINKD, BLAST
+    global LINKD, BLAST, HOLD
+    HOLD = args.hold
     LINKD = linkd_binary()
     if not LINKD:
         raise SystemExit("swarm-linkd not found: run `make setup` (or set $SWARM_LINKD)")
@@ -346,7 +411,8 @@ def main() -> None:
     count = 2_000 if args.quick else 10_000
     udp_s = 3 if args.quick else 5
     out: dict = {"machine": {"kernel": os.uname().release, "cpus": os.cpu_count(),
-                             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}}
+                             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "hold": HOLD,
+                             "load": os.getloadavg()}}
     try:
         mac_s, mac_r = setup()
         parts = set(args.parts.split(","))

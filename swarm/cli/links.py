@@ -93,8 +93,9 @@ APPLIED_AT = {  # where each engine of netem.engines acts on a directed link src
     "netem": "on the sender: NetEm under an HTB class per destination on its ISL interface (egress)",
     "nft": "loss and cuts at the receiver (nftables ingress drop, so the sender's socket sees no error); "
            "rate on the sender (HTB class per destination, egress)",
-    "userspace": "at the receiver: swarm-linkd holds and drops the packets iptables NFQUEUE hands it in the "
-                 "receiving node's PREROUTING, per sending MAC (delay, rate, loss ... all there)",
+    "userspace": "on the way to the receiver: swarm-linkd holds and drops the packets iptables NFQUEUE hands it, "
+                 "per sending MAC (delay, rate, loss ... all there), at the swarm's switch (netns: FORWARD, per "
+                 "receiving bridge port) or in the receiving node's PREROUTING (compose, swarm)",
 }
 
 

@@ -1,10 +1,16 @@
 """The userspace link engine's processes: finding the swarm-linkd binary, starting one engine per node (under
 a restart loop), handing it its configuration, and its iptables rules.
 
-Everything lives inside the node: the engine process (netns: started on the host inside the node's namespace,
-with the node's own /run; compose: `docker exec -d` in the container, the binary copied in), its control
-socket and last configuration in the node's /run, and the framework's chain SWARM_EMU_LINKS in the node's
-mangle table. Removing the node (down, wipe) removes all of it. The rules have no --queue-bypass: while no
+Where the packets are held (LinkdHold): on the netns backend at a forwarding hop, the swarm's switch namespace,
+where iptables sees every bridged frame (br_netfilter): the engine of node N runs there with node N's /run,
+on queue N+1, fed by the chain SWARM_EMU_LINKS_N that mangle FORWARD jumps to for frames leaving through N's
+bridge port. Held there, a packet no longer counts against its sender's socket, and the receiver's kernel
+stamps it when it really arrives, so plain `ping` shows the whole round trip (2 x 1.3 s = 2.6 s to the Moon).
+Elsewhere (compose, the swarm backend, a kernel without br_netfilter) everything lives inside the node: the
+engine (`docker exec -d` in the container, the binary copied in) and the chain SWARM_EMU_LINKS that the node's
+mangle PREROUTING jumps to; there the receiver's kernel stamps a packet before the engine holds it (`ping -U`
+shows the RTT applications see). The control socket and last configuration are in the node's /run either way.
+Removing the swarm (down, wipe) removes all of it. The rules have no --queue-bypass: while no
 engine listens, the kernel drops the packets of the impaired links (fail closed); the restart loop brings
 the engine back with its last configuration within about a second, and `impair --show` names any node
 whose engine is not answering.
@@ -13,20 +19,32 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compose.render import container_name
-from netem.engines import LINKD_CHAIN, LINKD_CONTROL, LINKD_MAX_BYTES, LINKD_QUEUE, LINKD_STATE
+from netem.engines import LINKD_CONTROL, LINKD_MAX_BYTES, LINKD_QUEUE, LINKD_STATE, LinkdHold
 from swarm.errors import CommandError, RuntimeFailure, SpecError
+from swarm.runtime.runner import Result
 
 if TYPE_CHECKING:
     from swarm.runtime.swarm import Swarm
+    from swarm.spec.model import NodePlan
 
 LINKD_ENV = "SWARM_LINKD"
+#: the engine's bound on packets it leaves in the kernel's queue (swarm-linkd --kernel-hold): past it the engine
+#: keeps the bytes itself; set lower to exercise that path (tests), or for a kernel with a smaller bound
+KERNEL_HOLD_ENV = "SWARM_LINKD_KERNEL_HOLD"
 IN_CONTAINER = "/usr/local/bin/swarm-linkd"
 START_TIMEOUT = 10.0
+#: Held packets one NFQUEUE queue can track on newer kernels (measured on 6.18: the 65,537th held packet is
+#: dropped by the kernel, "nf_queue: hash insert failed: -7"; each queue, i.e. each node's engine, has its own).
+#: The engine leaves at most KERNEL_HOLD of them there and keeps the bytes of the rest itself (IPv4 packets
+#: up to the MTU; a GSO super-packet or an IPv6 packet still waits in the kernel's queue).
+KERNEL_HELD_PACKETS = 65536
+KERNEL_HOLD = 49152
 MAX_PACKETS = 1_000_000
 #: Restart loop around the engine: "$0" is the binary, "$@" its arguments (nothing interpolated).
 SUPERVISE = ('while :; do "$0" "$@"; echo "swarm-linkd: engine exited with status $?; restarting" >&2; '
@@ -48,16 +66,61 @@ def linkd_binary() -> str | None:
     return shutil.which("swarm-linkd")
 
 
-def engine_argv(binary: str) -> list[str]:
-    """The supervised engine (pure): restart loop, queue, control socket, saved configuration, bounds."""
-    return ["sh", "-c", SUPERVISE, binary, "run", "--queue", str(LINKD_QUEUE), "--control", LINKD_CONTROL,
+def engine_argv(binary: str, queue: int = LINKD_QUEUE, inject: tuple[str, str] | None = None,
+                kernel_hold: int = KERNEL_HOLD) -> list[str]:
+    """The supervised engine (pure): restart loop, queue, control socket, saved configuration, bounds; at a hop
+    `inject` = (bridge port towards the node, the node's MAC) for duplicates and for packets the engine keeps
+    past the kernel's bound (swarm-linkd --inject-dev)."""
+    extra = ["--inject-dev", inject[0], "--inject-mac", inject[1].lower()] if inject else []
+    if kernel_hold != KERNEL_HOLD:
+        extra += ["--kernel-hold", str(kernel_hold)]
+    return ["sh", "-c", SUPERVISE, binary, "run", "--queue", str(queue), *extra, "--control", LINKD_CONTROL,
             "--state", LINKD_STATE, "--max-bytes", str(LINKD_MAX_BYTES), "--max-packets", str(MAX_PACKETS), "--realtime"]
+
+
+def kernel_hold_setting() -> int:
+    """$SWARM_LINKD_KERNEL_HOLD, else KERNEL_HOLD; a bad value is a SpecError naming it."""
+    raw = os.environ.get(KERNEL_HOLD_ENV, "")
+    if not raw:
+        return KERNEL_HOLD
+    if not raw.isdigit() or not 1 <= int(raw) <= KERNEL_HELD_PACKETS:
+        raise SpecError(f"${KERNEL_HOLD_ENV} {raw!r}: expected a packet count from 1 to {KERNEL_HELD_PACKETS}")
+    return int(raw)
+
+
+def config_lines(config: str | None) -> list[str]:
+    """A configuration's non-blank lines; an empty one is a comment line (so `ctl set` never reads stdin)."""
+    return [ln for ln in (config or "").splitlines() if ln.strip()] or ["# no links"]
 
 
 def ctl_argv(binary: str, request: str, config: str | None = None) -> list[str]:
     """swarm-linkd ctl (pure); a configuration goes as arguments, one per line (no stdin through docker exec)."""
-    lines = [ln for ln in (config or "").splitlines() if ln.strip()] or ["# no links"]  # never read stdin
-    return [binary, "ctl", "--control", LINKD_CONTROL, request, *(lines if request == "set" else [])]
+    return [binary, "ctl", "--control", LINKD_CONTROL, request, *(config_lines(config) if request == "set" else [])]
+
+
+def ctl_body(request: str, config: str | None = None) -> str:
+    """What `swarm-linkd ctl` writes to the control socket (pure): the request line, then a configuration."""
+    if request != "set":
+        return f"{request}\n"
+    return "set\n" + "".join(f"{ln}\n" for ln in config_lines(config))
+
+
+def ctl_socket(path: str, body: str, timeout: float) -> Result:
+    """One request over the engine's control socket, as `swarm-linkd ctl` makes it (same exit codes: 0 ok,
+    2 refused, 1 no engine), without starting a process: a live orbit update is then one socket round trip."""
+    argv = ["swarm-linkd-ctl", path]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(path)
+            sock.sendall(body.encode())
+            sock.shutdown(socket.SHUT_WR)
+            reply = b"".join(iter(lambda: sock.recv(65536), b"")).decode(errors="replace")
+    except OSError as exc:
+        return Result(argv, 1, "", f"swarm-linkd: {path}: {exc} (engine not running?)")
+    if reply.startswith("error: "):
+        return Result(argv, 2, "", reply[len("error: "):])
+    return Result(argv, 0, reply, "")
 
 
 def parse_kv(text: str) -> dict[str, str]:
@@ -65,8 +128,11 @@ def parse_kv(text: str) -> dict[str, str]:
     return dict(w.split("=", 1) for w in text.split() if "=" in w)
 
 
-def jump_argv(op: str, iface: str) -> list[str]:
-    return ["iptables", "-t", "mangle", op, "PREROUTING", "-i", iface, "-j", LINKD_CHAIN]
+def jump_argv(op: str, iface: str, hold: LinkdHold, hop_port: str | None = None) -> list[str]:
+    """The jump to the engine's chain (pure): from FORWARD for frames leaving through the node's bridge port at
+    the hop, else from the node's PREROUTING for frames arriving on `iface`."""
+    where = ["FORWARD", "-m", "physdev", "--physdev-out", hop_port] if hop_port else ["PREROUTING", "-i", iface]
+    return ["iptables", "-t", "mangle", op, *where, "-j", hold.chain]
 
 
 class Linkd:
@@ -77,23 +143,38 @@ class Linkd:
         self.backend = swarm.backend
         self.host_binary = swarm.caps.linkd or linkd_binary() or ""
 
+    def hop(self, node: "NodePlan", iface: str) -> tuple[list[str], str] | None:
+        """The forwarding hop where this node's packets are held (argv prefix, bridge port), or None: in the node."""
+        return self.backend.forwarding_hop(self.swarm.name, node.index, iface) if self.swarm.caps.bridge_nf else None
+
+    def hold(self, node: "NodePlan", iface: str, cut_frames: bool = True) -> LinkdHold:
+        if self.hop(node, iface):
+            return LinkdHold.at_hop(node.index, cut_frames)
+        return LinkdHold(cut_frames=cut_frames)
+
     def binary(self) -> str:
         return IN_CONTAINER if self.backend.name == "compose" else self.host_binary
 
-    def _run(self, node: str, argv: list[str], check: bool = True, timeout: float = 30):
+    def _ctl(self, node: str, request: str, config: str | None = None, timeout: float = 30) -> Result:
+        """One control request to the node's engine: straight over its socket where the node's /run is a host
+        folder (netns), else through `swarm-linkd ctl` run in the node."""
+        host = self.backend.run_path_on_host(self.swarm.name, node, LINKD_CONTROL)
+        if host is not None and len(str(host)) < 100:  # sun_path holds 108 bytes
+            return ctl_socket(str(host), ctl_body(request, config), timeout)
         prefix = self.backend.private_run_prefix(self.swarm.name, node)
-        return self.swarm.runner.run(prefix + argv, check=check, timeout=timeout)
+        return self.swarm.runner.run(prefix + ctl_argv(self.binary(), request, config), check=False, timeout=timeout)
 
     def ping(self, node: str) -> dict[str, str] | None:
         """The engine's answer (pid, gen), or None when no engine answers in the node."""
         try:
-            res = self._run(node, ctl_argv(self.binary(), "ping"), check=False, timeout=15)
+            res = self._ctl(node, "ping", timeout=15)
         except CommandError:
             return None
         return parse_kv(res.stdout) if res.ok and res.stdout.startswith("ok") else None
 
-    def ensure_running(self, node: str, rec: dict) -> None:
-        """Start the node's engine if none answers, and wait until it does."""
+    def ensure_running(self, plan: "NodePlan", iface: str, rec: dict) -> None:
+        """Start the node's engine (at the hop, or in the node) if none answers, and wait until it does."""
+        node = plan.name
         if self.ping(node):
             return
         if not self.host_binary:
@@ -101,7 +182,13 @@ class Linkd:
         if self.backend.name == "compose":
             self.swarm.runner.run(["docker", "cp", self.host_binary, f"{container_name(self.swarm.name, node)}:{IN_CONTAINER}"],
                                   timeout=60)
-        self.backend.start_daemon(self.swarm.name, node, engine_argv(self.binary()), "linkd")
+        hop = self.hop(plan, iface)
+        argv = engine_argv(self.binary(), self.hold(plan, iface).queue, (hop[1], plan.isl_mac) if hop else None,
+                           kernel_hold_setting())
+        if hop:
+            self.backend.start_daemon(self.swarm.name, node, argv, "linkd", at_hop=True)
+        else:
+            self.backend.start_daemon(self.swarm.name, node, argv, "linkd")
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             answer = self.ping(node)
@@ -116,7 +203,7 @@ class Linkd:
         """Hand the engine its whole configuration (replacing the previous one); returns its reply
         (gen, set_at_ns). A configuration the engine refuses is a SpecError (exit 2), though the planner's
         checks normally catch it first."""
-        res = self._run(node, ctl_argv(self.binary(), "set", config), check=False)
+        res = self._ctl(node, "set", config)
         if res.returncode == 2:
             raise SpecError(f"node {node!r}: userspace link engine: {(res.stderr or res.stdout).strip()}")
         if not res.ok:
@@ -125,7 +212,7 @@ class Linkd:
 
     def stats(self, node: str) -> tuple[dict[str, str], list[dict[str, str]]]:
         """The engine's counters: the engine's own, and one dict per link."""
-        res = self._run(node, ctl_argv(self.binary(), "stats"), check=False, timeout=15)
+        res = self._ctl(node, "stats", timeout=15)
         if not res.ok:
             return {}, []
         lines = res.stdout.splitlines()
@@ -133,20 +220,31 @@ class Linkd:
         links = [{"mac": ln.split()[1], **parse_kv(ln)} for ln in lines[1:] if ln.startswith("link ")]
         return head, links
 
-    def set_rules(self, node: str, iface: str, script: str | None) -> None:
-        """Fill the framework's chain (or empty it) and make sure PREROUTING jumps to it from `iface` (once)."""
-        prefix = self.backend.exec_prefix(self.swarm.name, node, interactive=True)
-        body = script or f"*mangle\n:{LINKD_CHAIN} - [0:0]\nCOMMIT\n"
-        self.swarm.runner.run(prefix + ["iptables-restore", "--noflush"], input=body, timeout=30)
-        exec_prefix = self.backend.exec_prefix(self.swarm.name, node)
-        if not self.swarm.runner.run(exec_prefix + jump_argv("-C", iface), check=False, timeout=30).ok:
-            self.swarm.runner.run(exec_prefix + jump_argv("-I", iface), timeout=30)
+    def _rules_prefix(self, plan: "NodePlan", iface: str, interactive: bool = False) -> tuple[list[str], str | None]:
+        """Where the node's rules go (argv prefix) and, at a hop, the bridge port to match."""
+        hop = self.hop(plan, iface)
+        if hop:
+            return hop
+        return self.backend.exec_prefix(self.swarm.name, plan.name, interactive=interactive), None
 
-    def remove_rules(self, node: str, iface: str) -> None:
+    def set_rules(self, plan: "NodePlan", iface: str, script: str | None) -> None:
+        """Fill the node's chain (or empty it) and make sure the jump to it exists (once)."""
+        hold = self.hold(plan, iface)
+        prefix, port = self._rules_prefix(plan, iface, interactive=True)
+        body = script or f"*mangle\n:{hold.chain} - [0:0]\nCOMMIT\n"
+        self.swarm.runner.run(prefix + ["iptables-restore", "--noflush"], input=body, timeout=30)
+        prefix, port = self._rules_prefix(plan, iface)
+        if not self.swarm.runner.run(prefix + jump_argv("-C", iface, hold, port), check=False, timeout=30).ok:
+            if port:  # bridged IPv4 through iptables in the hop's namespace (the default there; made sure)
+                self.swarm.runner.run(prefix + ["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"], timeout=30)
+            self.swarm.runner.run(prefix + jump_argv("-I", iface, hold, port), timeout=30)
+
+    def remove_rules(self, plan: "NodePlan", iface: str) -> None:
         """Remove the jump and the chain (only ours), tolerating their absence."""
-        exec_prefix = self.backend.exec_prefix(self.swarm.name, node)
+        hold = self.hold(plan, iface)
+        prefix, port = self._rules_prefix(plan, iface)
         run = self.swarm.runner.run
-        while run(exec_prefix + jump_argv("-D", iface), check=False, timeout=30).ok:
+        while run(prefix + jump_argv("-D", iface, hold, port), check=False, timeout=30).ok:
             pass
-        run(exec_prefix + ["iptables", "-t", "mangle", "-F", LINKD_CHAIN], check=False, timeout=30)
-        run(exec_prefix + ["iptables", "-t", "mangle", "-X", LINKD_CHAIN], check=False, timeout=30)
+        run(prefix + ["iptables", "-t", "mangle", "-F", hold.chain], check=False, timeout=30)
+        run(prefix + ["iptables", "-t", "mangle", "-X", hold.chain], check=False, timeout=30)

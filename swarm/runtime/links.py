@@ -24,7 +24,7 @@ from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.mesh.plan import BATADV_IF, enslaved_interfaces
 from swarm.runtime.backends import swarm_dir
 from swarm.runtime.backends.base import NODE_ACTIONS
-from swarm.runtime.linkd import Linkd
+from swarm.runtime.linkd import KERNEL_HELD_PACKETS, Linkd
 
 if TYPE_CHECKING:
     from swarm.runtime.swarm import Swarm
@@ -260,9 +260,19 @@ class LinkController:
                 notes.append(f"{node}: its userspace link engine is not answering: the links into {node} drop every "
                              "packet (fail closed) until it restarts (see its log, .swarm/<name>/logs/"
                              f"{node}.linkd.log)")
-            elif answer.get("restarted") == "1":
+                continue
+            if answer.get("restarted") == "1":
                 notes.append(f"{node}: its userspace link engine died and was restarted with its configuration; "
                              "the packets it held then were dropped (see its log)")
+            head, _ = self.linkd.stats(node)
+            dropped = int(head.get("kernel_dropped", 0)) + int(head.get("kernel_user_dropped", 0))
+            if dropped:
+                notes.append(f"{node}: the kernel dropped {dropped} packet(s) on their way to its userspace link engine "
+                             f"(held {head.get('held_peak')} at most, {head.get('kernel_held_peak', '?')} of them in "
+                             f"the kernel's queue): this kernel's NFQUEUE holds at most {KERNEL_HELD_PACKETS:,} packets "
+                             "per queue; the engine keeps IPv4 packets past that itself, not IPv6 ones (nor GSO "
+                             "super-packets queued before it turned GSO off), and a burst faster than it reads its "
+                             "queue can still overflow it")
         return notes
 
     def last_change(self) -> dict[str, dict]:
@@ -314,15 +324,18 @@ class LinkController:
         return [n for n, _ in results]
 
     def _apply_node(self, node, rec: dict, eff: DirectedLinks, by_mac: dict[str, str], force: bool,
-                    clearing: bool = False) -> None:
-        """Apply one node's plan: only the parts (tc, nft) that changed, see netem.state.parts_to_apply."""
+                    clearing: bool = False, cut_frames: bool = True):
+        """Apply one node's plan: only the parts (tc, nft) that changed, see netem.state.parts_to_apply; returns
+        the plan (None: nothing to visit). `cut_frames=False` (the orbit driver): with the userspace engine a
+        link that is down drops its IP packets in the engine only, without the nftables drop of its other
+        frames (a process per change)."""
         egress, ingress, labels = node_links(eff, node.name, by_mac)
         if not node_needs_visit(rec, bool(egress or ingress), clearing):
-            return
+            return None
         unknown = clearing and "tc" not in rec  # no record (e.g. state lost in a crash): look, but tolerate no tools
         iface = rec.get("iface") or self.isl_iface(node)
         rec["iface"] = iface
-        cmds = self.engine.plan_node(iface, egress, ingress, labels)
+        cmds = self.engine.plan_node(iface, egress, ingress, labels, self.linkd.hold(node, iface, cut_frames))
         do_tc, do_nft = parts_to_apply(rec, cmds, self.engine.name, force, clearing)
         try:
             if do_tc:
@@ -332,16 +345,18 @@ class LinkController:
                 self._apply_nft(node.name, cmds.nft)
             rec["nft"] = signature(cmds.nft)
             self._apply_segmentation(node.name, iface, rec, cmds.segment, force)
-            self._apply_linkd(node.name, iface, rec, cmds, force, clearing)
+            self._apply_linkd(node, iface, rec, cmds, force, clearing)
             self._apply_tcp_buffers(node.name, rec, eff, force)
         except CommandError as exc:
             if not (unknown and exc.returncode in (126, 127)):  # the node's image has no tc / nft: nothing of ours
                 raise
+        return cmds
 
-    def _apply_linkd(self, node: str, iface: str, rec: dict, cmds, force: bool, clearing: bool) -> None:
+    def _apply_linkd(self, plan, iface: str, rec: dict, cmds, force: bool, clearing: bool) -> None:
         """The userspace engine's part: configuration first, then the rules that queue packets to it (so no
         packet of a new link meets an engine that does not know it); rules first when a link goes away.
         The engine is started when a node first has a link through it, and restarted if it is gone."""
+        node = plan.name
         sig = signature([cmds.linkd, cmds.ipt])
         had = bool(rec.get("linkd_links"))
         if not (cmds.linkd or had or (clearing and self.engine.name == "userspace" and "linkd" not in rec)):
@@ -349,13 +364,16 @@ class LinkController:
         if rec.get("linkd") == sig and not (force or clearing):
             return
         if cmds.linkd:
-            self.linkd.ensure_running(node, rec)
+            self.linkd.ensure_running(plan, iface, rec)
             reply = self.linkd.configure(node, cmds.linkd)
-            self.linkd.set_rules(node, iface, cmds.ipt)
+            if rec.get("linkd_ipt") != signature(cmds.ipt) or force or clearing:  # a changed delay needs no rule
+                self.linkd.set_rules(plan, iface, cmds.ipt)
+                rec["linkd_ipt"] = signature(cmds.ipt)
             rec["linkd_gen"] = int(reply.get("gen", 0))
             rec["linkd_set_at_ns"] = int(reply.get("set_at_ns", 0))
         else:
-            self.linkd.remove_rules(node, iface)
+            self.linkd.remove_rules(plan, iface)
+            rec.pop("linkd_ipt", None)
             if had and self.linkd.ping(node):
                 reply = self.linkd.configure(node, None)
                 rec["linkd_gen"] = int(reply.get("gen", 0))

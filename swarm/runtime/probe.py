@@ -43,6 +43,12 @@ def compose_command(runner: Runner) -> tuple[list[str], str]:
     return [], ""
 
 
+#: iptables can match a bridged frame's output port (xt_physdev, which loads br_netfilter) and bridged IPv4 goes
+#: through iptables in this namespace
+BRIDGE_NF_PROBE = ("iptables -t mangle -A FORWARD -m physdev --physdev-out probe0 -j ACCEPT && "
+                   "[ \"$(cat /proc/sys/net/bridge/bridge-nf-call-iptables)\" = 1 ]")
+
+
 def in_scratch_netns(argv: list[str]) -> list[str]:
     """argv run inside a fresh, unnamed network namespace that disappears when it exits."""
     return ["unshare", "--net", "--"] + argv
@@ -74,6 +80,7 @@ def probe(runner: Runner | None = None) -> Capabilities:
         htb=netns and _ok(runner, in_scratch_netns(["tc", "qdisc", "add", "dev", "lo", "root", "htb"])),
         nfqueue=netns and _ok(runner, in_scratch_netns(["iptables", "-t", "mangle", "-A", "PREROUTING", "-j", "NFQUEUE",
                                                         "--queue-num", "0"])),
+        bridge_nf=netns and _ok(runner, in_scratch_netns(["sh", "-c", BRIDGE_NF_PROBE])),
         linkd=linkd_binary() or "",
     )
 

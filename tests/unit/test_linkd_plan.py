@@ -6,16 +6,19 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import replace
 
 import pytest
 
-from netem.engines import (LINKD_MAX_BYTES, NodeCommands, UserspaceEngine, choose_engine, linkd_line, netem_args,
+from netem.engines import (LINKD_MAX_BYTES, LinkdHold, NodeCommands, UserspaceEngine, choose_engine, linkd_line, netem_args,
                            netem_limit, plan_ipt, plan_linkd, tcp_buffer_bytes, tcp_buffer_sysctls)
 from netem.model import Impairment, LinksSpec, impairment, links_with_engine, resolve_links
 from swarm.caps import Capabilities
 from swarm.errors import SpecError
-from swarm.runtime.linkd import cache_dir, ctl_argv, engine_argv, linkd_binary, parse_kv
+from swarm.runtime.backends.netns import switch_port
+from swarm.runtime.linkd import (KERNEL_HOLD, KERNEL_HOLD_ENV, cache_dir, ctl_argv, ctl_body, ctl_socket, engine_argv,
+                                 jump_argv, kernel_hold_setting, linkd_binary, parse_kv)
 
 from conftest import REPO, golden
 
@@ -148,11 +151,62 @@ def test_runtime_argv():
         "L", "ctl", "--control", "/run/swarm-linkd.sock", "set", "link a delay=1ms", "link b down"]
     assert ctl_argv("L", "set", None)[-1] == "# no links"  # an empty configuration is an argument, not stdin
     assert parse_kv("ok gen=3 set_at_ns=12\n") == {"gen": "3", "set_at_ns": "12"}
+    # what ctl writes to the socket, and what the runtime writes itself when it can reach the socket
+    assert ctl_body("set", "link a delay=1ms\n\nlink b down\n") == "set\nlink a delay=1ms\nlink b down\n"
+    assert ctl_body("set", None) == "set\n# no links\n" and ctl_body("ping") == "ping\n"
+
+
+@pytest.mark.skipif(not os.access(linkd_binary() or "/nonexistent", os.X_OK), reason="swarm-linkd not built")
+def test_control_socket_speaks_the_engines_protocol(tmp_path):
+    """The runtime's direct socket requests against the real engine (no queue traffic needed): ping, a set the
+    engine takes, one it refuses (exit 2, as `ctl`), and no engine (exit 1)."""
+    sock = str(tmp_path / "c.sock")
+    eng = subprocess.Popen(["unshare", "--net", "--", linkd_binary(), "run", "--queue", "0", "--control", sock],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        assert ctl_socket(sock, ctl_body("ping"), 5).stdout.startswith("ok pid=")
+        res = ctl_socket(sock, ctl_body("set", "link 02:00:00:00:00:01 delay=5ms\n"), 5)
+        assert res.returncode == 0 and "gen=" in res.stdout, res
+        res = ctl_socket(sock, ctl_body("set", "link 02:00:00:00:00:01 delay=banana\n"), 5)
+        assert res.returncode == 2 and "banana" in res.stderr, res
+    finally:
+        eng.kill()
+        eng.wait()
+    assert ctl_socket(sock, ctl_body("ping"), 1).returncode == 1
 
 
 def test_plan_ipt_has_no_queue_bypass():
     script = plan_ipt({"02:00:00:00:00:01": impairment(delay="1ms")})
     assert "--queue-bypass" not in script and "NFQUEUE --queue-num 0" in script
+
+
+def test_hold_at_a_hop_gives_each_node_its_own_chain_queue_and_port_match():
+    """At the switch every node's engine shares one namespace: chain and queue per node, jump per bridge port."""
+    hold = LinkdHold.at_hop(7)
+    assert hold == LinkdHold(chain="SWARM_EMU_LINKS_7", queue=8)
+    assert plan_ipt({"02:00:00:00:00:01": impairment(delay="1ms")}, hold) == (
+        "*mangle\n:SWARM_EMU_LINKS_7 - [0:0]\n"
+        "-A SWARM_EMU_LINKS_7 -m mac --mac-source 02:00:00:00:00:01 -j NFQUEUE --queue-num 8\nCOMMIT\n")
+    assert jump_argv("-I", "eth1", hold, "i7") == [
+        "iptables", "-t", "mangle", "-I", "FORWARD", "-m", "physdev", "--physdev-out", "i7", "-j", "SWARM_EMU_LINKS_7"]
+    assert jump_argv("-C", "eth1", LinkdHold()) == [
+        "iptables", "-t", "mangle", "-C", "PREROUTING", "-i", "eth1", "-j", "SWARM_EMU_LINKS"]
+    argv = engine_argv("/bin/swarm-linkd", hold.queue, ("i7", "02:42:0A:C8:00:08"))
+    assert argv[argv.index("--queue") + 1] == "8"
+    assert argv[argv.index("--inject-dev") + 1] == "i7" and argv[argv.index("--inject-mac") + 1] == "02:42:0a:c8:00:08"
+    assert "--inject-dev" not in engine_argv("/bin/swarm-linkd")
+    assert "--kernel-hold" not in engine_argv("/bin/swarm-linkd")  # the engine's own default
+    argv = engine_argv("/bin/swarm-linkd", 3, None, 100)
+    assert argv[argv.index("--kernel-hold") + 1] == "100"
+    assert switch_port(7, "eth1") == "i7" and switch_port(7, "eth0") == "g7"
+    # the userspace engine's node plan follows the hold it is given
+    cmds = UserspaceEngine(CAPS).plan_node("eth1", {}, {"02:00:00:00:00:01": impairment(delay="1ms")},
+                                                     None, hold)
+    assert cmds.ipt == plan_ipt({"02:00:00:00:00:01": impairment(delay="1ms")}, hold)
 
 
 @pytest.mark.skipif(shutil.which("cargo") is None, reason="cargo not installed")
@@ -183,3 +237,14 @@ def test_without_netem_and_nfqueue_the_refusal_names_both():
                                         r"NetEm \(sch_netem\) and the userspace engine needs the iptables NFQUEUE "
                                         r"target \(xt_NFQUEUE\); possible here: loss, rate, link up/down"):
         nft.check({("sat01", "sat02"): impairment(delay="10ms")})
+
+
+def test_kernel_hold_setting(monkeypatch):
+    monkeypatch.delenv(KERNEL_HOLD_ENV, raising=False)
+    assert kernel_hold_setting() == KERNEL_HOLD
+    monkeypatch.setenv(KERNEL_HOLD_ENV, "100")
+    assert kernel_hold_setting() == 100
+    for bad in ("0", "x", "70000", "-5"):
+        monkeypatch.setenv(KERNEL_HOLD_ENV, bad)
+        with pytest.raises(SpecError, match=f"SWARM_LINKD_KERNEL_HOLD '{bad}'"):
+            kernel_hold_setting()

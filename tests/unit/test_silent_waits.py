@@ -114,7 +114,7 @@ def test_fault_wait_shows_progress_and_ctrl_c_leaves_the_fault(capsys):
 
 
 @pytest.mark.parametrize("engine, where", [("nft", "loss and cuts at the receiver"), ("netem", "on the sender"),
-                                           ("userspace", "at the receiver")])
+                                           ("userspace", "on the way to the receiver")])
 def test_impair_show_says_where_each_engine_applies(engine, where):
     from swarm.cli.links import applied_at
 

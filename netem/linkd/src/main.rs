@@ -8,6 +8,7 @@
 //! usage:
 //!   swarm-linkd run --queue N [--control PATH] [--config FILE] [--link "MAC|* key=value ..."]...
 //!                   [--max-bytes B] [--max-packets N] [--seed S] [--pidfile PATH] [--state PATH] [--realtime]
+//!                   [--inject-dev IFNAME --inject-mac MAC]
 //!   swarm-linkd ctl --control PATH set [LINE...] < config   (replace the conditions: the lines given, else
 //!                   stdin; prints "ok gen=N set_at_ns=T" or the error, exit 2)
 //!   swarm-linkd ctl --control PATH stats|ping
@@ -16,6 +17,16 @@
 //! --realtime: run at SCHED_FIFO priority 1 (else nice -10) so release times stay sub-millisecond on a busy host.
 //! --state PATH: every accepted configuration is saved there and read at start, so an engine restarted by
 //! its supervisor comes back with its links.
+//! --kernel-hold N (default 49152): at most N packets are held in the kernel's queue, as verdicts pending
+//! (newer kernels track at most 65,536 per queue and drop the next: "nf_queue: hash insert failed"). Past N
+//! the engine keeps an IPv4 packet's bytes itself, drops the kernel's copy at once and sends the bytes when
+//! they are due, as it sends a duplicate (below): the bound is then the engine's memory (--max-packets,
+//! --max-bytes). The copy range widens to whole packets from N/2 held and narrows again below N/4.
+//! --inject-dev/--inject-mac: where the engine holds packets at a forwarding hop (a bridge's FORWARD hook, not
+//! the receiver's own stack), a duplicate cannot be routed from the engine's namespace: it is sent as an
+//! Ethernet frame (the sender's MAC -> the receiver's MAC) out of IFNAME, the bridge port towards the
+//! receiver, so it reaches the receiver without passing the hook again. Without them duplicates go in through
+//! a raw IP socket in the engine's namespace (the receiver's own).
 //! A config is lines `link <MAC|*> key=value ...`; keys: delay jitter dist delay_corr loss loss_corr
 //! ge=p,r,1-h,1-k rate corrupt duplicate reorder limit, and the word `down` (see model.rs).
 
@@ -51,7 +62,7 @@ fn real_ns() -> u64 {
 
 enum Kind {
     Verdict(Option<Box<[u8]>>),
-    Inject(Box<[u8]>),
+    Inject(Option<Mac>, Box<[u8]>),
 }
 
 struct Held {
@@ -90,6 +101,9 @@ struct Opts {
     pidfile: Option<String>,
     state: Option<String>,
     realtime: bool,
+    inject_dev: Option<String>,
+    inject_mac: Option<Mac>,
+    kernel_hold: u64,
 }
 
 struct Engine {
@@ -109,6 +123,18 @@ struct Engine {
     injected: u64,
     inject_errors: u64,
     raw: i32,
+    /// AF_PACKET socket on the bridge port towards the receiver (--inject-dev), with the receiver's MAC
+    l2: Option<(i32, i32, Mac)>,
+    /// the largest packet the engine can send itself (the inject device's MTU at a hop)
+    inject_max: usize,
+    /// verdicts pending in the kernel's queue, their peak, the bound (--kernel-hold), packets held in the
+    /// engine's own memory instead (see `keep_bytes`)
+    kernel_held: u64,
+    kernel_held_peak: u64,
+    kernel_hold: u64,
+    stolen: u64,
+    /// whole packets are copied because the kernel's queue is filling (the copy range follows it)
+    steal_armed: bool,
     full_copy: bool,
     gso: bool,
     /// started from a saved configuration: a previous engine of this node died (its held packets were dropped)
@@ -150,13 +176,15 @@ impl Engine {
     }
 
     /// Copy range and GSO mode follow the conditions: whole packets only when one is corrupted or copied,
-    /// whole GSO super-packets unless a link gives each segment a fate of its own.
+    /// whole GSO super-packets unless a link gives each segment a fate of its own or the engine is about to
+    /// keep packets itself (without GSO the kernel also finishes each copied packet's checksum, so the bytes
+    /// can be sent again; with it a locally sent packet's checksum is left to the device).
     fn tune(&mut self, q: &mut nfq::Queue) {
-        let want = self.needs_payload();
+        let want = self.needs_payload() || self.steal_armed;
         if want != self.full_copy && q.set_copy(if want { 0xffff } else { COPY_META }).is_ok() {
             self.full_copy = want;
         }
-        let gso = !self.per_segment();
+        let gso = !self.per_segment() && !self.steal_armed;
         if gso != self.gso && q.set_gso(gso).is_ok() {
             self.gso = gso;
         }
@@ -187,6 +215,20 @@ impl Engine {
             Decision::Drop(_) => q.verdict(p.id, nfq::NF_DROP, None),
             Decision::Hold { due, corrupt_at, dup_due, .. } => {
                 let full = p.payload.len() == p.len;
+                if due > now && keep_bytes(self.kernel_held, self.kernel_hold, full && !p.csum_not_ready, p.payload, self.inject_max) {
+                    // the kernel's queue is near its bound: hold the bytes here and drop the kernel's copy
+                    let mut b: Box<[u8]> = p.payload.into();
+                    if let Some((at, bit)) = corrupt_at {
+                        b[at] ^= 1 << bit;
+                    }
+                    if let Some(d) = dup_due {
+                        self.push(d, 0, key, Kind::Inject(p.hw_src, b.clone()));
+                    }
+                    q.verdict(p.id, nfq::NF_DROP, None);
+                    self.stolen += 1;
+                    self.push(due, 0, key, Kind::Inject(p.hw_src, b));
+                    return;
+                }
                 let payload = match corrupt_at {
                     Some((at, bit)) if full => {
                         let mut b: Box<[u8]> = p.payload.into();
@@ -196,7 +238,7 @@ impl Engine {
                     _ => None,
                 };
                 if let (Some(d), true) = (dup_due, full) {
-                    self.push(d, 0, key, Kind::Inject(p.payload.into()));
+                    self.push(d, 0, key, Kind::Inject(p.hw_src, p.payload.into()));
                 }
                 if due <= now && payload.is_none() && self.heap.peek().map_or(true, |h| h.0.due > now) {
                     q.verdict(p.id, nfq::NF_ACCEPT, None);
@@ -214,6 +256,10 @@ impl Engine {
         }
         self.held_total += 1;
         self.held_peak = self.held_peak.max(self.held_total);
+        if let Kind::Verdict(_) = kind {
+            self.kernel_held += 1;
+            self.kernel_held_peak = self.kernel_held_peak.max(self.kernel_held);
+        }
         self.heap.push(Reverse(Held { due, seq: self.seq, id, key, kind }));
     }
 
@@ -230,17 +276,43 @@ impl Engine {
                 l.held = l.held.saturating_sub(1);
             }
             match h.kind {
-                Kind::Verdict(payload) => q.verdict(h.id, nfq::NF_ACCEPT, payload.as_deref()),
-                Kind::Inject(bytes) => self.inject(&bytes),
+                Kind::Verdict(payload) => {
+                    self.kernel_held -= 1;
+                    q.verdict(h.id, nfq::NF_ACCEPT, payload.as_deref())
+                }
+                Kind::Inject(src, bytes) => self.inject(src, &bytes),
             }
         }
         q.flush();
     }
 
-    /// A duplicate goes in as a new packet from a raw socket in this namespace (delivered or forwarded
-    /// as the original; it does not pass the ingress hook again, so it is not impaired twice).
-    fn inject(&mut self, pkt: &[u8]) {
-        if pkt.len() < 20 || pkt[0] >> 4 != 4 || self.raw < 0 {
+    /// A duplicate goes in as a new packet: from a raw socket in this namespace (delivered or forwarded
+    /// as the original; it does not pass the ingress hook again, so it is not impaired twice), or at a hop
+    /// as a frame out of the receiver's bridge port (see --inject-dev).
+    fn inject(&mut self, src: Option<Mac>, pkt: &[u8]) {
+        if pkt.len() < 20 || pkt[0] >> 4 != 4 {
+            self.inject_errors += 1;
+            return;
+        }
+        if let Some((fd, ifindex, dst)) = self.l2 {
+            let mut frame = Vec::with_capacity(14 + pkt.len());
+            frame.extend_from_slice(&dst);
+            frame.extend_from_slice(&src.unwrap_or(dst));
+            frame.extend_from_slice(&[0x08, 0x00]);
+            frame.extend_from_slice(pkt);
+            let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            addr.sll_family = libc::AF_PACKET as u16;
+            addr.sll_ifindex = ifindex;
+            addr.sll_halen = 6;
+            addr.sll_addr[..6].copy_from_slice(&dst);
+            let n = unsafe {
+                libc::sendto(fd, frame.as_ptr() as *const libc::c_void, frame.len(), 0,
+                             &addr as *const _ as *const libc::sockaddr, std::mem::size_of_val(&addr) as u32)
+            };
+            if n < 0 { self.inject_errors += 1 } else { self.injected += 1 }
+            return;
+        }
+        if self.raw < 0 {
             self.inject_errors += 1;
             return;
         }
@@ -258,11 +330,22 @@ impl Engine {
         }
     }
 
+    /// The copy range follows the kernel's queue: whole packets from half the bound (so the bytes are there
+    /// when it is reached), metadata again below a quarter (unless a condition needs the bytes).
+    fn arm_keeping(&mut self, q: &mut nfq::Queue) {
+        let armed = if self.steal_armed { self.kernel_held >= self.kernel_hold / 4 } else { self.kernel_held >= self.kernel_hold / 2 };
+        if armed != self.steal_armed {
+            self.steal_armed = armed;
+            self.tune(q);
+        }
+    }
+
     fn stats(&self, q: &nfq::Queue) -> String {
         let mut out = format!(
-            "gen={} set_at_ns={} first_packet_at_ns={} held={} held_peak={} unmatched={} dropped_full={} injected={} inject_errors={} verdicts={} verdict_errors={}\n",
+            "gen={} set_at_ns={} first_packet_at_ns={} held={} held_peak={} unmatched={} dropped_full={} injected={} inject_errors={} verdicts={} verdict_errors={} kernel_dropped={} kernel_user_dropped={} kernel_held={} kernel_held_peak={} kernel_hold={} kept={}\n",
             self.gen, self.set_at, self.first_packet_at, self.held_total, self.held_peak, self.unmatched,
-            self.dropped_full, self.injected, self.inject_errors, q.verdicts_sent, q.verdict_errors);
+            self.dropped_full, self.injected, self.inject_errors, q.verdicts_sent, q.verdict_errors,
+            q.kernel_drops().0, q.kernel_drops().1, self.kernel_held, self.kernel_held_peak, self.kernel_hold, self.stolen);
         out += "late_us";
         for (i, n) in self.late.iter().enumerate() {
             match LATE_BOUNDS_US.get(i) {
@@ -285,9 +368,17 @@ impl Engine {
     }
 }
 
+/// Whether a held packet's bytes stay in the engine (its kernel copy dropped at once) rather than in the kernel's
+/// queue: only past the kernel bound, only with the whole packet copied, only IPv4 (what `inject` can send) and
+/// no larger than the engine can send (a GSO super-packet stays in the kernel: few of them carry much).
+/// `whole`: every byte was copied and the checksum is final (not left to the device: NFQA_SKB_CSUMNOTREADY).
+fn keep_bytes(kernel_held: u64, kernel_hold: u64, whole: bool, pkt: &[u8], max_len: usize) -> bool {
+    kernel_held >= kernel_hold && whole && pkt.len() >= 20 && pkt[0] >> 4 == 4 && pkt.len() <= max_len
+}
+
 fn usage() -> ! {
     eprintln!("usage: swarm-linkd run --queue N [--control PATH] [--config FILE] [--link 'MAC|* key=value ...']... \
-               [--max-bytes B] [--max-packets N] [--seed S] [--pidfile PATH]\n       \
+               [--max-bytes B] [--max-packets N] [--kernel-hold N] [--seed S] [--pidfile PATH]\n       \
                swarm-linkd ctl --control PATH set|stats|ping   (set reads the config from stdin)\n       \
                swarm-linkd check [--max-bytes B] < config");
     std::process::exit(2);
@@ -298,9 +389,37 @@ fn bad(msg: &str) -> ! {
     std::process::exit(2);
 }
 
+/// The interface's MTU (1500 when it cannot be read).
+fn iface_mtu(fd: i32, dev: &str) -> usize {
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(dev.bytes().take(libc::IFNAMSIZ - 1)) {
+        *d = s as libc::c_char;
+    }
+    if unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut req) } == 0 {
+        (unsafe { req.ifr_ifru.ifru_mtu }) as usize
+    } else {
+        1500
+    }
+}
+
+/// A send-only AF_PACKET socket on `dev` (protocol 0: it receives nothing), with its interface index.
+fn packet_socket(dev: &str, mac: Mac) -> (i32, i32, Mac) {
+    let name = std::ffi::CString::new(dev).unwrap_or_else(|_| bad(&format!("--inject-dev {dev:?}: bad name")));
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) } as i32;
+    if ifindex == 0 {
+        bad(&format!("--inject-dev {dev:?}: no such interface in this namespace"));
+    }
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        bad(&format!("--inject-dev {dev:?}: cannot open a packet socket (needs CAP_NET_RAW)"));
+    }
+    (fd, ifindex, mac)
+}
+
 fn parse_opts(args: &[String]) -> (Opts, Vec<String>) {
     let mut o = Opts { queue: 0, control: None, config: None, links: vec![], max_bytes: 1 << 30,
-                       max_packets: 1_000_000, seed: 0, pidfile: None, state: None, realtime: false };
+                       max_packets: 1_000_000, seed: 0, pidfile: None, state: None, realtime: false,
+                       inject_dev: None, inject_mac: None, kernel_hold: 49_152 };
     let mut rest = vec![];
     let mut i = 0;
     while i < args.len() {
@@ -315,7 +434,10 @@ fn parse_opts(args: &[String]) -> (Opts, Vec<String>) {
             "--max-packets" => o.max_packets = val(i).parse().unwrap_or_else(|_| bad(&format!("--max-packets {:?}: expected a count", val(i)))),
             "--seed" => o.seed = val(i).parse().unwrap_or_else(|_| bad(&format!("--seed {:?}: expected a number", val(i)))),
             "--pidfile" => o.pidfile = Some(val(i)),
+            "--kernel-hold" => o.kernel_hold = val(i).parse().unwrap_or_else(|_| bad(&format!("--kernel-hold {:?}: expected a count", val(i)))),
             "--state" => o.state = Some(val(i)),
+            "--inject-dev" => o.inject_dev = Some(val(i)),
+            "--inject-mac" => o.inject_mac = Some(model::parse_mac(&val(i)).unwrap_or_else(|| bad(&format!("--inject-mac {:?}: expected aa:bb:cc:dd:ee:ff", val(i))))),
             "--realtime" => {
                 o.realtime = true;
                 i += 1;
@@ -426,10 +548,20 @@ fn run(o: Opts) -> i32 {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW) };
+    let l2 = match (&o.inject_dev, o.inject_mac) {
+        (Some(dev), Some(mac)) => Some(packet_socket(dev, mac)),
+        (None, None) => None,
+        _ => bad("--inject-dev and --inject-mac go together"),
+    };
+    let inject_max = match (&o.inject_dev, l2) {
+        (Some(dev), Some((fd, _, _))) => iface_mtu(fd, dev),
+        _ => 65_535,
+    };
     let mut eng = Engine { links: HashMap::new(), gen: 0, set_at: 0, first_packet_at: 0, heap: BinaryHeap::new(),
                            seq: 0, rng: Rng::new(if o.seed == 0 { real_ns() } else { o.seed }), max_bytes: o.max_bytes,
                            max_packets: o.max_packets, held_total: 0, held_peak: 0, unmatched: 0, dropped_full: 0,
-                           injected: 0, inject_errors: 0, raw, full_copy: false, gso: false, restarted,
+                           injected: 0, inject_errors: 0, raw, l2, inject_max, kernel_held: 0, kernel_held_peak: 0,
+                           kernel_hold: o.kernel_hold, stolen: 0, steal_armed: false, full_copy: false, gso: false, restarted,
                            late: [0; LATE_BOUNDS_US.len() + 1] };
     eng.apply(cfgs);
     let mut q = nfq::Queue::open(o.queue, COPY_META, o.max_packets, 64 << 20).unwrap_or_else(|e| {
@@ -464,7 +596,7 @@ fn run(o: Opts) -> i32 {
     if let Some(l) = &listener {
         fds.push(libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 });
     }
-    let mut batch: Vec<(u32, Option<Mac>, usize, usize, usize)> = Vec::with_capacity(64);
+    let mut batch: Vec<(u32, Option<Mac>, usize, usize, usize, bool)> = Vec::with_capacity(64);
     let mut arena: Vec<u8> = Vec::with_capacity(64 * 1600);
     while !STOP.load(Ordering::SeqCst) {
         let now = mono_ns();
@@ -482,15 +614,17 @@ fn run(o: Opts) -> i32 {
                 batch.clear();
                 arena.clear();
                 let got = q.recv_batch(64, |p| {
-                    batch.push((p.id, p.hw_src, p.len, arena.len(), p.payload.len()));
+                    batch.push((p.id, p.hw_src, p.len, arena.len(), p.payload.len(), p.csum_not_ready));
                     arena.extend_from_slice(p.payload);
                 });
                 match got {
                     Ok(0) => break,
                     Ok(_) => {
-                        for &(id, hw_src, len, at, n) in batch.iter() {
-                            eng.on_packet(&mut q, nfq::Packet { id, hw_src, len, payload: &arena[at..at + n] }, now);
+                        for &(id, hw_src, len, at, n, csum_not_ready) in batch.iter() {
+                            let payload = &arena[at..at + n];
+                            eng.on_packet(&mut q, nfq::Packet { id, hw_src, len, payload, csum_not_ready }, now);
                         }
+                        eng.arm_keeping(&mut q);
                         eng.release(&mut q, mono_ns());
                     }
                     Err(e) => {
@@ -501,6 +635,7 @@ fn run(o: Opts) -> i32 {
             }
         }
         eng.release(&mut q, mono_ns());
+        eng.arm_keeping(&mut q);
         if fds.len() > 1 && fds[1].revents != 0 {
             if let Some(l) = &listener {
                 while let Ok((conn, _)) = l.accept() {
@@ -537,4 +672,20 @@ fn main() {
         _ => usage(),
     };
     std::process::exit(code);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keep_bytes;
+
+    #[test]
+    fn bytes_are_kept_only_past_the_kernel_bound_for_whole_ipv4_packets_that_fit() {
+        let v4 = [0x45u8; 1400];
+        assert!(!keep_bytes(100, 101, true, &v4, 1500)); // below the bound: the kernel holds it
+        assert!(keep_bytes(101, 101, true, &v4, 1500));
+        assert!(!keep_bytes(101, 101, false, &v4[..128], 1500)); // only metadata was copied, or the checksum is unfinished
+        assert!(!keep_bytes(101, 101, true, &[0x60u8; 1400], 1500)); // IPv6: inject sends IPv4 only
+        assert!(!keep_bytes(101, 101, true, &[0x45u8; 9000], 1500)); // a GSO super-packet stays in the kernel
+        assert!(!keep_bytes(101, 101, true, &[0x45u8; 10], 1500));
+    }
 }

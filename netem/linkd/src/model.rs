@@ -134,6 +134,23 @@ pub fn deviate(dist: Dist, u: f64, u2: f64) -> f64 {
     }
 }
 
+/// Ethernet header and the MTU the rate's wire length assumes (the swarm's default MTU).
+const ETH_HLEN: usize = 14;
+const WIRE_MTU: usize = 1500;
+
+/// Bytes a packet of `len` IP bytes takes on the wire, as NetEm's rate counts them (qdisc_pkt_len: the frame
+/// with its Ethernet header; a GSO super-packet as the segments it becomes, each with its own headers, the
+/// transport header taken as TCP's with timestamps).
+pub fn wire_len(len: usize, ip_hlen: usize) -> usize {
+    if len <= WIRE_MTU {
+        return len + ETH_HLEN;
+    }
+    let hdr = ip_hlen + 32;
+    let payload = len.saturating_sub(hdr);
+    let segs = payload.div_ceil(WIRE_MTU - hdr).max(1);
+    payload + segs * (hdr + ETH_HLEN)
+}
+
 /// Conditions of one directed link. Probabilities are fractions (0..1), times nanoseconds, rate bit/s.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LinkCfg {
@@ -426,13 +443,14 @@ impl Link {
         d.max(0.0) as u64
     }
 
-    fn release_time(&mut self, now: u64, len: usize, rng: &mut Rng) -> u64 {
+    fn release_time(&mut self, now: u64, len: usize, ip_hlen: usize, rng: &mut Rng) -> u64 {
         let delay = self.delay_sample(rng);
         if self.cfg.rate_bps == 0 {
             return now + delay;
         }
         let start = self.ser_end.max(now);
-        self.ser_end = start + (len as u128 * 8 * NS as u128 / self.cfg.rate_bps as u128) as u64;
+        let wire = wire_len(len, ip_hlen) as u128;
+        self.ser_end = start + (wire * 8 * NS as u128 / self.cfg.rate_bps as u128) as u64;
         self.ser_end + delay
     }
 
@@ -464,11 +482,11 @@ impl Link {
             self.stats.reordered += 1;
             now
         } else {
-            self.release_time(now, len, rng)
+            self.release_time(now, len, ip_hlen, rng)
         };
         let dup_due = if dup {
             self.stats.duplicated += 1;
-            Some(self.release_time(now, len, rng))
+            Some(self.release_time(now, len, ip_hlen, rng))
         } else {
             None
         };
@@ -516,10 +534,10 @@ mod tests {
     fn rate_then_delay_as_netem() {
         let mut l = Link::new(cfg("link * delay=100ms rate=8mbit"), 1);
         let mut rng = Rng::new(1);
-        // 1000 bytes at 8 Mbit/s = 1 ms on the wire, then 100 ms
-        let d1 = l.decide(0, 1000, 20, &mut rng);
-        let d2 = l.decide(0, 1000, 20, &mut rng);
-        let d3 = l.decide(10 * 1_000_000, 1000, 20, &mut rng);
+        // 986 IP bytes + 14 of Ethernet header at 8 Mbit/s = 1 ms on the wire, then 100 ms
+        let d1 = l.decide(0, 986, 20, &mut rng);
+        let d2 = l.decide(0, 986, 20, &mut rng);
+        let d3 = l.decide(10 * 1_000_000, 986, 20, &mut rng);
         let due = |d: Decision| match d {
             Decision::Hold { due, .. } => due,
             _ => panic!(),
@@ -527,6 +545,14 @@ mod tests {
         assert_eq!(due(d1), 101_000_000);
         assert_eq!(due(d2), 102_000_000);
         assert_eq!(due(d3), 111_000_000);
+    }
+
+    #[test]
+    fn wire_length_as_netem_counts_it() {
+        assert_eq!(wire_len(1500, 20), 1514);
+        assert_eq!(wire_len(60, 20), 74);
+        // a TCP GSO super-packet of 10 full segments (1448 bytes of payload each, 52 bytes of headers)
+        assert_eq!(wire_len(52 + 10 * 1448, 20), 10 * 1514);
     }
 
     #[test]
@@ -579,11 +605,11 @@ mod tests {
     fn down_drops_and_reconfigure_keeps_backlog() {
         let mut rng = Rng::new(1);
         let mut l = Link::new(cfg("link * rate=8mbit"), 1);
-        l.decide(0, 1000, 20, &mut rng);
+        l.decide(0, 986, 20, &mut rng); // 1000 bytes on the wire: 1 ms
         l.reconfigure(cfg("link * down"), 2);
-        assert_eq!(l.decide(0, 1000, 20, &mut rng), Decision::Drop(DropWhy::Down));
+        assert_eq!(l.decide(0, 986, 20, &mut rng), Decision::Drop(DropWhy::Down));
         l.reconfigure(cfg("link * rate=8mbit"), 3);
-        match l.decide(0, 1000, 20, &mut rng) {
+        match l.decide(0, 986, 20, &mut rng) {
             Decision::Hold { due, .. } => assert_eq!(due, 2_000_000),
             d => panic!("{d:?}"),
         }

@@ -20,6 +20,9 @@ const NFQA_VERDICT_HDR: u16 = 2;
 const NFQA_HWADDR: u16 = 9;
 const NFQA_PAYLOAD: u16 = 10;
 const NFQA_CAP_LEN: u16 = 13;
+const NFQA_SKB_INFO: u16 = 14;
+/// NFQA_SKB_INFO flag: the packet's transport checksum is not filled in yet (CHECKSUM_PARTIAL; only with F_GSO)
+const NFQA_SKB_CSUMNOTREADY: u32 = 1;
 const NFQA_CFG_CMD: u16 = 1;
 const NFQA_CFG_PARAMS: u16 = 2;
 const NFQA_CFG_QUEUE_MAXLEN: u16 = 3;
@@ -45,6 +48,9 @@ pub struct Packet<'a> {
     /// The packet's full length (larger than `payload` when the copy range cut it).
     pub len: usize,
     pub payload: &'a [u8],
+    /// The copied bytes carry an unfinished transport checksum (the kernel completes it on the way out, so an
+    /// accepted packet is fine, but these bytes sent again would be dropped by the receiver as corrupt).
+    pub csum_not_ready: bool,
 }
 
 pub struct Queue {
@@ -90,6 +96,21 @@ fn finish(buf: &mut Vec<u8>, at: usize) {
 }
 
 impl Queue {
+    /// The kernel's drops for this queue (/proc/net/netfilter/nfnetlink_queue, this namespace): packets refused
+    /// because the queue was full or the kernel could not track one more held packet (queue_dropped), and
+    /// those whose message did not fit the socket (user_dropped). Newer kernels track held packets in a table
+    /// that takes at most 65,536 per queue: beyond that the kernel drops new packets before we see them.
+    pub fn kernel_drops(&self) -> (u64, u64) {
+        let text = std::fs::read_to_string("/proc/net/netfilter/nfnetlink_queue").unwrap_or_default();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() >= 7 && f[0].parse::<u16>().ok() == Some(self.num) {
+                return (f[5].parse().unwrap_or(0), f[6].parse().unwrap_or(0));
+            }
+        }
+        (0, 0)
+    }
+
     /// Open, bind queue `num`, copy up to `copy` bytes of each packet, hold at most `maxlen` packets in the
     /// kernel; fail closed (no FAIL_OPEN: a full queue or a dead engine drops).
     pub fn open(num: u16, copy: u16, maxlen: u32, rcvbuf: i32) -> io::Result<Queue> {
@@ -258,6 +279,7 @@ fn parse_packet(mut attrs: &[u8]) -> Option<Packet<'_>> {
     let mut hw_src = None;
     let mut payload: &[u8] = &[];
     let mut cap_len = None;
+    let mut csum_not_ready = false;
     while attrs.len() >= 4 {
         let alen = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
         let typ = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
@@ -275,11 +297,14 @@ fn parse_packet(mut attrs: &[u8]) -> Option<Packet<'_>> {
             }
             NFQA_PAYLOAD => payload = data,
             NFQA_CAP_LEN if data.len() >= 4 => cap_len = Some(u32::from_be_bytes(data[..4].try_into().unwrap()) as usize),
+            NFQA_SKB_INFO if data.len() >= 4 => {
+                csum_not_ready = u32::from_be_bytes(data[..4].try_into().unwrap()) & NFQA_SKB_CSUMNOTREADY != 0
+            }
             _ => {}
         }
         attrs = &attrs[align4(alen).min(attrs.len())..];
     }
-    Some(Packet { id: id?, hw_src, len: cap_len.unwrap_or(payload.len()), payload })
+    Some(Packet { id: id?, hw_src, len: cap_len.unwrap_or(payload.len()), payload, csum_not_ready })
 }
 
 impl Drop for Queue {

@@ -91,6 +91,10 @@ class Backend(ABC):
     def logs(self, swarm: str, node: str, tail: int = 50) -> str:
         """The last lines the node's main process wrote."""
 
+    def not_ready_detail(self, swarm: str, node: str) -> str:
+        """What the backend can tell about a node that runs but does not answer (one line; '' if nothing)."""
+        return ""
+
     @abstractmethod
     def node_action(self, swarm: str, node: str, action: str) -> None:
         """Fault on one node, one of NODE_ACTIONS: stop (graceful), kill, pause, unpause, restart (the node
@@ -113,6 +117,18 @@ class Backend(ABC):
         """argv prefix that runs a command inside `node` with a /run of the node's own, for daemons whose socket
         path is fixed (batmand's /var/run/batmand.socket). A container has its own already."""
         return self.exec_prefix(swarm, node)
+
+    def run_path_on_host(self, swarm: str, node: str, path: str) -> Path | None:
+        """The host's name for `path` under the node's private /run (e.g. a daemon's control socket), where the
+        node's /run is a host folder; None where it is not (a container's)."""
+        return None
+
+    def forwarding_hop(self, swarm: str, node_index: int, iface: str) -> tuple[list[str], str] | None:
+        """Where packets on their way to a node's `iface` pass a namespace the framework owns after the sender let
+        go of them: (argv prefix that runs a command in that namespace, the bridge port towards the node), or
+        None. A link engine holding packets there leaves the sender's socket buffers and the receiver's kernel
+        timestamps (ping's RTT) as a real long link would."""
+        return None
 
     @abstractmethod
     def start_daemon(self, swarm: str, node: str, argv: list[str], name: str) -> None:

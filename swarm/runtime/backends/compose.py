@@ -99,8 +99,9 @@ class ComposeBackend(Backend):
 
     def _count_started(self, swarm: str) -> int:
         res = self.runner.run(
-            [*self.docker, "ps", "-q", "--filter", f"label={LABEL_SWARM}={swarm}"], check=False, timeout=10
-        )
+            [*self.docker, "ps", "-q", "--filter", f"label={LABEL_SWARM}={swarm}", "--filter", f"label={LABEL_NODE}"],
+            check=False, timeout=10,
+        )  # nodes only: the swarm backend's overlay anchors carry the swarm's label too
         return len(res.stdout.split())
 
     def node_states(self, swarm: str) -> dict[str, str]:

@@ -59,6 +59,11 @@ def host_link(swarm: str) -> str:
     return "swe" + hashlib.sha256(swarm.encode()).hexdigest()[:8] + "g"
 
 
+def switch_port(node_index: int, iface: str) -> str:
+    """The switch namespace's end of a node's veth (`g<index>` on the ground bridge, `i<index>` on the ISL one)."""
+    return f"{'g' if iface == GROUND_IF else 'i'}{node_index}"
+
+
 def plan_switch(spec: SwarmSpec) -> list[list[str]]:
     """Commands that create the switch namespace, its bridges and the host's ground link."""
     sw, host = switch_ns(spec.name), host_link(spec.name)
@@ -86,8 +91,8 @@ def plan_node(spec: SwarmSpec, node: NodePlan) -> list[list[str]]:
     cmds = [["ip", "netns", "add", ns], ["ip", "-n", ns, "link", "set", "lo", "alias", marker(spec.name)],
             ["ip", "-n", ns, "link", "set", "lo", "up"]]
     wiring = (
-        (GROUND_IF, f"g{node.index}", "ground", spec.networks.ground, node.ground_ip, node.ground_mac),
-        (ISL_IF, f"i{node.index}", "isl", spec.networks.isl, node.isl_ip, node.isl_mac),
+        (GROUND_IF, switch_port(node.index, GROUND_IF), "ground", spec.networks.ground, node.ground_ip, node.ground_mac),
+        (ISL_IF, switch_port(node.index, ISL_IF), "isl", spec.networks.isl, node.isl_ip, node.isl_mac),
     )
     for ifname, port, bridge, net, ip, mac in wiring:
         prefix = ipaddress.IPv4Network(net.subnet).prefixlen
@@ -97,6 +102,12 @@ def plan_node(spec: SwarmSpec, node: NodePlan) -> list[list[str]]:
             ["ip", "-n", ns, "addr", "add", f"{ip}/{prefix}", "brd", "+", "dev", ifname],
             ["ip", "-n", ns, "link", "set", ifname, "up"],
             ["ip", "-n", sw, "link", "set", port, "master", bridge, "up"],
+            # The switch knows each node's MAC and port: a static entry, no learning on node ports. A learning
+            # bridge moves a MAC to whichever port last sent it, so one frame whose source MAC a corrupting link
+            # flipped into another node's (sat03 ...:04 and sat04 ...:05 differ by one bit) black-holed that
+            # node until the entry aged out (seen in CI: 93 % of pings lost over a 10 % corrupting link).
+            ["bridge", "-n", sw, "link", "set", "dev", port, "learning", "off"],
+            ["bridge", "-n", sw, "fdb", "replace", mac, "dev", port, "master", "static"],
         ]
     cmds += [
         ["ip", "-n", ns, "route", "add", "default", "via", gateway_address(spec.networks.ground.subnet)],
@@ -284,11 +295,24 @@ class NetnsBackend(Backend):
         run = self.node_run_dir(swarm, node) / "run"
         return self.exec_prefix(swarm, node) + ["sh", "-c", 'mount --bind "$0" /run && exec "$@"', str(run)]
 
-    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str) -> None:
-        (self.node_run_dir(swarm, node) / "run").mkdir(parents=True, exist_ok=True)
+    def run_path_on_host(self, swarm: str, node: str, path: str) -> Path | None:
+        rel = Path(path).relative_to("/run")  # a path outside /run is not the node's own
+        return self.node_run_dir(swarm, node) / "run" / rel
+
+    def forwarding_hop(self, swarm: str, node_index: int, iface: str) -> tuple[list[str], str]:
+        """The swarm's switch namespace: every frame between nodes crosses its bridges."""
+        return ["ip", "netns", "exec", switch_ns(swarm)], switch_port(node_index, iface)
+
+    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str, at_hop: bool = False) -> None:
+        """Start a daemon in the node's namespace, or (`at_hop`) in the swarm's switch namespace; either way with
+        the node's own /run (its control socket is the node's) and its log among the node's."""
+        run = self.node_run_dir(swarm, node) / "run"
+        run.mkdir(parents=True, exist_ok=True)
         log = self.state_dir(swarm) / "logs" / f"{node}.{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        self.runner.start(self.private_run_prefix(swarm, node) + list(argv), stdout_path=str(log))
+        prefix = (["ip", "netns", "exec", switch_ns(swarm), "sh", "-c", 'mount --bind "$0" /run && exec "$@"', str(run)]
+                  if at_hop else self.private_run_prefix(swarm, node))
+        self.runner.start(prefix + list(argv), stdout_path=str(log))
 
     def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
         return self.exec_prefix(swarm, node) + [
