@@ -15,23 +15,42 @@ from experiments.app.parse import tidy_tables
 from swarm.errors import SpecError
 
 
+def with_sent(peers) -> "Any":
+    """peers with `sent` = expected - unsent: the samples the network was given (a sender that ran late and
+    skipped cycles never sent theirs; older runs have no `unsent` column: 0)."""
+    peers = peers.copy()
+    if "unsent" not in peers:
+        peers["unsent"] = 0
+    peers["sent"] = peers["expected"] - peers["unsent"]
+    return peers
+
+
 def phase_table(run_dir: Path) -> "Any":
-    """Delivery, latency and agreement per phase: before the first fault, between faults, after the last."""
+    """Delivery, latency and agreement per phase: before the first fault, between faults, after the last.
+    Delivery is received / sent: samples a late sender never sent (`unsent`) are counted apart, not as loss."""
     run_dir = Path(run_dir)
     peers, agreement = pd.read_csv(run_dir / "peers.csv"), pd.read_csv(run_dir / "agreement.csv")
     meta = json.loads((run_dir / "run.json").read_text())
     faults = pd.read_csv(run_dir / "faults.csv") if (run_dir / "faults.csv").exists() else pd.DataFrame()
-    marks = sorted(float(x) for x in faults.get("offset_s", pd.Series(dtype=float)).dropna())
-    edges = [0.0, *marks, meta["duration"]]
-    labels = ["before faults"] + [f"after {r.kind} {r.args}" for r in faults.sort_values("offset_s").itertuples()
-                                  if not pd.isna(r.offset_s)] if len(faults) else ["whole run"]
+    applied = faults.dropna(subset=["offset_s"]).sort_values("offset_s") if len(faults) else faults
+    # A phase runs from when one fault had taken effect (offset_s: its command done) to when the next one began
+    # (at_s: its command started): a fault takes effect somewhere while its command runs (a 0.25 s heal let
+    # samples cross before its offset_s), so windows overlapping that span belong to no phase.
+    begun = [float(r.at_s) if "at_s" in applied and not pd.isna(r.at_s) else float(r.offset_s)
+             for r in applied.itertuples()]
+    spans = list(zip([0.0, *applied["offset_s"].astype(float)] if len(applied) else [0.0],
+                     [*begun, meta["duration"]]))
+    labels = ["before faults"] + [f"after {r.kind} {r.args}" for r in applied.itertuples()] if len(faults) else ["whole run"]
+    peers = with_sent(peers)
     rows = []
-    for (lo, hi), label in zip(zip(edges, edges[1:]), labels):
+    for (lo, hi), label in zip(spans, labels):
         p = peers[(peers["t"] >= lo) & (peers["t"] + peers["window_s"] <= hi)]
         a = agreement[(agreement["t"] >= lo) & (agreement["t"] < hi)]
+        full = p["received"] >= p["sent"]
         rows.append({"phase": label, "from_s": round(lo, 2), "to_s": round(hi, 2), "windows": len(p),
-                     "delivery_ratio": p["received"].sum() / p["expected"].sum() if len(p) else float("nan"),
-                     "pairs_full": int((p.groupby(["node", "peer"])["delivery_ratio"].min() >= 1).sum()) if len(p) else 0,
+                     "delivery_ratio": p["received"].sum() / p["sent"].sum() if len(p) else float("nan"),
+                     "unsent": int(p["unsent"].sum()),
+                     "pairs_full": int(full.groupby([p["node"], p["peer"]]).all().sum()) if len(p) else 0,
                      "pairs": p.groupby(["node", "peer"]).ngroups if len(p) else 0,
                      "latency_p50_ms": p["latency_p50_ms"].median(), "latency_p95_ms": p["latency_p95_ms"].median(),
                      "latency_max_ms": p["latency_max_ms"].max(), "age_mean_ms": p["age_mean_ms"].mean(),
@@ -45,10 +64,10 @@ def timeseries(run_dir: Path) -> "Any":
     run_dir = Path(run_dir)
     peers, agreement = pd.read_csv(run_dir / "peers.csv"), pd.read_csv(run_dir / "agreement.csv")
     duration = json.loads((run_dir / "run.json").read_text())["duration"]
-    peers = peers[peers["t"] + peers["window_s"] <= duration + 1e-6]
+    peers = with_sent(peers[peers["t"] + peers["window_s"] <= duration + 1e-6])
     d = peers.groupby("t").agg(window_s=("window_s", "max"), received=("received", "sum"),
-                               expected=("expected", "sum"), latency_p95_ms=("latency_p95_ms", "median")).reset_index()
-    d["delivery_ratio"] = d["received"] / d["expected"]
+                               sent=("sent", "sum"), latency_p95_ms=("latency_p95_ms", "median")).reset_index()
+    d["delivery_ratio"] = d["received"] / d["sent"]
     d["agreement"] = [agreement[(agreement["t"] >= r.t) & (agreement["t"] < r.t + r.window_s)]["agreement"].mean()
                       for r in d.itertuples()]
     d["t"] = (d["t"] + d["window_s"] / 2).round(3)
@@ -85,7 +104,7 @@ def write_app_report(run_dir: Path) -> dict[str, Path]:
     fig.tight_layout()
     fig.savefig(paths["plot"], format="png")
     host = json.loads((run_dir / "host.json").read_text()) if (run_dir / "host.json").exists() else {}
-    sections = [("Phases (between the faults)", [("table", phases)]),
+    sections = [("Phases (between the faults; windows overlapping a fault's application, at_s to offset_s, are in none)", [("table", phases)]),
                 ("Delivery ratio and plan agreement over time", [("figure", (paths["plot"], "delivery and agreement"))])]
     if len(faults):
         sections.append(("Faults (planned at_s, took effect at offset_s)", [("table", faults)]))
@@ -93,9 +112,9 @@ def write_app_report(run_dir: Path) -> dict[str, Path]:
         sections.append(("Mesh: time to converge after up and after each fault", [("table", mesh_table(run_dir))]))
     skipped = pd.read_csv(run_dir / "plans.csv")["skipped"].sum() if (run_dir / "plans.csv").stat().st_size > 1 else 0
     warnings = [f"nodes skipped {int(skipped)} cycles in all because they ran late (host overloaded): those "
-                "samples were never sent"] if skipped else []
+                "samples were never sent, and are counted as unsent, not as lost"] if skipped else []
     title = f"Swarm app report: {run_dir.resolve().name}"
-    intro = ("Delivery ratio: samples received / samples the peers should have sent (two topics per cycle), per "
-             "directed pair and window of send cycles. Agreement: per cycle, the share of nodes whose plan equals "
+    intro = ("Delivery ratio: samples received / samples the peers sent (two topics per cycle, less the cycles a "
+             "late peer skipped: `unsent`), per directed pair and window of send cycles. Agreement: per cycle, the share of nodes whose plan equals "
              "the most common plan. Latency: receive minus send time on the shared host clock.")
     return {**paths, **write_report_pages(out, title, intro, host, warnings, sections)}

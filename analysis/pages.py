@@ -24,7 +24,8 @@ img { max-width: 100%; }
 def write_report_pages(out: Path, title: str, intro: str, host_facts: dict, warnings: list[str],
                        sections: list) -> dict[str, Path]:
     """report.md and report.html in `out`: title, intro, host facts, warnings, then each section's
-    tables and figures (`sections`: [(heading, [("table", DataFrame) | ("figure", (path, caption))])])."""
+    tables, paragraphs and figures (`sections`: [(heading, [("table", DataFrame) | ("text", str) |
+    ("figure", (path, caption))])])."""
     (out / "report.md").write_text(_report_md(title, intro, host_facts, warnings, sections))
     (out / "report.html").write_text(_report_html(title, intro, host_facts, warnings, sections))
     return {"report_md": out / "report.md", "report_html": out / "report.html"}
@@ -66,7 +67,8 @@ def _report_md(title: str, intro: str, host_facts: dict, warnings: list[str], se
     for heading, items in sections:
         parts.append(f"## {heading}")
         for kind, item in items:
-            parts.append(_markdown(_display(item)) if kind == "table" else f"![{item[1]}]({item[0].name})")
+            parts.append(_markdown(_display(item)) if kind == "table" else item if kind == "text"
+                         else f"![{item[1]}]({item[0].name})")
     return "\n\n".join(parts) + "\n"
 
 
@@ -81,6 +83,8 @@ def _report_html(title: str, intro: str, host_facts: dict, warnings: list[str], 
         for kind, item in section:
             if kind == "table":
                 parts.append(_display(item).to_html(index=False, border=0))
+            elif kind == "text":
+                parts.append(f"<p>{html.escape(item)}</p>")
             else:
                 data = base64.b64encode(item[0].read_bytes()).decode("ascii")
                 parts.append(f'<p><img src="data:image/png;base64,{data}" alt="{html.escape(item[1])}"></p>')

@@ -25,6 +25,7 @@ from swarm.errors import SpecError
 THESIS_LABEL = "thesis (16 vCPU host)"
 WINDOW_WARN_FRACTION = 0.8
 CPU_WARN_PCT = 95.0
+RECEIVER_LATE_WARN_FRACTION = 0.05  # of the test's duration
 
 
 
@@ -162,6 +163,9 @@ def per_test_table(df: pd.DataFrame, tests: pd.DataFrame | None = None) -> pd.Da
     ).reset_index()
     offered = df.assign(_offered=offered_fraction(df)).groupby(["run_id", "test_id"], sort=False)["_offered"].median()
     per_test["offered_fraction"] = offered.round(3).values
+    if {"receiver_s", "sender_s"} <= set(df.columns):  # older runs have neither
+        late = (pd.to_numeric(df["receiver_s"], errors="coerce") - pd.to_numeric(df["sender_s"], errors="coerce"))
+        per_test["receiver_late_max_s"] = late.groupby([df["run_id"], df["test_id"]], sort=False).max().round(3).values
     per_test.insert(4, "rate", per_test.pop("rate_bps").map(rate_label))
     reasons = df.groupby(["run_id", "test_id"], sort=False).apply(gap_reason, include_groups=False)
     per_test["note"] = reasons.values
@@ -191,6 +195,11 @@ def per_test_warnings(per_test: pd.DataFrame) -> list[str]:
         if offered < OFFERED_MIN_FRACTION:
             reasons.append(f"senders put only {offered:.0%} of the offered rate on the wire (median): the host could "
                            "not offer the load, so these loss figures do not describe the offered rate")
+        late = getattr(row, "receiver_late_max_s", math.nan)
+        if late > RECEIVER_LATE_WARN_FRACTION * row.duration_s:
+            reasons.append(f"a receiver's measured time ran {late:.2f} s past its sender's: bits/s is bytes over the "
+                           "receiver's time, so a busy host reading late (or link delay and queueing) lowers it; "
+                           "packets and lost_packets say what arrived")
         if row.flows_in_error:
             reasons.append(f"{row.flows_in_error} of {row.flows} flows failed")
         clock = getattr(row, "clock_uncertainty_s", math.nan)

@@ -183,10 +183,8 @@ class SwarmApp:
                 self._close_all()
                 self._reset_cycle_state()
                 continue
-            current = math.floor(time.time() * self.cfg.rate_hz)
-            skipped = max(0, current - self.cycle - 1)
-            self.cycle = current
-            self._new_cycle(current, skipped)
+            self.cycle = math.floor(time.time() * self.cfg.rate_hz)
+            self._new_cycle(self.cycle)
             if time.time() >= next_hk:
                 next_hk = time.time() + 1.0
                 self._housekeeping()
@@ -197,17 +195,19 @@ class SwarmApp:
     def _on_signal(self, *_):
         self.stop = True
 
-    def _new_cycle(self, c: int, skipped: int) -> None:
+    def _new_cycle(self, c: int) -> None:
         cfg = self.cfg
         now_ns = time.time_ns()
-        # Agreement on the previous cycle's plan, now that its peers' states had a cycle to arrive.
-        if c - 1 in self.own:
-            digest, inputs, mine = self.own.pop(c - 1)
-            theirs = self.peer_digests.pop(c - 1, {})
+        # Agreement on the last cycle published, now that its peers' states had a cycle to arrive. Its row
+        # carries the cycles skipped right after it (the node ran late: those samples were never sent), so
+        # receivers' expected counts can be set against what was sent.
+        for prev in sorted(k for k in self.own if k < c):
+            digest, inputs, mine = self.own.pop(prev)
+            theirs = self.peer_digests.pop(prev, {})
             agree = sum(d == digest for d in theirs.values())
-            self.plan_log.write([{"node": cfg.node, "cycle": c - 1, "cycle_ts": round((c - 1) * self.period, 3),
+            self.plan_log.write([{"node": cfg.node, "cycle": prev, "cycle_ts": round(prev * self.period, 3),
                                   "digest": digest, "inputs": inputs, "own_targets": mine, "peers_reported": len(theirs),
-                                  "peers_agree": agree, "skipped": skipped}])
+                                  "peers_agree": agree, "skipped": c - prev - 1}])
             if theirs:
                 self.last_hk["agreement"] = agree / len(theirs)
         # Plan for this cycle from the previous cycle's observations received.

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 
@@ -23,9 +24,35 @@ def tidy_tables(run_dir: Path) -> dict[str, Path]:
         out[kind] = run_dir / f"{kind}.csv"
         df.to_csv(out[kind], index=False)
     plans = pd.read_csv(out["plans"]) if out["plans"].stat().st_size > 1 else pd.DataFrame()
+    if out["peers"].stat().st_size > 1:
+        peers = pd.read_csv(out["peers"])
+        peers["unsent"] = unsent_samples(peers, plans)
+        peers.to_csv(out["peers"], index=False)
     out["agreement"] = run_dir / "agreement.csv"
     agreement_per_cycle(plans).to_csv(out["agreement"], index=False)
     return out
+
+
+def unsent_samples(peers, plans) -> "Any":
+    """Per peers row (a receiver's window of one sender): samples its sender never sent because it ran late
+    and skipped those cycles (plans.csv: a row's `skipped` counts the cycles right after it). Expected minus
+    this is what the network was given to deliver."""
+    unsent = np.zeros(len(peers), dtype=int)
+    if plans.empty or "skipped" not in plans or not (plans["skipped"] > 0).any():
+        return unsent
+    period = float((plans["cycle_ts"] / plans["cycle"]).median())
+    late = plans[plans["skipped"] > 0]
+    skipped = {node: np.sort(np.concatenate([np.arange(r.cycle + 1, r.cycle + 1 + r.skipped) for r in g.itertuples()]))
+               for node, g in late.groupby("node")}
+    first = np.rint(peers["window_start"].to_numpy() / period).astype(np.int64)
+    cycles = np.rint(peers["window_s"].to_numpy() / period).astype(np.int64)
+    topics = peers["expected"].to_numpy() // np.maximum(cycles, 1)
+    for sender, rows in peers.groupby("peer").indices.items():
+        cyc = skipped.get(sender)
+        if cyc is not None:
+            n = np.searchsorted(cyc, first[rows] + cycles[rows]) - np.searchsorted(cyc, first[rows])
+            unsent[rows] = n * topics[rows]
+    return unsent
 
 
 def agreement_per_cycle(plans) -> "Any":

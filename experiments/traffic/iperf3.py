@@ -60,6 +60,7 @@ class FlowResult:
     duration: float = NAN
     bits_per_second: float = NAN
     sent_bits_per_second: float = NAN  # what the sender put on the wire (host-limited if under the offer)
+    sent_seconds: float = NAN  # the sender's measured seconds (`duration` is the receiver's)
     bytes: int | None = None
     packets: int | None = None
     lost_packets: int | None = None
@@ -166,6 +167,7 @@ def _direction(client: dict, server: dict | None, *, reverse: bool, suffix: str,
     sender = server if reverse else client
     sent = ((sender or {}).get("end") or {}).get("sum_sent" + suffix) or {}
     result.sent_bits_per_second = float(sent.get("bits_per_second", NAN))
+    result.sent_seconds = float(sent.get("seconds", NAN))
 
     key = "sum_bidir_reverse" if suffix else "sum"
     for doc, side in candidates:

@@ -45,7 +45,7 @@ def flow_result(protocol: str, send: dict | None, recv: dict | None, release: fl
     ok = not (protocol == "tcp" and send.get("error"))
     result = FlowResult(ok=ok, error="" if ok else send["error"], spawn_ts=first, duration=span,
                         bits_per_second=8.0 * recv.get("bytes", 0) / span, bytes=recv.get("bytes", 0),
-                        sent_bits_per_second=8.0 * send.get("bytes", 0) / span,
+                        sent_bits_per_second=8.0 * send.get("bytes", 0) / span, sent_seconds=span,
                         intervals=intervals, interval_side="server", **base)
     if protocol == "udp":
         sent, got = send.get("packets", 0), recv.get("packets", 0)

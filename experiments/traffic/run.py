@@ -308,6 +308,9 @@ class TestRunner:
                 "window_bits_per_second": win.get("bits_per_second", math.nan),
                 "window_lost_percent": win.get("lost_percent", math.nan),
                 "skew_s": round(skew, 6), "window_s": round(window_s, 6), "duration_s": self.exp.duration,
+                # bits_per_second is bytes over the receiver's seconds: a receiver reading late (busy host) or
+                # link delay and queueing stretch them past the sender's
+                "receiver_s": r.duration, "sender_s": r.sent_seconds,
             })
         self.store.append_flows(rows)
         test_row = {"run_id": self.store.run_id, "test_id": test.test_id, "size": test.size,

@@ -45,9 +45,22 @@ def test_sweep_rows_report_and_resume(backend, engine, request, tmp_path, need_n
     assert (tcp["window_bits_per_second"] > 1e6).all()
     udp = flows[flows.protocol == "udp"]
     assert udp["window_lost_percent"].notna().all()
-    # offered rate is delivered within 5 % on an unimpaired link
-    assert ((udp["bits_per_second"] / udp["rate_bps"]).between(0.95, 1.05)).all()
+    # The offered load is delivered on an unimpaired link: the bytes received over the test's duration are the
+    # offered rate within 5 %. iperf3's own bits/s is those bytes over the RECEIVER's seconds: on a busy host a
+    # starved receiver reads the last datagrams late (seen: 863/863 arrived, sender at 0.9997, bits/s 0.917 with
+    # the receiver 0.18 s past its sender), so it must be within 5 % too unless the receiver ran late, and then
+    # the report must say so for that test. On failure: what the sender got out, the receiver's seconds and
+    # losses, and the host's CPU, to tell the link from the host.
     tests = pd.read_csv(store.dir / "tests.csv")
+    shown = ["test_id", "src", "dst", "rate_bps", "bits_per_second", "sent_bits_per_second", "packets", "lost_packets",
+             "receiver_s", "sender_s"]
+    why = tests[["test_id", "cpu_busy_pct", "cpu_busy_max_pct", "release_spread_s", "skew_s"]].to_string()
+    delivered = udp["bits_per_second"] * udp["receiver_s"] / udp["duration_s"]
+    short = udp[~(delivered / udp["rate_bps"]).between(0.95, 1.05)]
+    assert short.empty, (short[shown].to_string(), why)
+    late = udp["receiver_s"] - udp["sender_s"] > 0.05 * udp["duration_s"]
+    short = udp[~(udp["bits_per_second"] / udp["rate_bps"]).between(0.95, 1.05) & ~late]
+    assert short.empty, (short[shown].to_string(), why)
     assert (tests["skew_s"] < 0.5).all() and (tests["window_fraction"] > 0.8).all()
     if engine == "mux":  # starts are stamped by the engines at one shared instant, not inferred
         assert (tests["skew_s"] < 0.05).all() and (tests["window_fraction"] > 0.97).all(), tests
@@ -58,6 +71,8 @@ def test_sweep_rows_report_and_resume(backend, engine, request, tmp_path, need_n
     paths = write_report(store.dir, flows, json.loads((store.dir / "host.json").read_text()), tests)
     html = paths["report_html"].read_text()
     assert "Table 3" in html and "Table 4" in html and "data:image/png;base64," in html
+    for test_id in udp[late]["test_id"].unique():  # a receiver that ran late is said, per test
+        assert f"test {test_id} " in html and "past its sender" in html, test_id
     tcp_table = pd.read_csv(paths["tcp_bandwidth_csv"])
     assert list(tcp_table["nodes"]) == [2, 3] and list(tcp_table["connections"]) == [2, 6]
 

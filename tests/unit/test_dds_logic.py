@@ -116,3 +116,64 @@ def test_window_stats_reports_windows_nobody_was_heard_in():
     st.received("sat02", 0, 131, 0.001)
     rows = st.close_before(14, first_cycle=100)
     assert [(r["window_start"], r["received"]) for r in rows] == [(13.0, 1)]
+
+
+def _app_run(tmp_path, skipped_after: dict[int, int], lost: int = 0):
+    """A two-node app run folder: sat02 sends at 10 Hz for 3 windows (cycles 1000-1029, t0 = 100.0 s) except
+    the cycles it skipped (cycle -> how many right after it); sat01 receives all it sent, less `lost`."""
+    import json
+    import pandas as pd
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    gone = {c + k for c, n in skipped_after.items() for k in range(1, n + 1)}
+    sent = [c for c in range(1000, 1030) if c not in gone]
+    plans = [{"node": "sat02", "cycle": c, "cycle_ts": round(c * 0.1, 3), "digest": "d", "inputs": 2, "own_targets": 1,
+              "peers_reported": 1, "peers_agree": 1, "skipped": skipped_after.get(c, 0)} for c in sent]
+    pd.DataFrame(plans).to_csv(nodes / "sat02.plans.csv", index=False)
+    rows = []
+    for w in range(3):
+        cyc = [c for c in sent if 1000 + 10 * w <= c < 1010 + 10 * w]
+        got = 2 * len(cyc) - (lost if w == 1 else 0)
+        rows.append({"node": "sat01", "peer": "sat02", "window_start": 100.0 + w, "window_s": 1.0, "expected": 20,
+                     "received": got, "delivery_ratio": got / 20, "latency_p50_ms": 1.0, "latency_p95_ms": 2.0,
+                     "latency_max_ms": 3.0, "age_mean_ms": 50.0, "age_max_ms": 90.0})
+    pd.DataFrame(rows, columns=sl.PEER_COLUMNS).to_csv(nodes / "sat01.peers.csv", index=False)
+    (tmp_path / "run.json").write_text(json.dumps({"t0": 100.0, "duration": 3.0}))
+    return tmp_path
+
+
+def test_cycles_a_late_sender_skipped_are_unsent_not_lost(tmp_path):
+    """Regression: a sender that ran late skipped cycles (never sent them); the receiver's delivery was counted
+    against every cycle, so a busy host showed as network loss (the compose app test saw 0.993)."""
+    from experiments.app.parse import tidy_tables
+    from analysis.app import phase_table
+    import pandas as pd
+    run = _app_run(tmp_path, {1012: 2, 1025: 1})  # cycles 1013, 1014 (window 1) and 1026 (window 2) not sent
+    tidy_tables(run)
+    peers = pd.read_csv(run / "peers.csv")
+    assert list(peers["unsent"]) == [0, 4, 2]
+    whole = phase_table(run).iloc[0]
+    assert whole["delivery_ratio"] == 1.0 and whole["pairs_full"] == 1 and whole["unsent"] == 6
+
+
+def test_a_sample_lost_beside_skipped_cycles_is_still_loss(tmp_path):
+    from experiments.app.parse import tidy_tables
+    from analysis.app import phase_table
+    run = _app_run(tmp_path, {1012: 2}, lost=1)
+    tidy_tables(run)
+    whole = phase_table(run).iloc[0]
+    assert whole["delivery_ratio"] == (60 - 4 - 1) / (60 - 4) and whole["pairs_full"] == 0
+
+
+def test_windows_overlapping_a_faults_application_belong_to_no_phase(tmp_path):
+    """Regression: a heal took 0.25 s to apply and let samples cross before its recorded offset_s, so the
+    partition phase (up to offset_s) saw crossings. A phase ends when the next fault's command began (at_s)."""
+    from experiments.app.parse import tidy_tables
+    from analysis.app import phase_table
+    run = _app_run(tmp_path, {}, lost=1)  # the one lost sample is in window 1 (t 1.0-2.0)
+    (run / "faults.csv").write_text("at_s,offset_s,kind,args\n1.95,2.0,heal,all\n")
+    tidy_tables(run)
+    phases = phase_table(run)
+    assert list(phases["phase"]) == ["before faults", "after heal all"]
+    assert list(phases["windows"]) == [1, 1] and list(phases["to_s"]) == [1.95, 3.0]
+    assert list(phases["delivery_ratio"]) == [1.0, 1.0]

@@ -45,6 +45,7 @@ def test_udp_figures_and_receiver_intervals():
     assert r.jitter_ms == pytest.approx(0.029053513576454856)
     assert r.interval_side == "server"
     assert [(iv.packets, iv.lost_packets) for iv in r.intervals] == [(39, 0), (38, 0)]
+    assert r.sent_seconds == pytest.approx(r.duration, abs=0.1)  # the client's sum_sent seconds
 
 
 def test_udp_real_loss_on_loopback():
