@@ -18,12 +18,20 @@ import yaml
 from matplotlib.figure import Figure
 
 from analysis.pages import write_report_pages
+from experiments.orbits.bundles import summary as bundle_summary
 from experiments.orbits.model import experiment_from_dict
 from netem.orbits.export import to_hdtn_json, to_ion
 from netem.orbits.planner import plan as make_plan
 
 _KIND_COLOUR = {"ground": "C1", "isl": "C0"}
 
+
+
+def _save_png(fig: Figure, path: Path) -> Path:
+    """Lay the figure out, write it as PNG to `path`, return `path`."""
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return path
 
 def _pair(a: str, b: str) -> str:
     return f"{a}–{b}"
@@ -57,9 +65,7 @@ def plot_availability(plan, path: Path, limit: int = 60) -> Path:
     shown = f"{len(pairs)} of {total_pairs} pairs ever up" if total_pairs > len(pairs) else f"{total_pairs} pairs"
     ax.set_title(f"Link availability ({shown}; orange: ground, blue: ISL)")
     ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    return path
+    return _save_png(fig, path)
 
 
 def delay_series(plan, pairs: Iterable[tuple[str, str]]) -> pd.DataFrame:
@@ -92,9 +98,7 @@ def plot_delay(plan, path: Path, pairs: Optional[list[tuple[str, str]]] = None, 
     ax.grid(True, alpha=0.3)
     if pairs:
         ax.legend(fontsize="x-small", ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    return path
+    return _save_png(fig, path)
 
 
 def passes(plan) -> pd.DataFrame:
@@ -127,9 +131,7 @@ def plot_passes(plan, path: Path) -> Path:
     ax.set_xlabel(f"minutes from {plan.epoch:%Y-%m-%d %H:%M:%S} UTC")
     ax.set_title(f"Ground station passes ({len(p)})")
     ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    return path
+    return _save_png(fig, path)
 
 
 # ----------------------------------------------------------------------------------- live: lag
@@ -173,9 +175,7 @@ def plot_lag(links: pd.DataFrame, path: Path, step_s: Optional[float] = None) ->
     for ax in (ax_h, ax_t):
         ax.grid(True, alpha=0.3)
     fig.suptitle("Link update lag")
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    return path
+    return _save_png(fig, path)
 
 
 # -------------------------------------------------------------------------------- whole report
@@ -239,9 +239,57 @@ def plot_probes(probes: pd.DataFrame, path: Path) -> Path:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="x-small", loc="upper right")
     axes[-1].set_xlabel("plan minutes")
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    return path
+    return _save_png(fig, path)
+
+
+# ----------------------------------------------------------------------------------- DTN bundles
+def flow_table(bundles: pd.DataFrame) -> pd.DataFrame:
+    """Per source -> destination: created, deliverable per the plan, delivered, early, latency vs plan."""
+    rows = []
+    for (src, dst), g in bundles.groupby(["src", "dst"]):
+        got = g[g["delivered"].astype(bool)]
+        rows.append({"flow": f"{src} → {dst}", "created": len(g), "deliverable (plan)": int(g["plan_earliest_s"].notna().sum()),
+                     "delivered": len(got), "early": int((g["outcome"] == "early").sum()),
+                     "latency p50 (s)": got["latency_s"].median() if len(got) else float("nan"),
+                     "plan p50 (s)": got["plan_latency_s"].median() if len(got) else float("nan"),
+                     "slack p95 (s)": got["slack_s"].quantile(0.95) if len(got) else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def plot_bundles(bundles: pd.DataFrame, plan, exact_contacts: list[tuple[str, str, float, float]], speedup: float,
+                 path: Path) -> Path:
+    """Per destination: each bundle's latency (dot) and the plan's earliest possible latency (line marker)
+    over its creation time; contacts of the destination shaded; bundles never delivered as ticks below."""
+    dsts = sorted(bundles["dst"].unique())
+    fig = Figure(figsize=(9, 2.6 * max(1, len(dsts)) + 0.6), dpi=110)
+    axes = fig.subplots(max(1, len(dsts)), 1, squeeze=False)[:, 0]
+    for ax, dst in zip(axes, dsts):
+        g = bundles[bundles["dst"] == dst]
+        for a, b, s0, s1 in exact_contacts:
+            if dst in (a, b):
+                ax.axvspan(s0 * speedup / 60, s1 * speedup / 60, color="C1", alpha=0.12, linewidth=0)
+        got = g[g["delivered"].astype(bool)]
+        x = g["t_created_s"] * speedup / 60
+        ax.plot(got["t_created_s"] * speedup / 60, got["latency_s"], ".", markersize=4, label="measured latency")
+        ok = g["plan_latency_s"].notna()
+        ax.plot(x[ok], g.loc[ok, "plan_latency_s"], "_", color="black", markersize=6, label="plan's earliest")
+        early = g[g["outcome"] == "early"]
+        if len(early):
+            ax.plot(early["t_created_s"] * speedup / 60, early["latency_s"], "x", color="red", label="early")
+        lost = g[~g["delivered"].astype(bool)]
+        for outcome, colour in (("missed", "red"), ("undelivered (no plan path)", "grey")):
+            sel = lost[lost["outcome"] == outcome]
+            if len(sel):
+                ax.plot(sel["t_created_s"] * speedup / 60, np.full(len(sel), 1e-3), "|", color=colour,
+                        markersize=8, label=outcome)
+        ax.set_yscale("log")
+        ax.set_ylabel("latency (s)")
+        ax.set_title(f"bundles to {dst} (shaded: {dst} in contact)", fontsize=9)
+        ax.set_xlim(0, plan.duration / 60)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="x-small", loc="upper right")
+    axes[-1].set_xlabel("plan minutes at creation")
+    return _save_png(fig, path)
 
 
 def write_orbits_report(run_dir: Path) -> dict[str, Path]:
@@ -281,9 +329,39 @@ def write_orbits_report(run_dir: Path) -> dict[str, Path]:
         table.to_csv(out / "probes_summary.csv", index=False)
         sections.append(("Probes: does the link follow the plan?", [("table", table),
                                                                     ("figure", (files["probes.png"], "probes"))]))
+    if (run_dir / "bundles.csv").exists():
+        sections.append(_bundle_section(run_dir, plan, exp, meta, out, files, warnings))
     host = json.loads((run_dir / "host.json").read_text()) if (run_dir / "host.json").exists() else {}
     intro = (f"Orbit-driven links: {len(plan.nodes)} nodes, {plan.duration:g} s of orbit from "
              f"{plan.epoch:%Y-%m-%d %H:%M:%S} UTC at {plan.step:g} s steps, played x{exp.speedup:g}. "
              "Contact plans (ION, HDTN) from the same timeline are in this folder.")
     return {**files, **write_report_pages(out, f"Orbits run: {run_dir.resolve().name}", intro, host, warnings,
                                           sections)}
+
+
+def _bundle_section(run_dir: Path, plan, exp, meta: dict, out: Path, files: dict, warnings: list) -> tuple:
+    bundles = pd.read_csv(run_dir / "bundles.csv")
+    summ = bundle_summary(bundles.to_dict("records"))
+    tol = meta.get("dtn", {}).get("tolerance_s")
+    exact = run_dir / "contact-plan.exact.ion"
+    windows = []
+    if exact.exists():
+        for line in exact.read_text().splitlines():
+            w = line.split()
+            if len(w) >= 7 and w[:2] == ["a", "contact"] and w[4] < w[5]:
+                windows.append((w[4], w[5], float(w[2][1:]), float(w[3][1:])))
+    files["bundles.png"] = plot_bundles(bundles, plan, windows, exp.speedup, out / "bundles.png")
+    if summ["delivered_early"]:
+        warnings.append(f"{summ['delivered_early']} bundle(s) arrived before the contact plan allowed (even with "
+                        f"contacts held {tol} s longer): see outcome 'early' in bundles.csv")
+    if summ["missed"]:
+        warnings.append(f"{summ['missed']} bundle(s) had a path in the plan but were not delivered")
+    text = (f"{summ['bundles_delivered']} of {summ['bundles_created']} bundles delivered; the contact plan "
+            f"(contact-plan.exact.ion, the same timeline as the links) allowed {summ['deliverable_per_plan']}. "
+            f"Delivered before the plan's earliest possible delivery: {summ['delivered_early']} (contacts held "
+            f"{tol} s longer to allow for the links' update lag). The last hop of {summ['last_hop_in_contact']} of "
+            f"{summ['last_hop_known']} delivered bundles (from the agents' logs) was in contact with the "
+            "destination when it handed the bundle over. Slack = measured latency - the plan's earliest.")
+    table = pd.DataFrame([summ | {"tolerance_s": tol}]).T.reset_index().set_axis(["", "value"], axis=1)
+    return ("DTN bundles against the contact plan", [("text", text), ("table", table), ("table", flow_table(bundles)),
+                                                      ("figure", (files["bundles.png"], "bundles vs plan"))])

@@ -4,7 +4,7 @@
 Per size N: a Walker delta of N - G satellites at 550 km / 53 deg plus G ground stations (G = 1 for N < 32,
 2 below 100, 4 from 100), ISLs within 5000 km, nearest 4 (mutual), ISL rate from a link budget (so links
 change rate as they stretch: tc work on the sender, not only nft on the receiver), ground links above 10 deg.
-The swarm (names orb-bench-N, subnets 10.234-235.x) comes up, the driver applies the initial state (every pair
+The swarm (names orb-bench-N, subnets 10.234-235.x unless --subnets) comes up, the driver applies the initial state (every pair
 down unless up at t=0) and then follows `--duration` of orbit at 1 s steps in real time (`--speedup` to
 compress). Reported: initial apply time, links changing per step, per-step lag (due -> last update of the
 step applied on both its nodes) p50/p99/max, the share of steps finished before the next step was due,
@@ -54,12 +54,13 @@ def orbits_for(n: int, duration: str) -> dict:
                       "ground": {"min_elevation": 10, "rate": "50Mbit"}}}
 
 
-def bench(n: int, duration: str, speedup: float, out: Path, workers: int) -> dict:
+def bench(n: int, duration: str, speedup: float, out: Path, workers: int, third: int = 234) -> dict:
     plan = make_plan(parse_orbits(orbits_for(n, duration)))
     sats = sum(1 for k in plan.kinds.values() if k == "sat")
     spec = spec_from_dict({"name": f"orb-bench-{n}", "backend": "netns",
                            "groups": [{"prefix": "sat", "count": sats}, {"prefix": "gs", "count": n - sats}],
-                           "networks": {"isl": {"subnet": "10.234.0.0/24"}, "ground": {"subnet": "10.235.0.0/24"}}})
+                           "networks": {"isl": {"subnet": f"10.{third}.0.0/24"},
+                                        "ground": {"subnet": f"10.{third + 1}.0.0/24"}}})
     swarm = Swarm(spec)
     swarm.down()
     t_up = time.monotonic()
@@ -110,6 +111,8 @@ def main() -> None:
     ap.add_argument("--duration", default="120s", help="orbit time per size (default 120s)")
     ap.add_argument("--speedup", type=float, default=1.0)
     ap.add_argument("--workers", type=int, default=16)
+    ap.add_argument("--subnets", type=int, default=234, metavar="THIRD",
+                    help="ISL subnet 10.THIRD.0.0/24, ground 10.THIRD+1.0.0/24 (default 234)")
     args = ap.parse_args()
     out = REPO / "results" / f"bench-orbits-live-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     out.mkdir(parents=True)
@@ -122,7 +125,7 @@ def main() -> None:
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for n in args.sizes:
-        r = bench(n, args.duration, args.speedup, out, args.workers)
+        r = bench(n, args.duration, args.speedup, out, args.workers, args.subnets)
         print("| " + " | ".join(str(r[c]) for c in cols) + " |", flush=True)
 
 

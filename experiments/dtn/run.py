@@ -100,7 +100,7 @@ def ip_rows(sent: dict[str, list[dict]], received: dict[str, list[dict]], releas
              "lost": n - r} for (s, d, sec), (n, r) in sorted(bins.items())]
 
 
-class _Reader(threading.Thread):
+class TrafficReader(threading.Thread):
     """Copies one traffic program's output to its raw file as it arrives and keeps the events."""
 
     def __init__(self, proc, path: Path):
@@ -161,7 +161,7 @@ def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Op
             proc.stdin.write(json.dumps(plan))
             proc.stdin.close()
             procs[node] = proc
-            readers[node] = _Reader(proc, raw / f"{node}.traffic.jsonl")
+            readers[node] = TrafficReader(proc, raw / f"{node}.traffic.jsonl")
             readers[node].start()
         timeline = FaultTimeline(swarm.links, list(exp.faults) + later, test.test_id, store.run_id, message)
         timeline.start(release)

@@ -1,13 +1,83 @@
 """The `orbits` experiment (pure model): see experiments/orbits/run.py for the file format and the run."""
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from netem.orbits.spec import parse_orbits
+from swarm.dtn.spec import DtnSpec, parse_size
 from swarm.spec.model import SwarmSpec, _check_name, spec_from_dict, validate_document
 from swarm.units import parse_duration
+
+
+class DtnFlow(BaseModel):
+    """Bundles from every node of `from` to `to` at `rate` bundles per second of the run (wall time)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    src: Union[str, list[str]] = Field(alias="from")  # a node, a list, or `satellites` (every satellite)
+    to: str
+    rate: float = Field(gt=0, le=1000)
+    size: int = 1000
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> int:
+        return parse_size(v, "size")
+
+
+class OrbitsDtn(BaseModel):
+    """A DTN agent in every node, bundles on the orbit's schedule (see experiments/orbits/run.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent: dict[str, Any] = Field(default_factory=dict)  # swarm.dtn.spec.DtnSpec fields (cla, routing, ...)
+    flows: list[DtnFlow]
+    send_until: Optional[float] = None  # plan seconds: bundles are created in [0, send_until) (default: all)
+    drain: float = 10.0  # wall seconds the receivers wait after the plan's end
+    lifetime: float = 3600.0
+    store_interval: float = 1.0
+
+    @field_validator("send_until", "drain", "lifetime", "store_interval", mode="before")
+    @classmethod
+    def _seconds(cls, v: Any, info: Any) -> Optional[float]:
+        if v is None or (info.field_name == "drain" and str(v).strip() in ("0", "0s")):
+            return None if v is None else 0.0
+        return parse_duration(v, info.field_name)
+
+    @model_validator(mode="after")
+    def _agent(self) -> "OrbitsDtn":
+        for key in ("static_peers", "routes"):
+            if key in self.agent:
+                raise ValueError(f"agent.{key}: every agent peers with every other node (contacts decide who "
+                                 "is reachable)")
+        if self.agent.get("routing") == "static":
+            raise ValueError("agent.routing 'static': fixed next hops cannot follow contacts "
+                             "(epidemic, flooding, sprayandwait)")
+        if not self.flows:
+            raise ValueError("flows: give at least one flow")
+        limit = self.piece().max_bundle()
+        for i, f in enumerate(self.flows):
+            if limit is not None and f.size > limit:
+                raise ValueError(f"flows[{i}].size {f.size}: larger than the agent's largest bundle ({limit} bytes)")
+        return self
+
+    def piece(self) -> DtnSpec:
+        try:
+            return DtnSpec(**self.agent)
+        except ValueError as exc:
+            errors = getattr(exc, "errors", None)
+            raise ValueError(str(errors()[0].get("msg")).removeprefix("Value error, ") if callable(errors)
+                             else str(exc)) from None
+
+    def flows_by_source(self, satellites: list[str]) -> list[tuple[str, str, DtnFlow]]:
+        """(source, destination, flow) for every source node of every flow."""
+        out = []
+        for f in self.flows:
+            srcs = satellites if f.src == "satellites" else [f.src] if isinstance(f.src, str) else f.src
+            out += [(s, f.to, f) for s in srcs if s != f.to]
+        return out
 
 
 class OrbitsExperiment(BaseModel):
@@ -23,6 +93,7 @@ class OrbitsExperiment(BaseModel):
     probe_interval: float = 0.2
     contact_plan_numbers: Optional[dict[str, int]] = None
     workers: int = Field(16, ge=1, le=256)
+    dtn: Optional[OrbitsDtn] = None
 
     @field_validator("name")
     @classmethod
@@ -54,8 +125,23 @@ class OrbitsExperiment(BaseModel):
             missing = [n for n in names if n not in self.contact_plan_numbers]
             if missing:
                 raise ValueError(f"contact_plan_numbers: no number for node {missing[0]!r}")
+        if self.dtn is not None:
+            if "dtn" in self.swarm.get("defaults", {}):
+                raise ValueError("swarm.defaults.dtn: set by the experiment (top-level dtn.agent)")
+            if self.dtn.send_until is not None and self.dtn.send_until > spec.duration:
+                raise ValueError(f"dtn.send_until {self.dtn.send_until:g} s: after the plan's end ({spec.duration:g} s)")
+            for i, f in enumerate(self.dtn.flows):
+                srcs = [] if f.src == "satellites" else [f.src] if isinstance(f.src, str) else f.src
+                for n in [*srcs, f.to]:
+                    if n not in names:
+                        raise ValueError(f"dtn.flows[{i}]: node {n!r} is not a node of the orbit plan")
+                if not [s for s in (self.satellites() if f.src == "satellites" else srcs) if s != f.to]:
+                    raise ValueError(f"dtn.flows[{i}]: no source other than the destination {f.to!r}")
         self.swarm_spec()
         return self
+
+    def satellites(self) -> list[str]:
+        return self.orbits_spec().satellite_names()
 
     def orbits_spec(self):
         return parse_orbits(self.orbits, f"{self.name}: orbits")
@@ -63,6 +149,8 @@ class OrbitsExperiment(BaseModel):
     def swarm_spec(self) -> SwarmSpec:
         names = self.orbits_spec().node_names()
         data = {**self.swarm, "name": self.name, "node_list": [{"name": n} for n in names]}
+        if self.dtn is not None:
+            data["defaults"] = {**self.swarm.get("defaults", {}), "dtn": self.dtn.piece().model_dump(exclude_defaults=True)}
         if self.backend:
             data["backend"] = self.backend
         return spec_from_dict(data, f"{self.name}: swarm")

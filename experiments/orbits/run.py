@@ -10,11 +10,17 @@ swarm: {mesh: ...}        # any other swarm spec fields; the nodes are the plan'
 probes: [[sat01, gs01]]   # pairs pinged all along (optional): does the link follow the plan?
 probe_interval: 200ms
 contact_plan_numbers: {sat01: 1, ...}   # optional: ION/HDTN node numbers (default: plan order from 1)
+dtn:                      # optional: a dtn7-rs agent in every node and bundle traffic (experiments/orbits/traffic.py)
+  agent: {cla: tcp, routing: epidemic, peers: auto, peer_timeout: 2s}
+  flows: [{from: satellites, to: gs01, rate: 0.5, size: 1kB}]
 ```
 The run folder gets, before the clock starts (so a DTN setup can load them): timeline.csv, contacts.csv,
 contact-plan.ion (with `@` = the release instant, times compressed by `speedup`), contact-plan.hdtn.json;
 then links.csv (one row per link update: scheduled, applied, lag), probes.csv and raw/probe-*.txt (ping's
 own output), run.json (release time, driver summary), and report/ (availability, delay, passes, lag).
+With `dtn:` also contact-plan.exact.ion (the same timeline at ms resolution: the bundles' yardstick),
+bundles.csv (experiments/orbits/bundles.py: each bundle against the plan's earliest delivery), store.csv,
+raw/dtn/ (the traffic programs' events and the agents' logs) and run.json's "dtn" summary.
 """
 from __future__ import annotations
 
@@ -28,12 +34,16 @@ from typing import Any, Callable, Optional
 import pandas as pd
 
 from experiments.orbits.model import OrbitsExperiment
+from experiments.orbits.traffic import RELEASE_LEAD_S, DtnTraffic
 from experiments.store import ResultsStore, host_facts
-from netem.orbits.export import to_hdtn_json, to_ion
+from netem.orbits.export import to_hdtn_json, to_ion, to_ion_exact
 from netem.orbits.planner import Plan, plan as make_plan
 from netem.orbits.records import LINK_COLUMNS, PROBE_COLUMNS, against_plan, parse_ping, ping_argv
 from swarm.runtime.orbits import LinkTimelineDriver
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
+
+
+EXACT_PLAN = "contact-plan.exact.ion"  # the same timeline at ms resolution, node names: what bundles are judged on
 
 
 def write_contact_plans(plan: Plan, out: Path, release_ts: Optional[float], speedup: float,
@@ -41,6 +51,7 @@ def write_contact_plans(plan: Plan, out: Path, release_ts: Optional[float], spee
     origin = datetime.fromtimestamp(release_ts, timezone.utc) if release_ts else None
     (out / "contact-plan.ion").write_text(to_ion(plan, numbers, speedup=speedup, origin=origin))
     (out / "contact-plan.hdtn.json").write_text(to_hdtn_json(plan, numbers, speedup=speedup))
+    (out / EXACT_PLAN).write_text(to_ion_exact(plan, speedup=speedup))
 
 
 # ------------------------------------------------------------------------------------------------ run
@@ -64,6 +75,7 @@ def run_orbits_experiment(exp: OrbitsExperiment, results_root: Path | None = Non
     previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     probes: list[tuple[str, str, Any, Path]] = []
     driver = None
+    traffic = None
     try:
         progress(0, plan.duration / exp.speedup, "bringing the swarm up")
         swarm.up()
@@ -73,9 +85,13 @@ def run_orbits_experiment(exp: OrbitsExperiment, results_root: Path | None = Non
                                         run_id=store.run_id, on_rows=lambda rows: store.append("links.csv",
                                                                                                 LINK_COLUMNS, rows))
             initial_s = driver.prepare()
-            release = time.time() + 1.0  # contact plans and probes start at one known instant
+            # contact plans, probes and bundles start at one known instant
+            release = time.time() + (RELEASE_LEAD_S if exp.dtn else 1.0)
             write_contact_plans(plan, store.dir, release, exp.speedup, exp.contact_plan_numbers)
             wall = plan.duration / exp.speedup
+            if exp.dtn is not None:
+                traffic = DtnTraffic(exp, swarm, store, message)
+                traffic.start(release, wall)
             for a, b in exp.probes:
                 raw = store.raw_path("probes", f"{a}__{b}").with_suffix(".txt")
                 argv = swarm.backend.exec_prefix(swarm.name, a) + ping_argv(
@@ -87,9 +103,18 @@ def run_orbits_experiment(exp: OrbitsExperiment, results_root: Path | None = Non
                                                             "backend": swarm.backend.name}))
             summary = driver.run(release=release, progress=progress)
             meta = json.loads((store.dir / "run.json").read_text()) | {"driver": summary}
+            if traffic is not None:
+                traffic.wait(progress)
+                # a link goes down at most the slowest update's lag late: bundles are judged with that slack
+                tolerance = (summary.get("step_lag_ms_max") or 0.0) / 1000 + 0.05
+                meta["dtn"] = traffic.collect(store.dir / EXACT_PLAN, tolerance) | {"tolerance_s": round(tolerance, 3)}
+                message("dtn: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                            for k, v in meta["dtn"].items()))
             (store.dir / "run.json").write_text(json.dumps(meta, indent=1))
             message(f"driver: {summary}")
         finally:
+            if traffic is not None:
+                traffic.stop()
             if driver is not None:
                 driver.close()
             for _a, _b, proc, _raw in probes:
@@ -121,4 +146,4 @@ def _tidy_probes(store: ResultsStore, plan: Plan, exp: OrbitsExperiment, probes)
     store.append("probes.csv", PROBE_COLUMNS, probes_df[PROBE_COLUMNS].to_dict("records"))
 
 
-__all__ = ["run_orbits_experiment", "write_contact_plans"]
+__all__ = ["run_orbits_experiment", "write_contact_plans", "EXACT_PLAN"]

@@ -88,6 +88,25 @@ def to_ion(plan: Plan, numbers: Optional[dict[str, int]] = None, *, speedup: flo
     return "\n".join(lines + [e[2] for e in entries]) + "\n"
 
 
+def to_ion_exact(plan: Plan, *, speedup: float = 1.0, default_rate_bps: int = DEFAULT_RATE_BPS) -> str:
+    """The same timeline in ION's `a contact` / `a range` syntax at its own resolution: node names, times in
+    (scaled) seconds with millisecond decimals, not shrunk, and each timeline row's own light time in seconds
+    (not rounded up). ionadmin wants whole seconds (use to_ion for ION); this one is what a DTN run is judged
+    against (swarm.dtn.contacts.parse_contact_plan reads it: earliest_arrival per bundle)."""
+    up = plan.timeline[plan.timeline["up"]].sort_values(["t_start", "a", "b"], kind="stable")
+    lines = [f"# exact contact plan from swarm-emu orbits: epoch {plan.epoch:%Y-%m-%dT%H:%M:%SZ}, step {plan.step:g} s, "
+             f"duration {plan.duration:g} s" + (f", time compressed x{speedup:g}" if speedup != 1 else "")
+             + "; light times are not compressed"]
+    for r in up.itertuples(index=False):
+        t0, t1 = f"+{r.t_start / speedup:.3f}", f"+{r.t_end / speedup:.3f}"
+        bytes_s = max(1, int(r.rate if r.rate > 0 else default_rate_bps) // 8)
+        lines.append(f"a contact {t0} {t1} {r.a} {r.b} {bytes_s}")
+        lines.append(f"a contact {t0} {t1} {r.b} {r.a} {bytes_s}")
+        if r.delay_ms == r.delay_ms:  # not NaN
+            lines.append(f"a range {t0} {t1} {r.a} {r.b} {r.delay_ms / 1000.0:.6f}")
+    return "\n".join(lines) + "\n"
+
+
 def to_hdtn(plan: Plan, numbers: Optional[dict[str, int]] = None, *, speedup: float = 1.0,
             default_rate_bps: int = DEFAULT_RATE_BPS) -> dict:
     """HDTN's contact plan JSON: {"contacts": [{contact, source, dest, startTime, endTime, rateBitsPerSec,
@@ -133,4 +152,4 @@ def check_ion_times(text: str) -> None:
             raise ValueError(f"{kind} ends ({e}) before it starts ({s})")
 
 
-__all__ = ["to_ion", "to_hdtn", "to_hdtn_json", "parse_ion", "node_numbers"]
+__all__ = ["to_ion", "to_ion_exact", "to_hdtn", "to_hdtn_json", "parse_ion", "node_numbers"]

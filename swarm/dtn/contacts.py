@@ -19,6 +19,7 @@ where the experiment asks for them.
 """
 from __future__ import annotations
 
+import heapq
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -246,3 +247,62 @@ def periodic_plan(nodes: Sequence[str], links: Sequence[tuple[str, str]], period
                 lines.append(f"a contact +{t:g} +{end:g} {x} {y} {int(rate)}")
             t += period
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------- earliest delivery
+@dataclass(frozen=True)
+class Hop:
+    """One contact a bundle rides on its earliest path: it leaves `a` at `depart` and reaches `b` at `arrive`."""
+
+    a: str
+    b: str
+    start: float  # the contact's window
+    end: float
+    depart: float
+    arrive: float
+
+
+def light_time(plan: ContactPlan, a: str, b: str, at: float) -> float:
+    """One-way light time a<->b at `at` (s): the range open then (either order), else 0."""
+    for r in plan.ranges:
+        if {r.a, r.b} == {a, b} and r.start <= at < r.end:
+            return r.owlt
+    return 0.0
+
+
+def earliest_arrival(plan: ContactPlan, src: str, dst: str, created: float,
+                     horizon: Optional[float] = None) -> Optional[tuple[float, tuple[Hop, ...]]]:
+    """The earliest moment a bundle created at `src` at `created` can reach `dst` on the plan's contacts, and
+    the contacts it rides: contact-graph earliest arrival (Dijkstra on arrival time). A contact a->b open in
+    [start, end) carries a bundle that is at `a` at time t if max(t, start) < end; it reaches `b` one light
+    time (the range open at departure) later. Contact volume (rate x duration) is not a limit: bundles are
+    small against it. None when no path opens before `horizon` (default: never)."""
+    by_from: dict[str, list[Contact]] = {}
+    for c in plan.contacts:
+        by_from.setdefault(c.a, []).append(c)
+    best: dict[str, float] = {src: created}
+    via: dict[str, tuple[str, Hop]] = {}
+    queue = [(created, src)]
+    done: set[str] = set()
+    while queue:
+        t, node = heapq.heappop(queue)
+        if node in done:
+            continue
+        done.add(node)
+        if node == dst:
+            hops: list[Hop] = []
+            while node != src:
+                prev, hop = via[node]
+                hops.append(hop)
+                node = prev
+            return t, tuple(reversed(hops))
+        for c in by_from.get(node, ()):
+            depart = max(t, c.start)
+            if depart >= c.end or (horizon is not None and depart >= horizon):
+                continue
+            arrive = depart + light_time(plan, c.a, c.b, depart)
+            if arrive < best.get(c.b, float("inf")):
+                best[c.b] = arrive
+                via[c.b] = (node, Hop(c.a, c.b, c.start, c.end, depart, arrive))
+                heapq.heappush(queue, (arrive, c.b))
+    return None

@@ -7,7 +7,10 @@ tc tree keeps its shape (a rate or delay moved) gets `tc class/qdisc change` lin
 instead of a rebuild, so a delay update does not flush the packets queued in the link. A link's new conditions are the swarm's
 configured conditions for it (`links:` of the spec) with the plan's laid over: down (up: false), or up with
 the planned one-way delay and rate. A parameter the engine cannot apply here (delay without sch_netem) is
-left out and said so once (`delay_applied` false in links.csv), never silently.
+left out and said so once (`delay_applied` false in links.csv), never silently. With the userspace engine a
+link out of sight drops its IP packets in the engine (a socket round trip per change), without the nftables
+drop of its non-IP frames that `swarm fault cut` adds (a process per change: it was most of the lag); ARP
+still crosses such a link, nothing above it does.
 
 Timing: plan second t is due at wall time release + t / speedup (speedup > 1 compresses the orbit; delays
 are not compressed). A step's updates start when it is due; if the previous step is still being applied when
@@ -126,21 +129,24 @@ class LinkTimelineDriver:
         """One node: a tc tree that keeps its shape is changed in place first (netem.incremental: no queue
         flushed, one command); then the controller's own per-node apply does everything else the engine
         plans (nft, segmentation, an engine's own parts), finding the tc part already current."""
-        egress, ingress, labels = node_links(self.eff[node.name], node.name, self.by_mac)
-        iface = rec.get("iface") or self.ctl.isl_iface(node)
-        rec["iface"] = iface
-        tc = self.engine.plan_node(iface, egress, ingress, labels).tc
         prev = self.tc_applied.get(node.name)
-        if not force and prev is not None and rec.get("tc") == signature(prev) and rec.get("tc") != signature(tc):
-            changes = tc_changes(prev, tc)
-            if changes:
-                self.ctl._run(node.name, ["tc", "-batch", "-"], input="\n".join(" ".join(a[1:]) for a in changes) + "\n")
-                rec["tc"] = signature(tc)
-                with self._count_lock:
-                    self.counts["tc_in_place"] += 1
+        if not force and prev:  # a tc tree of ours is in place (not with the userspace engine: it plans none)
+            egress, ingress, labels = node_links(self.eff[node.name], node.name, self.by_mac)
+            iface = rec.get("iface") or self.ctl.isl_iface(node)
+            rec["iface"] = iface
+            tc = self.engine.plan_node(iface, egress, ingress, labels).tc
+            if rec.get("tc") == signature(prev) and rec.get("tc") != signature(tc):
+                changes = tc_changes(prev, tc)
+                if changes:
+                    self.ctl._run(node.name, ["tc", "-batch", "-"],
+                                  input="\n".join(" ".join(a[1:]) for a in changes) + "\n")
+                    rec["tc"] = signature(tc)
+                    with self._count_lock:
+                        self.counts["tc_in_place"] += 1
         tc_before, nft_before = rec.get("tc"), rec.get("nft")
-        self.ctl._apply_node(node, rec, self.eff[node.name], self.by_mac, force)
-        self.tc_applied[node.name] = tc
+        cmds = self.ctl._apply_node(node, rec, self.eff[node.name], self.by_mac, force, cut_frames=False)
+        self.tc_applied[node.name] = cmds.tc if cmds is not None else []
+        tc = self.tc_applied[node.name]
         with self._count_lock:
             self.counts["tc_rebuilt"] += rec.get("tc") != tc_before or (force and bool(tc))
             self.counts["nft"] += rec.get("nft") != nft_before or force

@@ -17,25 +17,10 @@ from experiments.dtn.run import run_dtn_experiment
 from experiments.store import ResultsStore, host_facts
 from netem.engines import choose_engine
 from swarm.runtime.probe import capabilities
-from swarm.dtn.runtime import _cache_root
-from conftest import CI, REPO
+from conftest import REPO, swarm_namespaces as _namespaces
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 SWARM = [sys.executable, "-m", "swarm"]
-
-
-@pytest.fixture
-def need_dtn7(need_netns):
-    if not any(_cache_root().glob("dtn7-*/.complete")):
-        reason = "dtn7-rs not built (make setup builds it with cargo into ~/.cache/swarm-emu/dtn7)"
-        if CI:
-            pytest.fail(f"CI machine lacks dtn7: {reason}")
-        pytest.skip(reason)
-
-
-def _namespaces(prefix: str) -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return [line.split()[0] for line in out.splitlines() if line.startswith(f"swarm-emu_{prefix}")]
 
 
 def _rows(path: Path) -> list[dict]:

@@ -39,6 +39,7 @@ ALLOWED = {
     ("analysis", "experiments"): lambda src, dst: dst in PURE_EXPERIMENT_MODULES,
 }
 PURE_EXPERIMENT_MODULES = {"experiments.traffic.iperf3", "experiments.traffic.muxresult", "experiments.app.parse", "experiments.dtn.parse",
+                           "experiments.orbits.bundles",  # bundles judged against the contact plan
                            "experiments.orbits.model"}  # the orbits report re-plans from the stored experiment
 RUNTIME_PREFIXES = ("swarm.runtime", "swarm.mesh.runtime", "swarm.cfs.image", "swarm.cli")
 
