@@ -16,7 +16,8 @@ How the guest looks: its root is the HOST's root filesystem, shared read-only ov
 So the project's venv, iperf3, batctl, batmand, nft and Python inside the guest are the host's own (nothing to
 keep in sync), while whatever the guest writes (swarm state, /run/netns) lives and dies in guest memory. The
 guest kernel's module tree is bind-mounted from the cache, so modprobe loads sch_netem, batman-adv, nf_tables
-on demand. PID 1 is agent.py (the host's /usr/bin/python3), which runs jobs handed over a second 9p folder.
+on demand; so does the kernel for iptables-nft (nft_compat, xt_NFQUEUE, xt_mac, nfnetlink_queue) and for
+`-m physdev` (xt_physdev, br_netfilter), as the cross-check showed: no module list to keep. PID 1 is agent.py (the host's /usr/bin/python3), which runs jobs handed over a second 9p folder.
 
 Acceleration: KVM where /dev/kvm works (probed once per host kernel + qemu version, the verdict cached), else
 TCG (software emulation). On PVM-guest hosts KVM aborts ("failed to set MSR 0x10a"), so TCG it is; the lab
