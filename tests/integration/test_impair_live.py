@@ -57,11 +57,6 @@ def need_nft(caps):
 
 
 @pytest.fixture
-def need_netem(caps):
-    require("netem", caps.sch_netem, "kernel lacks sch_netem")
-
-
-@pytest.fixture
 def netns_swarm(need_netns, need_iperf3, need_nft):
     swarms = []
 
@@ -342,22 +337,9 @@ def test_netem_commands_are_accepted_by_tcs_parser(need_netns):
     assert out.count("Specified qdisc kind is unknown") in (0, 2), out
 
 
-# --------------------------------------------------------------------------------------- kernel NetEm
-@pytest.mark.netem
-def test_netem_delay_is_one_way_and_changes_keep_the_loss(need_netns, need_netem):
-    swarm = make("imp-netem", "netns", 132, links={"overrides": [{"between": ["sat01", "sat02"], "delay": "50ms"}]})
-    swarm.down()
-    try:
-        swarm.up()
-        out = swarm.exec("sat01", ["ping", "-c", "5", "-i", "0.2", swarm.node("sat02").isl_ip]).stdout
-        avg = float(out.strip().splitlines()[-1].split("/")[4])
-        assert 95 <= avg <= 115, out  # 50 ms each way
-        swarm.links.impair(impairment(loss="20%"), between=["sat01", "sat02"])
-        swarm.links.impair(impairment(delay="80ms"), between=["sat01", "sat02"])
-        shown = swarm.exec("sat01", ["tc", "qdisc", "show"]).stdout
-        assert "delay 80ms" in shown and "loss 20%" in shown, shown  # the delay change kept the loss
-    finally:
-        swarm.down()
+# Kernel NetEm itself is tested where the kernel has it: inside the kernel lab's guest
+# (tests/kernel_lab/test_kernel_netem.py: one-way delay, every condition, a live delay change that keeps a
+# link's loss, --clear), so CI exercises it on hosts without sch_netem too.
 
 
 # ----------------------------------------------------------------------------------------- compose

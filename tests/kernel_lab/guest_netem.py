@@ -14,7 +14,7 @@ a path where nothing else acts (A->B: what A sends to B):
 (sat02 duplicates and has no other netem link: Linux refuses a duplicating netem beside other netems in one
 qdisc tree, see netem.engines.check_duplicate_alone; `swarm impair` adding a delay to sat02->sat01 must be
 refused in one line, exit 2), then a live change (`swarm impair --between sat01 sat02 --direction a->b --delay
-80ms` while a ping runs), `swarm impair --clear` (no qdisc or table of ours left, RTT back to the baseline), and `down` (no namespace left). The CLI
+80ms` while a ping runs), a delay added live to the lossy link sat01->sat04 (its loss must stay), `swarm impair --clear` (no qdisc or table of ours left, RTT back to the baseline), and `down` (no namespace left). The CLI
 commands run in this process (swarm.cli.main.main), so the guest pays Python's start-up once. Prints progress
 on stderr and one line `KL-RESULT <json>` with every figure; tests/kernel_lab/test_kernel_netem.py judges them.
 
@@ -205,6 +205,12 @@ def main() -> None:
                        "lost": live["sent"] - live["received"]}
         say(f"live change 50->80 ms took {t1 - t0:.1f} s: RTT median {res['live']['before_median']} -> "
             f"{res['live']['after_median']} ms")
+
+        # a delay added live to a link that loses keeps its loss (one netem qdisc carries both)
+        res["merge_rc"] = cli("impair", NAME, "--between", "sat01", "sat04", "--direction", "a->b",
+                              "--delay", "30ms")
+        res["merged_qdisc_sat01"] = swarm.exec("sat01", ["tc", "qdisc", "show", "dev", "eth1"]).stdout
+        say(f"delay added to the lossy link sat01->sat04: rc {res['merge_rc']}")
 
         res["clear_rc"] = cli("impair", NAME, "--clear")
         res["left_after_clear"] = ours_left(swarm)

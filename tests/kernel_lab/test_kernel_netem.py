@@ -101,6 +101,8 @@ def test_live_change_refusal_clear_and_nothing_left(fig):
     assert fig["change_rc"] == 0 and live["before_n"] >= 50 and live["after_n"] >= 50, live
     assert abs(live["before_median"] - base - 50.0) <= fig["delay_tol_ms"], live
     assert abs(live["after_median"] - base - 80.0) <= fig["delay_tol_ms"], live
+    merged = fig["merged_qdisc_sat01"]
+    assert fig["merge_rc"] == 0 and "delay 30ms" in merged and "loss 10%" in merged, merged  # delay kept the loss
     assert fig["clear_rc"] == 0 and fig["left_after_clear"] == {}, fig["left_after_clear"]
     assert fig["after_clear"]["received"] >= 48 and fig["after_clear"]["median"] < base + 5, fig["after_clear"]
     assert fig["down"] and not fig["namespaces_left"] and not fig["links_left"], fig
