@@ -14,7 +14,8 @@ a path where nothing else acts (A->B: what A sends to B):
 (sat02 duplicates and has no other netem link: Linux refuses a duplicating netem beside other netems in one
 qdisc tree, see netem.engines.check_duplicate_alone; `swarm impair` adding a delay to sat02->sat01 must be
 refused in one line, exit 2), then a live change (`swarm impair --between sat01 sat02 --direction a->b --delay
-80ms` while a ping runs), a delay added live to the lossy link sat01->sat04 (its loss must stay), `swarm impair --clear` (no qdisc or table of ours left, RTT back to the baseline), and `down` (no namespace left). The CLI
+80ms` while a ping runs), a delay added live to the lossy link sat01->sat04 (its loss must stay), `swarm impair
+--clear` (no qdisc or table of ours left, RTT back to the baseline), and `down` (no namespace left). The CLI
 commands run in this process (swarm.cli.main.main), so the guest pays Python's start-up once. Prints progress
 on stderr and one line `KL-RESULT <json>` with every figure; tests/kernel_lab/test_kernel_netem.py judges them.
 
