@@ -14,14 +14,15 @@ Progress = Callable[[float, float, str], None]
 @dataclass(frozen=True)
 class ExperimentType:
     """One experiment type. `command` is the CLI command that runs it (`sweep` or `run`); `resumable`
-    says whether `sweep --resume` can finish an interrupted run; `unit` labels its progress counts. Every swarm
-an experiment needs is `first_swarm`, or, for an experiment with `sizes` and `swarm_spec(size)`, one per size."""
+    says whether `sweep --resume` can finish an interrupted run; `unit` labels its progress counts. `swarms` lists
+every distinct swarm the experiment brings up, first one first, so `--check` and the preflight validate each of
+them before a run folder is made (each type says it: their models differ in what a swarm is made from)."""
 
     name: str
     summary: str
     command: str
     from_dict: Callable[[Any, str], Any]
-    first_swarm: Callable[[Any], SwarmSpec]
+    swarms: Callable[[Any], list[SwarmSpec]]
     run: Callable[..., Path]  # (exp, store, *, backend, message, progress, abort_on_error) -> run folder
     report: Callable[[Path], dict[str, Path]]
     resumable: bool = True

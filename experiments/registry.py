@@ -2,7 +2,7 @@
 file (default `traffic`) or of the experiment.yaml stored in its run folder.
 
 Each type is an `ExperimentType` (experiments/kind.py) defined in its own folder (experiments/<type>/entry.py): its model
-(`from_dict`), the swarm its first test needs (`first_swarm`, checked before a run folder is made), how
+(`from_dict`), every swarm it brings up (`swarms`, each checked before a run folder is made), how
 it runs into a run folder (`run`), and its report (`report`, in analysis/). Adding a type is one new
 folder and one line in TYPES below.
 """

@@ -38,11 +38,8 @@ def open_run(experiment_file: str | None, resume_dir: str | None, results_root: 
 
 
 def experiment_swarms(kind: ExperimentType, exp: Any) -> list[SwarmSpec]:
-    """Every swarm the experiment brings up: one per size for a sweep (`sizes` + `swarm_spec(size)`), else
-    its type's first swarm."""
-    if hasattr(exp, "sizes") and hasattr(exp, "swarm_spec"):
-        return [exp.swarm_spec(size) for size in sorted(set(exp.sizes))]
-    return [kind.first_swarm(exp)]
+    """Every distinct swarm the experiment brings up, as its type lists them."""
+    return kind.swarms(exp)
 
 
 def preflight(kind: ExperimentType, exp: Any, backend: str | None, source: str) -> list[Swarm]:

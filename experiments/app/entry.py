@@ -12,5 +12,5 @@ def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d,
 
 TYPE = ExperimentType(
     name="app", summary="the reference swarm app under a fault timeline", command="run",
-    from_dict=experiment_from_dict, first_swarm=lambda exp: exp.swarm_spec(), run=_run,
+    from_dict=experiment_from_dict, swarms=lambda exp: [exp.swarm_spec()], run=_run,
     report=write_app_report, resumable=False, unit="s")

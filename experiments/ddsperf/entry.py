@@ -13,5 +13,5 @@ def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d,
 
 TYPE = ExperimentType(
     name="ddsperf", summary="Cyclone DDS ddsperf throughput/latency sweep", command="sweep",
-    from_dict=experiment_from_dict, first_swarm=lambda exp: exp.swarm_spec(min(exp.sizes)), run=_run,
+    from_dict=experiment_from_dict, swarms=lambda exp: [exp.swarm_spec(size) for size in sorted(set(exp.sizes))], run=_run,
     report=write_ddsperf_report, count_tests=lambda exp: len(plan_tests(exp)))

@@ -34,7 +34,7 @@ from experiments.traffic.model import ExperimentSpec
 from swarm.runtime.backends import swarm_dir
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 from swarm.spec.apps import check_domain_id
-from swarm.units import rate_hz
+from swarm.units import parse_duration, rate_hz
 from swarm.spec.model import NodePlan, SwarmSpec, _check_name, read_yaml, swarm_from_template, unique, validate_document
 
 SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?$")
@@ -91,9 +91,19 @@ class DdsperfExperiment(BaseModel):
     def _sizes(cls, v: list[int]) -> list[int]:
         return ExperimentSpec._sizes(v)  # the iperf3 sweep's rule for swarm sizes
 
-    @field_validator("sample_sizes")
+    @field_validator("duration", mode="before")
     @classmethod
-    def _samples(cls, v: list[str]) -> list[str]:
+    def _duration(cls, v: Any) -> float:
+        return parse_duration(v)  # `5s`, `2min` or plain seconds, like every other experiment's duration
+
+    @field_validator("sample_sizes", mode="before")
+    @classmethod
+    def _samples(cls, v: Any) -> list[str]:
+        if not isinstance(v, list):
+            raise ValueError(f"sample_sizes {v!r}: expected a list, e.g. [64, 1k, 8KiB]")
+        v = [str(s) if isinstance(s, int) and not isinstance(s, bool) else s for s in v]  # YAML reads 64 as int
+        if not all(isinstance(s, str) for s in v):
+            raise ValueError("sample_sizes: each is bytes, e.g. 64, 1k, 8KiB or 1MB")
         if not v:
             raise ValueError("sample_sizes: give at least one")
         for s in v:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from analysis.dtn import write_dtn_report
 from experiments.dtn.model import experiment_from_dict
-from experiments.dtn.run import first_swarm, run_dtn_experiment
+from experiments.dtn.run import run_dtn_experiment, test_swarms
 from experiments.kind import ExperimentType
 
 
@@ -14,5 +14,5 @@ def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d,
 
 TYPE = ExperimentType(
     name="dtn", summary="bundles through dtn7-rs agents: patterns x CLAs x routings x link profiles x contacts",
-    command="run", from_dict=experiment_from_dict, first_swarm=first_swarm, run=_run,
+    command="run", from_dict=experiment_from_dict, swarms=test_swarms, run=_run,
     report=write_dtn_report, resumable=False, unit="s")

@@ -30,6 +30,7 @@ from experiments.store import HostSampler, ResultsStore, host_facts
 from experiments.timeline import FaultEvent, FaultTimeline
 from swarm.errors import RuntimeFailure
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
+from swarm.spec.model import SwarmSpec
 
 IP_PORT = 5999
 RELEASE_LEAD_S = 2.0  # between handing out the plans and the release: every program is running by then
@@ -248,6 +249,13 @@ def run_dtn_experiment(exp: DtnExperiment, store: ResultsStore, *, backend: Opti
     return store.dir
 
 
-def first_swarm(exp: DtnExperiment):
-    return exp.swarm_spec(exp.tests()[0])
+def test_swarms(exp: DtnExperiment) -> list[SwarmSpec]:
+    """The distinct swarms of the experiment's tests, in test order: a swarm depends on the size, CLA, routing
+    and link profile, not on bundle size, rate or repeat, so each such combination is built once."""
+    seen: dict[tuple, SwarmSpec] = {}
+    for test in exp.tests():
+        key = (test.size, test.cla, test.routing, test.profile)
+        if key not in seen:
+            seen[key] = exp.swarm_spec(test)
+    return list(seen.values())
 

@@ -13,5 +13,5 @@ def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d,
 
 TYPE = ExperimentType(
     name="orbits", summary="links follow an orbit plan live (delay, visibility, rate), with contact plans",
-    command="run", from_dict=experiment_from_dict, first_swarm=lambda exp: exp.swarm_spec(), run=_run,
+    command="run", from_dict=experiment_from_dict, swarms=lambda exp: [exp.swarm_spec()], run=_run,
     report=write_orbits_report, resumable=False, unit="s")

@@ -108,7 +108,7 @@ def test_sweep_and_run_show_progress_and_report_for_any_registered_type(tmp_path
         return {"report_html": run_dir / "report.html", "report_md": run_dir / "report.md"}
 
     kind = ExperimentType(name="stand-in", summary="", command="sweep", from_dict=lambda d, s: d,
-                          first_swarm=lambda e: None, run=run, report=report, unit="s")
+                          swarms=lambda e: [], run=run, report=report, unit="s")
     monkeypatch.setattr(runs, "open_run", lambda *a: (kind, {"x": 1}, type("S", (), {"dir": tmp_path / "run"})()))
     monkeypatch.setattr(registry, "type_of_run", lambda d: kind)
     main(["sweep", "anything.yaml"])

@@ -121,3 +121,10 @@ def test_receivers_are_stopped_by_the_pid_they_wrote(tmp_path):
     time.sleep(0.1)
     subprocess.run(stop_remembered(pidfile), check=True)
     assert proc.wait(timeout=5) == -15 and not (tmp_path / "r.pid").exists()
+
+
+def test_shipped_form_of_sizes_and_duration_is_accepted():
+    """Issue 29 defect 2: YAML reads `64` as an int and the shipped file says `duration: 5s`; both were refused."""
+    exp = experiment_from_dict({"type": "ddsperf", "name": "dp", "sizes": [2], "sample_sizes": [64, "1k"],
+                                "duration": "5s", "swarm": {}}, "dp.yaml")
+    assert exp.sample_sizes == ["64", "1k"] and exp.duration == 5.0

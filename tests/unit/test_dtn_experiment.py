@@ -96,3 +96,15 @@ def test_static_routing_down_a_chain():
     nodes = e.swarm_spec(e.tests()[0]).resolved_nodes()
     assert [(r.to, r.via) for r in nodes[0].dtn.routes] == [("*", "sat02")]
     assert [(r.to, r.via) for r in nodes[1].dtn.routes] == [("*", "ground")] and nodes[2].dtn.routes == []
+
+
+def test_swarms_lists_each_distinct_swarm_once():
+    """Issue 29 defect 1: `--check` of a dtn experiment asked the model for `swarm_spec(size)` and crashed; the
+    type now lists its swarms: one per size x CLA x routing x profile, not per bundle size, rate or repeat."""
+    from experiments.dtn.entry import TYPE
+    exp = experiment_from_dict({"type": "dtn", "name": "d", "sizes": [2, 3], "clas": ["tcp"], "routings": ["epidemic"],
+                                "profiles": ["none", {"delay": "10ms"}], "bundle_sizes": ["1kB", "10kB"],
+                                "rates": [1, 2], "repeats": 2, "backend": "netns"}, "d.yaml")
+    swarms = TYPE.swarms(exp)
+    assert len(swarms) == 4
+    assert sorted(len(s.resolved_nodes()) for s in swarms) == [3, 3, 4, 4]
