@@ -23,7 +23,7 @@ LAYER_OF = [
     ("netem.orbits.spec", "spec"),  # the `orbits:` section of a swarm spec (pydantic only, like netem.model)
     ("netem", "plan"), ("compose", "plan"), ("swarm.mesh.plan", "plan"), ("swarm.cfs.node", "plan"),
     ("swarm.cfs.ground", "plan"),
-    ("swarm.runtime", "runtime"), ("swarm.mesh.runtime", "runtime"), ("swarm.cfs.image", "runtime"),
+    ("swarm.runtime", "runtime"), ("swarm.observe", "runtime"), ("swarm.mesh.runtime", "runtime"), ("swarm.cfs.image", "runtime"),
     ("swarm.dtn", "runtime"), ("swarm.dtn.spec", "spec"), ("swarm.dtn.contacts", "spec"), ("swarm.dtn.plan", "plan"),
     ("experiments", "experiments"),
     ("analysis", "analysis"),
