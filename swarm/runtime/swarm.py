@@ -37,6 +37,7 @@ from swarm.runtime.clocks import NodeClocks, node_clocks
 from swarm.runtime.runner import Result, Runner
 from swarm.spec.model import NodePlan, SwarmSpec, check_swarm_name, load_spec, plan_nodes, spec_from_dict
 from netem.model import links_with_engine
+from swarm.observe.events import emit
 
 #: How long a reachability or health probe waits: three echoes at 0, 0.3 and 0.75 s, answers awaited until
 #: ~1.4 s. A peer whose ARP cache is empty (a node just restarted) resolves its neighbour before it answers,
@@ -201,6 +202,7 @@ class Swarm:
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
+        emit(swarm_dir(self.workdir, self.name), "swarm", state="up", nodes=len(self.nodes), backend=self.backend.name)
         return time.monotonic() - started
 
     def preflight(self) -> None:

@@ -130,3 +130,181 @@ def test_capture_of_one_node_for_a_duration(lossy, tmp_path):
     assert proc.returncode == 0, stderr
     counts = per_interface(out, "icmp")
     assert counts.get(0, 0) >= 10, counts  # 5 requests in, 5 replies out (ground: no link conditions)
+
+
+# ------------------------------------------------------------------------------------------------ events
+@pytest.fixture(scope="module")
+def four(request):
+    """A 4-node netns swarm (userspace engine: the delay/loss engine here) for the event stream and the view."""
+    from swarm.runtime.probe import capabilities
+
+    caps = capabilities()
+    require("netns", caps.netns and os.geteuid() == 0, "needs root and network namespaces")
+    require("swarm-linkd", bool(caps.linkd), "swarm-linkd not built (make setup)")
+    data = {"name": "obs-four", "nodes": 4, "backend": "netns",
+            "networks": {"isl": {"subnet": "10.142.0.0/24"}, "ground": {"subnet": "10.143.0.0/24"}},
+            "links": {"engine": "userspace", "default": {"delay": "5ms"},
+                      "overrides": [{"between": ["sat01", "sat02"], "loss": "2%"}]}}
+    swarm = Swarm(spec_from_dict(data), workdir=REPO)
+    swarm.down()
+    swarm.up()
+    yield swarm
+    swarm.down()
+
+
+def read_events(proc: subprocess.Popen) -> list[dict]:
+    import json
+
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def test_events_stream_a_cut_and_a_heal_in_order_with_their_times(four):
+    proc = subprocess.Popen([sys.executable, "-m", "swarm", "events", "obs-four", "--json", "--no-history"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    t0 = time.time()
+    assert cli("fault", "obs-four", "cut", "sat01", "sat03").returncode == 0
+    t1 = time.time()
+    time.sleep(1.0)
+    t2 = time.time()
+    assert cli("fault", "obs-four", "heal", "sat01", "sat03").returncode == 0
+    t3 = time.time()
+    time.sleep(1.5)
+    events = read_events(proc)
+    assert [e["t"] for e in events] == sorted(e["t"] for e in events)  # in the order they happened
+    faults = [e for e in events if e["type"] == "fault"]
+    assert [(e["kind"], e["args"]) for e in faults] == [("cut", ["sat01", "sat03"]), ("heal", ["sat01", "sat03"])]
+    assert t0 <= faults[0]["t"] <= t1 and t2 <= faults[1]["t"] <= t3
+    links = [(e["src"], e["dst"], e["state"]) for e in events if e["type"] == "link"]
+    assert links == [("sat01", "sat03", "cut"), ("sat03", "sat01", "cut"), ("sat01", "sat03", "up"),
+                     ("sat03", "sat01", "up")], links
+    cut_links = [e for e in events if e["type"] == "link" and e["state"] == "cut"]
+    assert all(t0 <= e["t"] <= t1 and e["conditions"] == "delay 5ms" for e in cut_links)  # applied, then logged
+    assert all(e["cause"].startswith("command: swarm fault obs-four") for e in faults + cut_links)
+    # the readable table and the history: the whole story since `up`, from the log
+    res = cli("events", "obs-four", "--no-follow")
+    assert res.returncode == 0, res.stderr
+    table = res.stdout.splitlines()
+    assert "cause" in table[0] and any("swarm" in l and "up (4 nodes)" in l for l in table)
+    assert any("sat01 -> sat02: up (delay 5ms loss 2%)" in l for l in table)  # the spec's links, set at `up`
+    assert any("cut sat01 sat03" in l for l in table) and any("heal sat01 sat03" in l for l in table)
+
+
+def test_events_of_an_unknown_swarm_exit_2():
+    res = cli("events", "obs-nosuch", "--json")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "obs-nosuch" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------------ view
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class Collector:
+    """A local HTTP endpoint the page posts what it shows to (`?report=`), each post stamped on arrival."""
+
+    def __init__(self):
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen = self.seen = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_a):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                seen.append((time.time(), json.loads(body)))
+                self.send_response(204)
+                self.send_header("Access-Control-Allow-Origin", "*")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait(self, pred, timeout: float) -> tuple[float, dict] | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for t, shown in list(self.seen):
+                if pred(shown):
+                    return t, shown
+            time.sleep(0.05)
+        return None
+
+
+def start_view(name: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "swarm", "view", name, "--port", "0"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stderr.readline()
+    import re
+
+    found = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+    assert found, line + (proc.stderr.read() if proc.poll() is not None else "")
+    return proc, found.group(1)
+
+
+def link_state(shown: dict, a: str, b: str) -> str | None:
+    return next((s for x, y, s in shown["links"] if {x, y} == {a, b}), None)
+
+
+def test_the_live_view_in_headless_chromium_sees_a_cut_within_2_s(four, tmp_path):
+    require("chromium", chromium() is not None, "chromium not installed (Debian package chromium)")
+    view, url = start_view("obs-four")
+    collector = Collector()
+    browser = subprocess.Popen([chromium(), "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path}/c",
+                                "--window-size=1400,900", f"{url}?report={collector.url}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        first = collector.wait(lambda s: len(s["nodes"]) == 4, 60)
+        assert first, "the page never showed the swarm"
+        shown = first[1]
+        assert sorted(shown["nodes"]) == ["sat01", "sat02", "sat03", "sat04"]
+        assert len(shown["links"]) == 6  # every pair of 4 nodes on the ISL bridge
+        assert link_state(shown, "sat01", "sat02") == "impaired" and link_state(shown, "sat02", "sat04") == "impaired"
+        res = cli("fault", "obs-four", "cut", "sat02", "sat04")
+        done = time.time()
+        assert res.returncode == 0, res.stderr
+        seen = collector.wait(lambda s: link_state(s, "sat02", "sat04") == "cut", 10)
+        assert seen, "the page never showed the cut"
+        assert seen[0] - done <= 2.0, f"the cut showed {seen[0] - done:.2f} s after `swarm fault cut` returned"
+        assert shown["events"] >= 1
+        # the screenshot the README shows: the cut link, the impaired one, the events, traffic sat01 -> sat03
+        traffic = subprocess.Popen(["ip", "netns", "exec", node_ns("obs-four", "sat01"), "ping", "-q", "-i", "0.002",
+                                    "-s", "1200", "-w", "12", four.node("sat03").isl_ip],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(3)
+        shot = REPO / "docs" / "view.png"
+        res = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                              f"--user-data-dir={tmp_path}/s", "--window-size=1400,900", "--virtual-time-budget=4000",
+                              f"--screenshot={shot}", url], capture_output=True, text=True, timeout=120)
+        traffic.wait(timeout=30)
+        assert res.returncode == 0 and shot.stat().st_size > 20_000, res.stderr[-1000:]
+        assert cli("fault", "obs-four", "heal", "sat02", "sat04").returncode == 0
+        healed = collector.wait(lambda s: link_state(s, "sat02", "sat04") == "impaired", 10)
+        assert healed, "the page never showed the heal"
+    finally:
+        browser.terminate()
+        try:
+            browser.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(browser.pid, signal.SIGKILL)
+        view.send_signal(signal.SIGINT)
+        assert view.wait(timeout=20) == 0
+        collector.server.shutdown()
+
+
+def test_view_port_in_use_exits_2_one_line(four):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        res = cli("view", "obs-four", "--port", str(port), timeout=60)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and str(port) in res.stderr, res.stderr

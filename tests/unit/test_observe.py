@@ -41,3 +41,77 @@ def test_an_unwritable_output_is_refused_before_anything_starts(tmp_path):
     for bad, why in ((tmp_path / "no" / "x.pcapng", "no such directory"), (tmp_path, "is a directory")):
         with pytest.raises(SpecError, match=why):
             check_output(bad)
+
+
+# ------------------------------------------------------------------------------------------------ events
+from netem.model import NONE, Impairment, impairment  # noqa: E402
+from swarm.observe.events import (EVENTS_FILE, LogWatch, NodeWatch, caused_by, emit, follow, format_event,  # noqa: E402
+                                  link_changes, link_view)
+
+
+def test_link_view_and_changes_name_cuts_downs_and_conditions():
+    base = {("a", "b"): impairment(loss="10%"), ("b", "a"): NONE.merge(Impairment(up=False)), ("a", "c"): NONE}
+    before = link_view(base, set())
+    assert before == {("a", "b"): ("up", "loss 10%"), ("b", "a"): ("down", "")}
+    after = link_view(base, {("a", "b"), ("b", "a")})
+    changes = link_changes(before, after)
+    assert [(c["src"], c["dst"], c["state"], c["conditions"]) for c in changes] == [
+        ("a", "b", "cut", "loss 10%"), ("b", "a", "cut", "")]
+    assert changes[0]["was"] == {"state": "up", "conditions": "loss 10%"}
+    healed = link_changes(after, {})
+    assert [(c["src"], c["state"]) for c in healed] == [("a", "up"), ("b", "up")]
+
+
+def test_emit_appends_json_lines_that_follow_reads_back_in_order(tmp_path):
+    emit(tmp_path, "fault", kind="cut", args=["a", "b"])
+    with caused_by("fault timeline"):
+        emit(tmp_path, "link", src="a", dst="b", state="cut", conditions="")
+    emit(tmp_path / "gone", "link", src="a")  # no state directory: nothing written, no error
+    lines = (tmp_path / EVENTS_FILE).read_text().splitlines()
+    assert len(lines) == 2
+    got = list(follow(tmp_path, once=True))
+    assert [e["type"] for e in got] == ["fault", "link"] and got[0]["t"] <= got[1]["t"]
+    assert got[1]["cause"] == "fault timeline" and got[0]["cause"] != "fault timeline"
+    assert "a -> b: cut" in format_event(got[1]) and "cut a b" in format_event(got[0])
+
+
+def test_follow_ends_with_down_when_the_state_directory_goes(tmp_path):
+    d = tmp_path / "s"
+    d.mkdir()
+    emit(d, "swarm", state="up", nodes=2)
+    stream = follow(d, poll=0.01)
+    assert next(stream)["state"] == "up"
+    (d / EVENTS_FILE).unlink()
+    d.rmdir()
+    last = next(stream)
+    assert (last["type"], last["state"], last["cause"]) == ("swarm", "down", "observed")
+
+
+def test_watches_see_engine_restarts_and_node_state_changes(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "sat01.linkd.log").write_text("swarm-linkd: engine exited with status 1; restarting\n")
+    watch = LogWatch(tmp_path)
+    assert watch() == []  # before it watched
+    with open(logs / "sat01.linkd.log", "a") as f:
+        f.write("swarm-linkd: engine exited with status 137; restarting\n")
+    assert [(e["type"], e["node"]) for e in watch()] == [("engine", "sat01")]
+    states = iter([{"sat01": "running"}, {"sat01": "exited"}])
+    nodes = NodeWatch(lambda: next(states), every=0)
+    assert nodes() == [] and [(e["node"], e["was"], e["state"]) for e in nodes()] == [("sat01", "running", "exited")]
+
+
+# ------------------------------------------------------------------------------------------------ view
+def test_view_refuses_a_port_in_use_in_one_line():
+    import socket
+
+    from swarm.observe.view import STATIC, bind
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(SpecError, match=f"--port {port}: in use"):
+            bind("127.0.0.1", port, state=None)
+    assert {p.name for p in STATIC.iterdir()} >= {"view.html", "view.js", "view.css"}  # shipped, no CDN
+    assert "http" not in (STATIC / "view.html").read_text().replace("http://www.w3.org", "")
