@@ -56,8 +56,12 @@ def capture(name, node, iface, link, duration, snaplen, output) -> None:
         what = ", ".join(f"{r.end.node} {r.iface}" for r in running)
         err.print(f"capturing on {what} " + (f"for {duration:g} s" if duration else "until Ctrl-C"))
 
-    counts = run_capture(swarm, ends, path, duration=duration, snaplen=snaplen, started=started)
+    counts, fate = run_capture(swarm, ends, path, duration=duration, snaplen=snaplen, started=started)
     out.print(f"wrote {path}: " + "; ".join(f"{label}: {n if n is not None else '?'} packets" for label, n in counts))
+    if fate:
+        out.print(f"{link[0]} -> {link[1]}: {fate['sent']} frames sent, {fate['arrived']} arrived, {fate['lost']} lost, "
+                  f"{fate['duplicated']} duplicated, {fate['unmatched']} changed on the way; each frame's comment says "
+                  "which (Wireshark: frame.comment)")
 
 
 @click.command()

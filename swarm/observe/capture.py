@@ -125,6 +125,56 @@ def interface_of(runner: Runner, prefix: list[str], ip: str, node: str) -> str:
     return iface
 
 
+MAX_COMMENTS = 8000  # editcap takes one argument per comment; beyond this only losses are annotated, then none
+
+
+def link_comments(frames: list[tuple[int, int, float, str]], src: str, dst: str) -> tuple[dict[int, str], dict]:
+    """Packet comments for a link's merged capture, from what the two taps saw (pure): `frames` are
+    (frame number, interface 0 = egress | 1 = ingress, time, hash of the frame's bytes), in file order. A
+    bridge forwards a frame unchanged, so a frame's bytes identify it at both ends (copies matched first in,
+    first out). Returns ({frame: comment}, counts). These are measurements at the two ends, not the engine's
+    own decisions (swarm-linkd keeps no per-packet record)."""
+    sent: dict[str, list[tuple[int, float]]] = {}
+    for num, iface, t, digest in frames:
+        if iface == 0:
+            sent.setdefault(digest, []).append((num, t))
+    arrived: dict[int, tuple[int, float]] = {}  # egress frame -> (ingress frame, delay s)
+    copies: dict[str, int] = {}
+    comments: dict[int, str] = {}
+    counts = {"sent": 0, "arrived": 0, "lost": 0, "duplicated": 0, "unmatched": 0}
+    queue = {d: list(v) for d, v in sent.items()}
+    for num, iface, t, digest in frames:
+        if iface == 0:
+            counts["sent"] += 1
+            continue
+        if queue.get(digest):
+            e_num, e_t = queue[digest].pop(0)
+            arrived[e_num] = (num, t - e_t)
+            counts["arrived"] += 1
+            comments[num] = f"swarm: {src}->{dst}: sent at egress frame {e_num}, {1000 * (t - e_t):.3f} ms earlier"
+        elif digest in sent:
+            copies[digest] = copies.get(digest, 0) + 1
+            counts["duplicated"] += 1
+            comments[num] = f"swarm: {src}->{dst}: a duplicate (one more copy than the sender sent)"
+        else:
+            counts["unmatched"] += 1
+            comments[num] = f"swarm: {src}->{dst}: not sent as such by {src} (corrupted on the link?)"
+    for num, iface, t, digest in frames:
+        if iface != 0:
+            continue
+        if num in arrived:
+            i_num, delay = arrived[num]
+            comments[num] = f"swarm: {src}->{dst}: arrived at {dst} (ingress frame {i_num}) after {1000 * delay:.3f} ms"
+        else:
+            counts["lost"] += 1
+            comments[num] = f"swarm: {src}->{dst}: never reached {dst}'s ingress (dropped or corrupted on the link)"
+    if len(comments) > MAX_COMMENTS:
+        comments = {n: c for n, c in comments.items() if "never reached" in c or "duplicate" in c or "not sent" in c}
+        if len(comments) > MAX_COMMENTS:
+            comments = {}
+    return comments, counts
+
+
 @dataclass
 class Running:
     end: CaptureEnd
@@ -150,6 +200,9 @@ class Capture:
         self.ring = ring
         self.running: list[Running] = []
         self.tmp: Path | None = None
+        #: (sender, receiver) of a directed link capture: its packets get comments saying what became of them
+        self.link = (ends[0].node, ends[1].node) if len(ends) == 2 and ends[0].filter else None
+        self.link_counts: dict = {}
 
     def start(self, duration: float | None = None) -> None:
         """Start every end; returns once each dumpcap has opened its interface. RuntimeFailure (nothing left
@@ -233,12 +286,29 @@ class Capture:
                                        *(str(r.file) for r in self.running)], timeout=600)
                 comment = "; ".join(f"interface {i}: {r.end.label} on {r.iface}, filter '{r.end.filter}'"
                                     for i, r in enumerate(self.running))
+                per_packet: list[str] = []
+                if self.link and shutil.which("tshark"):
+                    comments, self.link_counts = link_comments(self._frames(merged), *self.link)
+                    per_packet = [a for num, text in sorted(comments.items()) for a in ("-a", f"{num}:{text}")]
+                    comment += (f"; packet comments: what the two ends saw (frame matched by its bytes), "
+                                f"{len(comments)} of {self.link_counts['sent'] + self.link_counts['arrived']} frames")
                 self.swarm.runner.run(["editcap", "--capture-comment", f"swarm {self.swarm.name}: {comment}",
-                                       str(merged), str(self.output)], timeout=600)
+                                       *per_packet, str(merged), str(self.output)], timeout=600)
         finally:
             self._cleanup(keep_output=True)
             signal.signal(signal.SIGINT, previous)
         return counts
+
+    def _frames(self, path: Path) -> list[tuple[int, int, float, str]]:
+        res = self.swarm.runner.run(["tshark", "-r", str(path), "-o", "frame.generate_md5_hash:TRUE", "-T", "fields",
+                                     "-e", "frame.number", "-e", "frame.interface_id", "-e", "frame.time_epoch",
+                                     "-e", "frame.md5_hash"], timeout=600, check=False)
+        out = []
+        for line in res.stdout.splitlines():
+            f = line.split("\t")
+            if len(f) == 4 and f[0].isdigit():
+                out.append((int(f[0]), int(f[1] or 0), float(f[2]), f[3]))
+        return out
 
     def _cleanup(self, keep_output: bool) -> None:
         if self.tmp is not None:
@@ -249,10 +319,11 @@ class Capture:
 
 
 def capture(swarm, ends: list[CaptureEnd], output: Path, *, duration: float | None = None, snaplen: int = 0,
-            started: Callable[[list[Running]], None] = lambda _r: None) -> list[tuple[str, int | None]]:
-    """Capture `ends` into `output` for `duration` seconds or until Ctrl-C; (label, packets) per end."""
+            started: Callable[[list[Running]], None] = lambda _r: None) -> tuple[list[tuple[str, int | None]], dict]:
+    """Capture `ends` into `output` for `duration` seconds or until Ctrl-C; (label, packets) per end, and for a
+    link what became of its frames (sent, arrived, lost, duplicated, unmatched)."""
     cap = Capture(swarm, ends, output, snaplen=snaplen)
     cap.start(duration)
     started(cap.running)
     cap.wait()
-    return cap.finish()
+    return cap.finish(), cap.link_counts

@@ -98,6 +98,11 @@ def test_capture_of_a_lossy_link_both_ends_until_ctrl_c(lossy, tmp_path):
     info = subprocess.run(["capinfos", str(out)], capture_output=True, text=True, timeout=60).stdout
     assert "Number of interfaces in file: 2" in info and "interface 0: sat01 isl egress" in info
     assert f"wrote {out}" in stdout.replace("\n", "")
+    # every frame's comment says what became of it, and the losses are the egress frames without an arrival
+    lost = per_interface(out, 'frame.comment contains "never reached" && icmp.type == 8')
+    arrived = per_interface(out, 'frame.comment contains "arrived at sat02" && icmp.type == 8')
+    assert lost.get(0, 0) + arrived.get(0, 0) == 1000 and arrived.get(0) == requests.get(1), (lost, arrived)
+    assert per_interface(out, 'frame.comment contains "earlier"').get(1) == per_interface(out, "frame").get(1)
 
 
 def test_capture_bad_input_one_line_exit_2_nothing_left(lossy, tmp_path):

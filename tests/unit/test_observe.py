@@ -115,3 +115,14 @@ def test_view_refuses_a_port_in_use_in_one_line():
             bind("127.0.0.1", port, state=None)
     assert {p.name for p in STATIC.iterdir()} >= {"view.html", "view.js", "view.css"}  # shipped, no CDN
     assert "http" not in (STATIC / "view.html").read_text().replace("http://www.w3.org", "")
+
+
+def test_link_comments_say_what_became_of_each_frame():
+    from swarm.observe.capture import link_comments
+
+    frames = [(1, 0, 10.0, "a"), (2, 0, 10.1, "b"), (3, 1, 10.105, "a"), (4, 0, 10.2, "c"), (5, 1, 10.21, "c"),
+              (6, 1, 10.22, "c"), (7, 1, 10.3, "zz")]
+    comments, counts = link_comments(frames, "sat01", "sat02")
+    assert counts == {"sent": 3, "arrived": 2, "lost": 1, "duplicated": 1, "unmatched": 1}
+    assert "never reached" in comments[2] and "after 105.000 ms" in comments[1] and "egress frame 1" in comments[3]
+    assert "duplicate" in comments[6] and "corrupted" in comments[7] and "egress frame 4" in comments[5]
