@@ -30,7 +30,7 @@ from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.runtime.runner import Result
 
 if TYPE_CHECKING:
-    from swarm.runtime.swarm import Swarm
+    from swarm.runtime.context import SwarmContext
     from swarm.spec.model import NodePlan
 
 LINKD_ENV = "SWARM_LINKD"
@@ -138,7 +138,7 @@ def jump_argv(op: str, iface: str, hold: LinkdHold, hop_port: str | None = None)
 class Linkd:
     """One swarm's userspace engines, one per node, through the swarm's backend and runner."""
 
-    def __init__(self, swarm: "Swarm"):
+    def __init__(self, swarm: "SwarmContext"):
         self.swarm = swarm
         self.backend = swarm.backend
         self.host_binary = swarm.caps.linkd or linkd_binary() or ""

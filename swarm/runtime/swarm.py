@@ -28,12 +28,14 @@ from swarm.dtn.runtime import DtnAgents, ensure_dtn_image
 from swarm.errors import RuntimeFailure, SpecError
 from swarm.mesh.plan import STABLE_S
 from swarm.mesh.runtime import Mesh
+from swarm.mesh.spec import choose_implementation
 from swarm.runtime.host import ensure_neighbour_capacity
 from swarm.runtime.image import ensure_image
 from netem.runtime.links import LinkController
 from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
 from swarm.runtime.clocks import NodeClocks, node_clocks
+from swarm.runtime.context import SwarmContext
 from swarm.runtime.runner import Result, Runner
 from swarm.spec.model import NodePlan, SwarmSpec, check_swarm_name, load_spec, plan_nodes, spec_from_dict
 from netem.model import links_with_engine
@@ -141,28 +143,39 @@ class Swarm:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def context(self) -> SwarmContext:
+        """What the swarm's services receive (swarm.runtime.context): a frozen view of this swarm."""
+        return SwarmContext(self.name, self.spec, tuple(self.nodes), self.backend, self.runner, self.workdir, self.caps,
+                            self.message, self.progress)
+
     def node(self, name: str) -> NodePlan:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise SpecError(f"node {name!r}: no such node in swarm {self.name!r} (nodes: {self.nodes[0].name}..{self.nodes[-1].name})")
+        return self.context.node(name)
 
     @property
-    def mesh(self):
+    def mesh(self) -> Mesh:
         """The swarm's mesh (swarm.mesh.Mesh): implementation, routes, convergence. SpecError if this host
         cannot run the implementation the spec pins."""
-        return Mesh(self)
+        return Mesh(self.context, self.links)
 
     @property
     def dtn(self) -> DtnAgents:
         """The swarm's DTN agents (swarm.dtn): start, stop, status, logs; `enabled` is False without `dtn:`."""
-        return DtnAgents(self)
+        return DtnAgents(self.context)
 
     @property
-    def links(self):
+    def links(self) -> LinkController:
         """The swarm's link conditions and faults (netem.runtime.links.LinkController): impair, cut, heal, partition,
         node_action, rows (what is set now)."""
-        return LinkController(self)
+        return LinkController(self.context, on_node_restart=self._restart_services)
+
+    def _restart_services(self, node: str, timeout: float) -> None:
+        """A restarted node's processes were all ended: start its mesh daemon and its DTN agent again (an empty
+        bundle store unless dtn.storage is persistent)."""
+        if self.spec.mesh.enabled:
+            self.mesh.start([node])
+        if self.node(node).spec.dtn is not None:
+            self.dtn.start(timeout, nodes=[node])
 
     # ------------------------------------------------------------------------------------------ up/down
     def up(self, ready_timeout: float | None = None) -> float:
@@ -215,7 +228,7 @@ class Swarm:
                            lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
             self._check_conflicts()
             if self.spec.mesh.enabled:
-                _ = self.mesh  # an implementation this host lacks: SpecError here
+                choose_implementation(self.spec.mesh, self.caps, self.backend.name)  # one this host lacks: SpecError
         except SpecError as exc:
             raise SpecError(f"{self.source}: {exc}" if self.source and not str(exc).startswith(self.source)
                             else str(exc)) from None
