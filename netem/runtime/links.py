@@ -43,7 +43,7 @@ class LinkController:
         # container backends (compose, swarm): the userspace engine runs there only when pinned (`engine:
         # userspace`); its binary is copied into each container and the node image needs iptables, which has
         # been exercised on netns (and pinned on compose) only
-        skip = () if swarm.backend.name == "netns" else ("userspace",)
+        skip = ("userspace",) if swarm.backend.traits.containers else ()
         self.engine: Engine = choose_engine(swarm.caps, links.engine if links else None, skip)
         self.workers = workers
         self.dir = swarm_dir(swarm.workdir, swarm.name)

@@ -144,7 +144,7 @@ class DtnAgents:
         self.swarm = swarm  # the context, not the Swarm facade
         self.nodes = dtn_nodes(swarm.nodes)
         self.by_name = {n.name: n for n in self.nodes}
-        self.netns = swarm.backend.name == "netns"
+        self.netns = not swarm.backend.traits.containers  # the agents run the host's dtnd, in host folders
         self._bindir: Optional[Path] = None
 
     @property

@@ -26,7 +26,7 @@ class Mesh:
         self.swarm = swarm  # the context, not the Swarm facade
         self.links = links  # the ISL interface of each node, the link state (cuts, stopped nodes)
         self.spec: MeshSpec = swarm.spec.mesh
-        self.implementation = choose_implementation(self.spec, swarm.caps, swarm.backend.name)
+        self.implementation = choose_implementation(self.spec, swarm.caps, swarm.backend.traits)
         self.names = [n.name for n in swarm.nodes]
         # originators are named by ISL address under batmand, by the ISL interface's MAC under batman-adv
         self.by_addr = {n.isl_ip: n.name for n in swarm.nodes} | {n.isl_mac.lower(): n.name for n in swarm.nodes}

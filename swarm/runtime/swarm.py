@@ -112,7 +112,7 @@ class Swarm:
         self.caps = caps or capabilities()
         self.workdir = workdir or default_workdir()
         self.backend: Backend = get_backend(backend or spec.backend or ("swarm" if spec.hosts else None), self.runner, self.caps, self.workdir)
-        self.spec = spec = with_backend_defaults(spec, self.backend.name)
+        self.spec = spec = with_backend_defaults(spec, self.backend.traits)
         self.nodes: list[NodePlan] = plan_nodes(spec)
         self.progress = progress
         self.keep_on_failure = keep_on_failure
@@ -187,7 +187,7 @@ class Swarm:
         dtn.check()  # netns: the dtn7-rs binaries exist or are built now (SpecError without a Rust toolchain)
         started = time.monotonic()
         ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
-        if self.backend.name in ("compose", "swarm"):
+        if self.backend.traits.containers:
             self.image = self._ensure_images()
             if dtn.enabled:
                 self.image = ensure_dtn_image(self.runner, self.workdir, self.image, self.message)
@@ -221,14 +221,14 @@ class Swarm:
         name and subnets against what is up and the host's interfaces, the link conditions against this
         host's impairment engine, the mesh implementation. SpecError (naming `source`) on the first problem."""
         try:
-            check_cfs(self.spec, self.nodes, self.backend.name)
+            check_cfs(self.spec, self.nodes, self.backend.traits)
             self.backend.check_available()
             self.backend.check_spec(self.spec, self.nodes)  # on every host it will use, before creating anything
-            check_runnable(self.spec.apps, self.backend.name,
+            check_runnable(self.spec.apps, self.backend.traits,
                            lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
             self._check_conflicts()
             if self.spec.mesh.enabled:
-                choose_implementation(self.spec.mesh, self.caps, self.backend.name)  # one this host lacks: SpecError
+                choose_implementation(self.spec.mesh, self.caps, self.backend.traits)  # one this host lacks: SpecError
         except SpecError as exc:
             raise SpecError(f"{self.source}: {exc}" if self.source and not str(exc).startswith(self.source)
                             else str(exc)) from None
@@ -340,7 +340,7 @@ class Swarm:
 
     def _prober(self) -> NodePlan | None:
         """A node that can run fping: any node with netns (host tools), else one on the framework image."""
-        if self.backend.name == "netns":
+        if not self.backend.traits.containers:
             return self.nodes[0]
         return next((n for n in self.nodes if not n.spec.image), None)
 
@@ -411,13 +411,11 @@ class Swarm:
 
     def host_facts(self) -> list[dict]:
         """Facts about every host the swarm runs on (multi-host backends); [] on one host."""
-        describe = getattr(self.backend, "describe_hosts", None)
-        return describe(self.name) if describe else []
+        return self.backend.describe_hosts(self.name)
 
     def backend_facts(self) -> list[str]:
         """Lines about where the swarm runs (multi-host backends: hosts, node MTU, clocks); [] on one host."""
-        facts = getattr(self.backend, "facts", None)
-        return facts(self.name) if facts else []
+        return self.backend.facts(self.name)
 
     def exec(self, node: str, argv: list[str], *, check: bool = True, timeout: float | None = None) -> Result:
         """Run `argv` inside one node."""

@@ -180,3 +180,29 @@ def test_no_service_imports_the_swarm_facade(graph):
     users = sorted(src for src, targets in graph.items() if "swarm.runtime.swarm" in targets
                    and src != "swarm.runtime.swarm" and src.startswith(SERVICES))
     assert users == []
+
+
+def test_no_module_outside_the_backends_compares_a_backend_name():
+    """What differs between backends is asked of their traits (swarm.caps.BackendTraits) or done by their own
+    methods (install_binary, start_daemon(at_hop=), describe_hosts, ...), never decided by comparing names."""
+    import re
+
+    from swarm.runtime.backends import REGISTRY
+
+    names = "|".join(REGISTRY)
+    compares = re.compile(rf"""backend\w*(\.name)?\s*(==|!=|\bnot in\b|\bin\b)\s*[(\[{{]?[^\n]*["']({names})["']"""
+                          rf"""|["']({names})["']\s*(==|!=)\s*[\w.]*backend""")
+    # the spec's own `backend:` field, validated against its `hosts:` section (input, not a running backend)
+    exempt = {"swarm.spec.model"}
+    hits = [f"{name}:{i}: {line.strip()}" for name, path in modules().items()
+            if not name.startswith("swarm.runtime.backends") and name not in exempt
+            for i, line in enumerate(path.read_text().splitlines(), 1) if compares.search(line)]
+    assert hits == []
+
+
+def test_every_backend_declares_its_traits():
+    from swarm.caps import BackendTraits
+    from swarm.runtime.backends import REGISTRY
+
+    assert {name: isinstance(getattr(cls, "traits", None), BackendTraits) for name, cls in REGISTRY.items()} == \
+        {name: True for name in REGISTRY}
