@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from experiments.store import host_facts
 from experiments.traffic.model import ExperimentSpec
@@ -36,7 +36,8 @@ from swarm.runtime.backends import swarm_dir
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 from swarm.spec.apps import check_domain_id
 from swarm.units import parse_duration, rate_hz
-from swarm.spec.model import NodePlan, SwarmSpec, _check_name, read_yaml, swarm_from_template, unique, validate_document
+from experiments.base import ExperimentModel
+from swarm.spec.model import NodePlan, SwarmSpec, read_yaml, swarm_from_template, unique, validate_document
 
 SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?$")
 RATE_RE = re.compile(r"^(inf|\d+(?:\.\d+)?(?:Hz|kHz)?)$")
@@ -58,10 +59,8 @@ def parse_sample_size(value: Any) -> int:
 
 
 
-class DdsperfExperiment(BaseModel):
+class DdsperfExperiment(ExperimentModel):
     """A ddsperf sweep."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["ddsperf"]
     name: str
@@ -76,11 +75,6 @@ class DdsperfExperiment(BaseModel):
     settle: float = Field(0.5, ge=0, le=600)
     backend: Optional[Literal["compose", "netns", "swarm"]] = None
     swarm: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _check_name("experiment", v)
 
     @field_validator("domain_id", mode="before")
     @classmethod

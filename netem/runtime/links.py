@@ -290,7 +290,25 @@ class LinkController:
                 out[node] = int(head.get("first_packet_at_ns", 0))
         return out
 
-    # ------------------------------------------------------------------------------------ applying
+    # ------------------------------------------------------------------- applying (public: the orbit driver)
+    def transaction(self):
+        """The link state (links.json), locked against other writers and saved on exit (see _transaction)."""
+        return self._transaction()
+
+    def apply(self, node, rec: dict, links: DirectedLinks, *, force: bool = False, cut_frames: bool = True):
+        """Make one running node match `links` (the effective conditions of the directed links touching it),
+        changing only the parts whose plan changed; `rec` is the node's record in the link state, updated in
+        place. Returns the engine's plan (None: nothing to visit). The orbit driver calls this per node and
+        step, holding the whole swarm's state in memory between saves."""
+        by_mac = {n.name: n.isl_mac for n in self.swarm.nodes}
+        return self._apply_node(node, rec, links, by_mac, force, cut_frames=cut_frames)
+
+    def change_tc(self, node: str, changes: list[list[str]]) -> None:
+        """Apply in-place tc changes (netem.incremental.tc_changes: `tc class/qdisc change` argvs) to a node's tree,
+        so a changed delay or rate does not flush the packets queued in the link."""
+        if changes:
+            self._run(node, ["tc", "-batch", "-"], input="\n".join(" ".join(a[1:]) for a in changes) + "\n")
+
     def _push(self, state: LinkState, nodes: list[str] | None = None, force: bool = False,
               clearing: bool = False) -> list[str]:
         """Make every (or the given) running node's qdiscs and nft table match the state. Nodes whose plan is

@@ -140,13 +140,12 @@ class LinkTimelineDriver:
             if rec.get("tc") == signature(prev) and rec.get("tc") != signature(tc):
                 changes = tc_changes(prev, tc)
                 if changes:
-                    self.ctl._run(node.name, ["tc", "-batch", "-"],
-                                  input="\n".join(" ".join(a[1:]) for a in changes) + "\n")
+                    self.ctl.change_tc(node.name, changes)
                     rec["tc"] = signature(tc)
                     with self._count_lock:
                         self.counts["tc_in_place"] += 1
         tc_before, nft_before = rec.get("tc"), rec.get("nft")
-        cmds = self.ctl._apply_node(node, rec, self.eff[node.name], self.by_mac, force, cut_frames=False)
+        cmds = self.ctl.apply(node, rec, self.eff[node.name], force=force, cut_frames=False)
         self.tc_applied[node.name] = cmds.tc if cmds is not None else []
         tc = self.tc_applied[node.name]
         with self._count_lock:
@@ -155,7 +154,7 @@ class LinkTimelineDriver:
 
     def _save(self) -> None:
         """links.json: the configured conditions with the plan's current ones, and the per-node records."""
-        with self.ctl._transaction() as state:
+        with self.ctl.transaction() as state:
             merged = dict(self.base)
             for links in self.eff.values():
                 merged.update(links)
@@ -170,7 +169,7 @@ class LinkTimelineDriver:
             self._pool = ThreadPoolExecutor(max(1, min(self.workers, len(self.plan.nodes))))
         pool = self._pool
         started = time.time()
-        with self.ctl._transaction() as state:
+        with self.ctl.transaction() as state:
             self.recs = {n: dict(state.nodes.get(n, {})) for n in self.plan.nodes}
         first = self.plan.timeline[self.plan.timeline["t_start"] == 0]
         for r in first.itertuples(index=False):

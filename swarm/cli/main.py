@@ -19,7 +19,8 @@ from rich.table import Table
 
 from swarm import __version__
 from swarm.cfs.node import check_cfs
-from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, down_by_name, leftovers, wipe as wipe_all
+from swarm.runtime.state import all_states, default_workdir, down_by_name, leftovers, wipe as wipe_all
+from swarm.runtime.swarm import NodeFailed, Swarm
 from swarm.cli import cfs as cfs_commands, dtn as dtn_commands, links as link_commands, mesh as mesh_commands, \
     orbits as orbit_commands
 from swarm.cli.console import err, out, warn

@@ -78,7 +78,7 @@ def test_corrupt_state_is_one_line_and_skipped(text, tmp_path):
 
 
 def test_state_is_written_atomically(tmp_path):
-    from swarm.runtime.swarm import read_state, write_state
+    from swarm.runtime.state import read_state, write_state
 
     write_state(tmp_path, "hd-a", {"name": "hd-a", "backend": "netns", "spec": {}, "n": 1})
     write_state(tmp_path, "hd-a", {"name": "hd-a", "backend": "netns", "spec": {}, "n": 2})
