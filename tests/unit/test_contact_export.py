@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from conftest import REPO
+from experiments.orbits.bundles import judge, router_plan, summary
 from experiments.orbits.model import experiment_from_dict
 from netem.orbits.export import node_numbers, passes, to_hdtn, to_ion
 from netem.orbits.planner import Plan, plan as make_plan
@@ -251,3 +252,46 @@ def test_the_one_writer_and_the_readers_round_trip():
         parse_hdtn(write_hdtn([(1, 2, 0, 0, 1000, 1)]))
     with pytest.raises(ValueError, match="source 0 dest 2"):
         parse_hdtn(write_hdtn([(0, 2, 0, 5, 1000, 1)]))
+
+
+# -------------------------------------------------------------- bundles judged on the routers' plan
+def test_router_plan_is_what_ion_keeps_named_and_timed_from_the_release():
+    p = _two_sats()
+    release = datetime(2026, 11, 25, 9, 0, 0, 400000, tzinfo=timezone.utc).timestamp()
+    text = to_ion(p, origin=datetime.fromtimestamp(release, timezone.utc))
+    routers, refused = router_plan(text, node_numbers(p), release)
+    assert refused == 0
+    c = [c for c in routers.contacts if (c.a, c.b) == ("alpha", "gs01")][0]
+    assert (c.start, c.end) == (pytest.approx(110.6), pytest.approx(508.6))  # whole seconds inside 110-509
+    # the old, touching export: ION refuses 14 lines, its routers would not see alpha-gs01 at 150 s (but 184 s)
+    old, refused = router_plan((DATA / "small.ionrc").read_text(), node_numbers(p), 0.0)
+    assert refused == 14
+    rows = [{"src": "alpha", "dst": "gs01", "seq": 0, "bid": "b0", "created_ts": 150.0, "delivered_ts": 150.1,
+             "delivered": True, "latency_s": 0.1}]
+    exact = parse_contact_plan("a contact +110 +509 alpha gs01 5000000\n")
+    on_old = judge(rows, exact, 0.0, routers=old)[0]
+    assert on_old["plan_earliest_s"] == 150 and on_old["router_earliest_s"] == 185 and on_old["outcome"] == "delivered"
+    on_new = judge(rows, exact, 0.0, routers=renamed_release(text, p, 0.0))[0]
+    assert on_new["router_earliest_s"] == 151  # + the range's 1 s light time
+    assert summary([on_new])["deliverable_per_routers"] == 1
+
+
+def renamed_release(text: str, p: Plan, release_shift: float) -> ContactPlan:
+    """router_plan with the file's own `@` second as the release."""
+    cp = parse_contact_plan(text)
+    return router_plan(text, node_numbers(p), cp.epoch + release_shift)[0]
+
+
+def test_an_orbit_run_writes_both_hdtn_forms_and_its_routers_plan_loses_nothing(tmp_path):
+    from experiments.orbits.run import ION_PLAN, write_contact_plans
+    import json
+    p = _walker()
+    release = 1_795_000_000.25
+    write_contact_plans(p, tmp_path, release, 10, None)
+    rel = json.loads((tmp_path / "contact-plan.hdtn.json").read_text())["contacts"]
+    unix = json.loads((tmp_path / "contact-plan.hdtn.unix.json").read_text())["contacts"]
+    assert len(rel) == len(unix) and min(c["startTime"] for c in unix) >= int(release)
+    routers, refused = router_plan((tmp_path / ION_PLAN).read_text(), node_numbers(p), release)
+    assert refused == 0
+    c = [c for c in routers.contacts if (c.a, c.b) == ("sat01", "gs01")][0]
+    assert 11.0 <= c.start < 12.0 and 49.0 < c.end <= 50.9  # inside the pass's 11-50.9 s from the release
