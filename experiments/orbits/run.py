@@ -42,7 +42,7 @@ from experiments.orbits.bundles import router_plan
 from netem.orbits.export import node_numbers, to_hdtn_json, to_ion, to_ion_exact
 from netem.orbits.planner import Plan, plan as make_plan
 from netem.orbits.records import LINK_COLUMNS, PROBE_COLUMNS, against_plan, parse_ping, ping_argv
-from swarm.runtime.orbits import LinkTimelineDriver
+from netem.runtime.orbits import LinkTimelineDriver
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 
 
