@@ -186,7 +186,8 @@ def renamed(plan: ContactPlan, names: dict[str, str], shift: float = 0.0) -> Con
 
     return ContactPlan(tuple(Contact(c.start + shift, c.end + shift, n(c.a), n(c.b), c.rate, c.line)
                              for c in plan.contacts),
-                       tuple(Range(r.start + shift, r.end + shift, n(r.a), n(r.b), r.owlt, r.line) for r in plan.ranges),
+                       tuple(Range(r.start + shift, r.end + shift, n(r.a), n(r.b), r.owlt, r.line)
+                             for r in plan.ranges),
                        None if plan.epoch is None else plan.epoch - shift)
 
 
@@ -231,7 +232,8 @@ def parse_hdtn(doc: dict, source: str = "HDTN contact plan") -> ContactPlan:
         if bad:
             raise ValueError(f"{source} contact {i}: {bad[0]} {c.get(bad[0])!r}: expected a non-negative integer")
         if c["source"] == 0 or c["dest"] == 0 or c["source"] == c["dest"]:
-            raise ValueError(f"{source} contact {i}: source {c['source']} dest {c['dest']}: nodes must be > 0 and differ")
+            raise ValueError(f"{source} contact {i}: source {c['source']} dest {c['dest']}: "
+                             "nodes must be > 0 and differ")
         if c["endTime"] <= c["startTime"]:
             raise ValueError(f"{source} contact {i}: endTime {c['endTime']} is not after startTime {c['startTime']}")
         a, b = str(c["source"]), str(c["dest"])

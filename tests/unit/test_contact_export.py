@@ -8,6 +8,7 @@ for every pair and direction.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import datetime, timezone
@@ -21,8 +22,8 @@ from experiments.orbits.model import experiment_from_dict
 from netem.orbits.export import node_numbers, passes, to_hdtn, to_ion
 from netem.orbits.planner import Plan, plan as make_plan
 from netem.orbits.spec import parse_orbits
-from swarm.dtn.contacts import (ION_RATE_MAX, ContactPlan, ion_load, parse_contact_plan, parse_hdtn, write_hdtn,
-                                write_ion, Contact, Range)
+from swarm.dtn.contacts import (ION_RATE_MAX, Contact, ContactPlan, Range, ion_load, parse_contact_plan, parse_hdtn,
+                                write_hdtn, write_ion)
 
 DATA = REPO / "tests/data/ion"
 LOADED_AT = datetime(2026, 11, 25, 8, 54, 47, tzinfo=timezone.utc)  # when ionadmin read small.ionrc (its `+0`)
@@ -154,8 +155,9 @@ def test_ion_export_keeps_every_contact_and_covers_every_pairs_up_time(name, spe
     if speedup == 1:  # at 1 s steps whole seconds are the timeline's own edges: all of the up time
         assert {k: v["time"] for k, v in cov.items() if v["time"] < 0.99} == {}
     # every second of a contact has its range
-    ranges = {(r.a, r.b): {k for x in loaded.kept.ranges if (x.a, x.b) == (r.a, r.b) for k in range(int(x.start), int(x.end))}
-              for r in loaded.kept.ranges}
+    ranges: dict[tuple[str, str], set[int]] = {}
+    for r in loaded.kept.ranges:
+        ranges.setdefault((r.a, r.b), set()).update(range(int(r.start), int(r.end)))
     for c in loaded.kept.contacts:
         assert set(range(int(c.start), int(c.end))) <= ranges[tuple(sorted((c.a, c.b), key=int))]
 
@@ -192,15 +194,16 @@ def test_speedup_rounds_only_a_passs_outer_edges():
     hdtn = to_hdtn(p, speedup=10)["contacts"]
     assert [(c["startTime"], c["endTime"]) for c in hdtn if (c["source"], c["dest"]) == (13, 1)] == [(11, 50)]
     # with rate segments (HDTN's flap form) the segments tile the same pass
-    seg = sorted((c["startTime"], c["endTime"], c["rateBitsPerSec"]) for c in to_hdtn(p, speedup=10, segments=True)["contacts"]
-                 if (c["source"], c["dest"]) == (1, 13))
+    seg = sorted((c["startTime"], c["endTime"], c["rateBitsPerSec"])
+                 for c in to_hdtn(p, speedup=10, segments=True)["contacts"] if (c["source"], c["dest"]) == (1, 13))
     assert seg[0][0] == 11 and seg[-1][1] == 50 and all(a[1] == b[0] for a, b in zip(seg, seg[1:]))
     assert len({r for *_, r in seg}) > 3
     # a pass loses at most its two partial edge seconds however fast the clock runs
     windows = passes(p, speedup=10)
     for (a, b), spans in _up_intervals(p, 10).items():
         for s, e in spans:
-            kept = [w for w in windows.itertuples() if (w.a, w.b) == (a, b) and s - 1e-9 <= w.start and w.end <= e + 1e-9]
+            kept = [w for w in windows.itertuples()
+                    if (w.a, w.b) == (a, b) and s - 1e-9 <= w.start and w.end <= e + 1e-9]
             if e - s >= 2:
                 assert len(kept) == 1 and kept[0].end - kept[0].start > (e - s) - 2
 
@@ -233,14 +236,16 @@ def test_origin_gives_the_ion_epoch_line_and_hdtn_unix_seconds():
     cov = _coverage(loaded.kept, p, 1, shift=0.4)
     assert not any(v["while_down"] for v in cov.values()) and min(v["seconds"] for v in cov.values()) >= 0.99
     alpha_gs = [c for c in to_hdtn(p, origin=frac)["contacts"] if (c["source"], c["dest"]) == (1, 3)]
-    assert [(c["startTime"] - int(whole.timestamp()), c["endTime"] - int(whole.timestamp())) for c in alpha_gs] == [(111, 509)]
+    base = int(whole.timestamp())
+    assert [(c["startTime"] - base, c["endTime"] - base) for c in alpha_gs] == [(111, 509)]
 
 
 # ------------------------------------------------------------------- the writer and the readers
 def test_the_one_writer_and_the_readers_round_trip():
     items = [Contact(0, 10, "1", "2", 125, 0), Range(0, 10, "1", "2", 1, 0)]
     text = write_ion(items, ["a plan"], epoch=datetime(2026, 11, 25, 9, 0, 0, 700000, tzinfo=timezone.utc).timestamp())
-    assert text.splitlines() == ["# a plan", "@ 2026/11/25-09:00:00", "a contact +0 +10 1 2 125", "a range +0 +10 1 2 1"]
+    assert text.splitlines() == ["# a plan", "@ 2026/11/25-09:00:00", "a contact +0 +10 1 2 125",
+                                 "a range +0 +10 1 2 1"]
     cp = parse_contact_plan(text)
     assert [(c.start, c.end, c.a, c.b, c.rate) for c in cp.contacts] == [(0, 10, "1", "2", 125)]
     doc = write_hdtn([(1, 2, 0, 10, 1000, 1)])
@@ -284,7 +289,6 @@ def renamed_release(text: str, p: Plan, release_shift: float) -> ContactPlan:
 
 def test_an_orbit_run_writes_both_hdtn_forms_and_its_routers_plan_loses_nothing(tmp_path):
     from experiments.orbits.run import ION_PLAN, write_contact_plans
-    import json
     p = _walker()
     release = 1_795_000_000.25
     write_contact_plans(p, tmp_path, release, 10, None)
