@@ -299,3 +299,15 @@ def test_an_orbit_run_writes_both_hdtn_forms_and_its_routers_plan_loses_nothing(
     assert refused == 0
     c = [c for c in routers.contacts if (c.a, c.b) == ("sat01", "gs01")][0]
     assert 11.0 <= c.start < 12.0 and 49.0 < c.end <= 50.9  # inside the pass's 11-50.9 s from the release
+
+
+def test_the_dtn_experiments_read_an_orbit_export_as_the_links_schedule():
+    """A `dtn` experiment's `contacts.plan` may be a `swarm orbits plan` export (`@` line, node numbers in
+    plan order): the links it schedules are the timeline's passes."""
+    from swarm.dtn.contacts import link_schedule, resolve_nodes
+    p = _two_sats()
+    text = to_ion(p, origin=datetime(2026, 11, 25, 9, 0, 0, tzinfo=timezone.utc))
+    events = link_schedule(resolve_nodes(parse_contact_plan(text, "export"), p.nodes), p.nodes)
+    ground = [(e.at, e.action) for e in events if (e.a, e.b) == ("alpha", "gs01")]
+    assert ground == [(0, "down"), (110, "up"), (509, "down")]
+    assert [(e.at, e.action) for e in events if (e.a, e.b) == ("alpha", "beta")] == [(900, "down")]
