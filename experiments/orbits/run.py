@@ -87,7 +87,7 @@ def run_orbits_experiment(exp: OrbitsExperiment, results_root: Path | None = Non
         swarm.up()
         try:
             (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
-            driver = LinkTimelineDriver(swarm, plan, speedup=exp.speedup, workers=exp.workers, message=message,
+            driver = LinkTimelineDriver(swarm.links, plan, speedup=exp.speedup, workers=exp.workers, message=message,
                                         run_id=store.run_id, on_rows=lambda rows: store.append("links.csv",
                                                                                                 LINK_COLUMNS, rows))
             initial_s = driver.prepare()
