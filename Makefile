@@ -80,7 +80,7 @@ integration: setup
 	$(PY) -m pytest tests/integration
 
 image: setup
-	$(PY) -c "from swarm.runtime.image import ensure_image; from swarm.runtime.runner import Runner; from swarm.runtime.state import default_workdir; print(ensure_image(Runner(), default_workdir(), progress=print))"
+	$(PY) -c "from swarm.runtime.image import ensure_image; from swarm.runtime.runner import Runner; from swarm.runtime.swarm import default_workdir; print(ensure_image(Runner(), default_workdir(), progress=print))"
 
 bench-up: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) bench/bench_up.py
