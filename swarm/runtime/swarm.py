@@ -17,13 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from swarm.spec.apps import check_runnable, with_backend_defaults
+from swarm.spec.apps import with_backend_defaults
 from swarm.runtime.backends import Backend, Progress, get_backend, no_progress, swarm_dir
-from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs
-from swarm.cfs.image import ensure_cfs_image, host_ulimits
-from swarm.dtn.runtime import DtnAgents, ensure_dtn_image
-from swarm.errors import RuntimeFailure, SpecError
-from swarm.mesh.plan import STABLE_S
+from swarm.dtn.runtime import DtnAgents
+from swarm.errors import NodeFailed, RuntimeFailure, SpecError  # noqa: F401  (NodeFailed: re-exported)
 from swarm.mesh.runtime import Mesh
 from swarm.mesh.spec import choose_implementation
 from swarm.runtime.host import ensure_neighbour_capacity
@@ -32,6 +29,7 @@ from netem.runtime.links import LinkController
 from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
 from swarm.runtime.clocks import NodeClocks, node_clocks
+from swarm.runtime.addons import ADDONS, AddOn, LinksAddOn
 from swarm.runtime.context import SwarmContext
 from swarm.runtime.runner import Result, Runner
 from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
@@ -59,15 +57,6 @@ class NodeStatus:
     state: str
     health: str
     host: str = ""  # the Docker host running the node (swarm backend); "" on one-host backends
-
-
-class NodeFailed(RuntimeFailure):
-    """A node did not become ready; carries its logs."""
-
-    def __init__(self, node: str, reason: str, logs: str):
-        self.node = node
-        self.logs = logs
-        super().__init__(f"node {node!r} failed to start: {reason}")
 
 
 def fping_alive(runner_result: Result) -> set[str]:
@@ -112,8 +101,7 @@ class Swarm:
         self.message = message
         self.image = ""
         self.clocks: dict = {}  # {host: ClockOffset} measured at `up` on multi-host backends
-        self.mesh_result: dict | None = None  # convergence after `up` when the swarm has a mesh
-        self.dtn_seconds: float | None = None  # how long the DTN agents took to be ready after the nodes
+        self.addons: dict[str, AddOn] = {name: cls() for name, cls in ADDONS.items()}  # one each, with its facts
 
     # ----------------------------------------------------------------------------------------- loading
     @classmethod
@@ -163,44 +151,33 @@ class Swarm:
         return LinkController(self.context, on_node_restart=self._restart_services)
 
     def _restart_services(self, node: str, timeout: float) -> None:
-        """A restarted node's processes were all ended: start its mesh daemon and its DTN agent again (an empty
-        bundle store unless dtn.storage is persistent)."""
-        if self.spec.mesh.enabled:
-            self.mesh.start([node])
-        if self.node(node).spec.dtn is not None:
-            self.dtn.start(timeout, nodes=[node])
+        """A restarted node's processes were all ended: every add-on starts its part there again (the mesh
+        daemon, the DTN agent)."""
+        ctx = self.context
+        for addon in self._active_addons(ctx):
+            addon.on_node_restart(ctx, node, timeout)
 
     # ------------------------------------------------------------------------------------------ up/down
     def up(self, ready_timeout: float | None = None) -> float:
-        """Create, start and wait for every node; returns seconds taken. Rolls back on any failure."""
+        """Create, start and wait for every node; returns seconds taken. Rolls back on any failure.
+
+        Ordered phases: preflight -> images -> nodes -> add-ons (swarm.runtime.addons) -> ready."""
         self.preflight()
-        links = self.links if self.spec.links else None
-        mesh = self.mesh if self.spec.mesh.enabled else None
-        dtn = self.dtn
-        dtn.check()  # netns: the dtn7-rs binaries exist or are built now (SpecError without a Rust toolchain)
+        ctx = self.context
+        active = self._active_addons(ctx)
         started = time.monotonic()
         ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
-        if self.backend.traits.containers:
-            self.image = self._ensure_images()
-            if dtn.enabled:
-                self.image = ensure_dtn_image(self.runner, self.workdir, self.image, self.message)
-            self._prepare_cfs()
+        self.image = self._images(ctx, active)
         write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
                                                "spec": self.spec.model_dump(mode="json", exclude_none=True),
                                                "image": self.image, "created": time.time(),
-                                               "mesh": mesh.implementation if mesh else None})
+                                               "mesh": choose_implementation(self.spec.mesh, self.caps,
+                                                                             self.backend.traits)})
         previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
         try:
-            self.backend.up(self.spec, self.nodes, self.image, self.progress)
-            self._wait_ready(ready_timeout or 60 + 0.5 * len(self.nodes))
-            self.clocks = self.backend.clock_offsets(self.name)  # hosts with a clock of their own (swarm backend)
-            self._wait_cfs_operational(ready_timeout or 60 + 0.5 * len(self.nodes))
-            if links:
-                links.apply_spec()
-            if mesh:
-                self.start_mesh(mesh)
-            if dtn.enabled:
-                self.dtn_seconds = dtn.start(ready_timeout or 30 + 0.5 * len(self.nodes))
+            self._nodes(ready_timeout)
+            for addon in active:  # in registry order: cFS ready, link conditions, mesh, DTN agents
+                addon.start(ctx, ready_timeout)
         except BaseException:
             if not self.keep_on_failure:
                 self._rollback()
@@ -209,44 +186,56 @@ class Swarm:
             signal.signal(signal.SIGTERM, previous)
         return time.monotonic() - started
 
+    def _active_addons(self, ctx: SwarmContext) -> list[AddOn]:
+        return [a for a in self.addons.values() if a.enabled(ctx)]
+
+    def _images(self, ctx: SwarmContext, active: list[AddOn]) -> str:
+        """Phase images: the node image (container backends), then what each add-on adds to it, in
+        prepare_rank order (the DTN image extends the node image; cFS images extend that)."""
+        image = self._ensure_images() if self.backend.traits.containers else ""
+        for addon in sorted(active, key=lambda a: a.prepare_rank):
+            image = addon.prepare(ctx, image)
+        return image
+
+    def _nodes(self, ready_timeout: float | None) -> None:
+        """Phase nodes: the backend creates and starts them; every one runs and answers on its ISL address."""
+        self.backend.up(self.spec, self.nodes, self.image, self.progress)
+        self._wait_ready(ready_timeout or 60 + 0.5 * len(self.nodes))
+        self.clocks = self.backend.clock_offsets(self.name)  # hosts with a clock of their own (swarm backend)
+
     def preflight(self) -> None:
-        """Everything `up` checks before it creates anything: cFS trees, the backend, the apps' images, the
-        name and subnets against what is up and the host's interfaces, the link conditions against this
-        host's impairment engine, the mesh implementation. SpecError (naming `source`) on the first problem."""
+        """Everything `up` checks before it creates anything: each add-on's check (cFS trees, the apps' images,
+        the link conditions against this host's impairment engine, the mesh implementation), the backend, the
+        name and subnets against what is up and the host's interfaces. SpecError (naming `source`) on the
+        first problem."""
+        ctx = self.context
         try:
-            check_cfs(self.spec, self.nodes, self.backend.traits)
+            for addon in self._active_addons(ctx):
+                addon.check(ctx)
             self.backend.check_available()
             self.backend.check_spec(self.spec, self.nodes)  # on every host it will use, before creating anything
-            check_runnable(self.spec.apps, self.backend.traits,
-                           lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
             self._check_conflicts()
-            if self.spec.mesh.enabled:
-                choose_implementation(self.spec.mesh, self.caps, self.backend.traits)  # one this host lacks: SpecError
         except SpecError as exc:
             raise SpecError(f"{self.source}: {exc}" if self.source and not str(exc).startswith(self.source)
                             else str(exc)) from None
-        if self.spec.links:
-            self.check_links()  # a parameter this host's impairment engine cannot apply
 
     def check_links(self) -> None:
         """Every link condition of the spec is possible with this host's impairment engine; SpecError naming
         the spec file otherwise."""
         try:
-            self.links.spec_links()
+            LinksAddOn().check(self.context)
         except SpecError as exc:
             raise SpecError(f"{self.source}: {exc}" if self.source else str(exc)) from None
 
-    def start_mesh(self, mesh) -> None:
-        """Start the mesh on every node and wait until its routes have converged (swarm.mesh); the result is
-        kept in `mesh_result` (and mesh.json in the swarm's state directory). Not converging in time is
-        reported, not fatal: the swarm is up, its mesh is slow, and that is worth measuring."""
-        started = time.time()
-        mesh.start()
-        self.mesh_result = mesh.wait_converged(started, progress=self.progress, stable_s=STABLE_S)
-        (swarm_dir(self.workdir, self.name) / "mesh.json").write_text(json.dumps({"up": self.mesh_result}))
-        if not self.mesh_result["converged"] and self.mesh_result["polls"]:
-            self.message(f"mesh {mesh.implementation}: not converged {mesh.spec.converge_timeout:g} s after start "
-                         f"({self.mesh_result.get('problem', '')})")
+    @property
+    def mesh_result(self) -> dict | None:
+        """The mesh's convergence after `up` (None without a mesh)."""
+        return self.addons["mesh"].facts().get("mesh")  # type: ignore[return-value]
+
+    @property
+    def dtn_seconds(self) -> float | None:
+        """How long the DTN agents took to be ready after the nodes (None without DTN)."""
+        return self.addons["dtn"].facts().get("dtn_seconds")  # type: ignore[return-value]
 
     def _rollback(self) -> None:
         """Remove what a failed or interrupted `up` made, ignoring further Ctrl-C while doing so."""
@@ -294,42 +283,6 @@ class Swarm:
             if node.spec.image and not self.runner.run(["docker", "image", "inspect", node.spec.image], check=False).ok:
                 raise SpecError(f"node {node.name!r}: image {node.spec.image!r} not found locally (no registry to pull from)")
         return ensure_image(self.runner, self.workdir, progress=self.message)
-
-    def _prepare_cfs(self) -> None:
-        """Build (or find) the cFS image of each install tree and hand them, with the ulimits this host
-        allows, to the compose backend."""
-        installs = sorted({n.spec.cfs.install for n in cfs_nodes(self.nodes)})
-        if not installs:
-            return
-        images = {inst: ensure_cfs_image(self.runner, self.workdir, self.image, inst, self.message) for inst in installs}
-        ulimits, lowered = host_ulimits()
-        if lowered:
-            self.message(f"cFS nodes: this host cannot raise resource limits (no CAP_SYS_RESOURCE); "
-                         f"lowered {', '.join(lowered)}")
-        self.backend.cfs = CfsRuntime(images=images, ulimits=ulimits)
-
-    def _wait_cfs_operational(self, timeout: float) -> None:
-        """Wait until every cFS node's log shows CFE_ES_Main entering OPERATIONAL state; raise NodeFailed
-        with the log tail when a node's process ends or the time is up."""
-        pending = cfs_nodes(self.nodes)
-        total = len(pending)
-        deadline = time.monotonic() + timeout
-        while pending:
-            self.progress(total - len(pending), total, "cFS nodes OPERATIONAL")
-            states = self.backend.node_states(self.name)
-            for node in list(pending):
-                if OPERATIONAL_LINE in self.backend.logs(self.name, node.name, tail=100_000):
-                    pending.remove(node)
-                elif states.get(node.name) != "running":
-                    raise NodeFailed(node.name, f"cFS process {states.get(node.name, 'missing')} before OPERATIONAL",
-                                     self.backend.logs(self.name, node.name))
-            if pending and time.monotonic() > deadline:
-                raise NodeFailed(pending[0].name, f"cFS not OPERATIONAL after {timeout:.0f} s",
-                                 self.backend.logs(self.name, pending[0].name))
-            if pending:
-                time.sleep(0.5)
-        if total:
-            self.progress(total, total, "cFS nodes OPERATIONAL")
 
     def _prober(self) -> NodePlan | None:
         """A node that can run fping: any node with netns (host tools), else one on the framework image."""
