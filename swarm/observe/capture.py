@@ -98,16 +98,16 @@ def check_output(path: Path) -> None:
 def host_netns_prefix(swarm, node: str) -> list[str]:
     """argv prefix that runs a HOST program in `node`'s network namespace (host tools, not the image's)."""
     backend = swarm.backend
-    if backend.name == "netns":
-        return backend.exec_prefix(swarm.name, node)  # `ip netns exec <ns>`: already the host's tools
-    if backend.name == "compose":
+    if not backend.traits.containers:  # netns: `ip netns exec <ns>` runs the host's own tools already
+        return backend.exec_prefix(swarm.name, node)
+    if not backend.traits.multi_host:  # compose: the container's namespace, entered through its main process
         res = swarm.runner.run([*backend.docker, "inspect", "-f", "{{.State.Pid}}", container_name(swarm.name, node)],
                                check=False, timeout=30)
         pid = res.stdout.strip()
         if not res.ok or not pid.isdigit() or pid == "0":
             raise RuntimeFailure(f"node {node!r}: not running (no container process to capture in)")
         return ["nsenter", "-t", pid, "-n"]
-    raise SpecError(f"capture: backend {backend.name!r}: nodes on other hosts cannot be captured from this one "
+    raise SpecError(f"capture: backend {backend.traits.name!r}: nodes on other hosts cannot be captured from this one "
                     "(use `swarm exec NAME NODE tcpdump ...` where the image has it)")
 
 

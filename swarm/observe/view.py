@@ -99,16 +99,17 @@ class LiveState:
 
     def read_counters(self) -> dict[str, tuple[int, int]]:
         """(tx bytes, rx bytes) of each node's ISL interface. netns: one `ip -s` in the swarm's switch, whose
-        port i<index> is the node's ISL veth seen from the other side (its rx is what the node sent); other
+        port towards each node (backend.forwarding_hop) is the node's ISL veth seen from the other side (its rx is what the node sent); other
         backends: one per node, in the node's namespace."""
         runner, name = self.swarm.runner, self.swarm.name
         out: dict[str, tuple[int, int]] = {}
-        if self.swarm.backend.name == "netns":
-            from_switch = self.swarm.backend.forwarding_hop(name, 0, "eth1")[0]
+        hop = self.swarm.backend.forwarding_hop(name, 0, "eth1")
+        if hop and not self.swarm.backend.traits.containers:  # netns: the switch namespace holds every port
+            from_switch = hop[0]
             res = runner.run([*from_switch, "ip", "-s", "-j", "link", "show"], check=False, timeout=10)
             ports = {p.get("ifname"): p.get("stats64", {}) for p in json.loads(res.stdout or "[]")}
             for n in self.swarm.nodes:
-                st = ports.get(f"i{n.index}")
+                st = ports.get(self.swarm.backend.forwarding_hop(name, n.index, "eth1")[1])
                 if st:
                     out[n.name] = (st["rx"]["bytes"], st["tx"]["bytes"])
             return out
@@ -129,7 +130,7 @@ class LiveState:
     def snapshot(self) -> dict:
         with self.lock:
             return {
-                "swarm": self.swarm.name, "backend": self.swarm.backend.name, "t": time.time(), "down": self.down,
+                "swarm": self.swarm.name, "backend": self.swarm.backend.traits.name, "t": time.time(), "down": self.down,
                 "nodes": [{"name": n.name, "isl_ip": n.isl_ip, "ground_ip": n.ground_ip, "role": n.spec.role,
                            "state": self.node_states.get(n.name, "?"), **self.rates.get(n.name, {})}
                           for n in self.swarm.nodes],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm.runtime.backends.netns import node_ns
+from swarm.runtime.backends.netns.backend import node_ns
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict
 

@@ -3,7 +3,7 @@
 without and with `swarm view` open in headless Chromium and `swarm events --json` following the swarm;
 prints the system throughput and loss per rate and the ratio with ÷ without, as Markdown for BENCHMARKS.md.
 
-Usage (root, netns): flock /tmp/swarm-emu-itest.lock python experiments/bench/bench_watch.py
+Usage (root, netns): flock /tmp/swarm-emu-itest.lock python bench/bench_watch.py
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ import pandas as pd
 
 from analysis.tables import summarize
 
-ROOT = Path(__file__).resolve().parents[2]
-EXP = ROOT / "experiments" / "bench-watch-udp32.yaml"
+ROOT = Path(__file__).resolve().parents[1]
+EXP = ROOT / "bench" / "bench-watch-udp32.yaml"
 SWARM = "obs-watch-udp32-n32"
 
 
