@@ -278,6 +278,7 @@ def test_the_live_view_in_headless_chromium_sees_a_cut_within_2_s(four, tmp_path
         seen = collector.wait(lambda s: link_state(s, "sat02", "sat04") == "cut", 10)
         assert seen, "the page never showed the cut"
         assert seen[0] - done <= 2.0, f"the cut showed {seen[0] - done:.2f} s after `swarm fault cut` returned"
+        print(f"view: the cut showed {seen[0] - done:.2f} s after `swarm fault cut` returned")
         assert shown["events"] >= 1
         # the screenshot the README shows: the cut link, the impaired one, the events, traffic sat01 -> sat03
         traffic = subprocess.Popen(["ip", "netns", "exec", node_ns("obs-four", "sat01"), "ping", "-q", "-i", "0.002",
