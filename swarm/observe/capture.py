@@ -323,7 +323,15 @@ def capture(swarm, ends: list[CaptureEnd], output: Path, *, duration: float | No
     """Capture `ends` into `output` for `duration` seconds or until Ctrl-C; (label, packets) per end, and for a
     link what became of its frames (sent, arrived, lost, duplicated, unmatched)."""
     cap = Capture(swarm, ends, output, snaplen=snaplen)
-    cap.start(duration)
-    started(cap.running)
-    cap.wait()
-    return cap.finish(), cap.link_counts
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a kill stops the dumpcaps too, like Ctrl-C
+    try:
+        cap.start(duration)
+        started(cap.running)
+        cap.wait()
+        return cap.finish(), cap.link_counts
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")

@@ -135,6 +135,17 @@ def test_capture_of_one_node_for_a_duration(lossy, tmp_path):
     assert proc.returncode == 0, stderr
     counts = per_interface(out, "icmp")
     assert counts.get(0, 0) >= 10, counts  # 5 requests in, 5 replies out (ground: no link conditions)
+    # a kill (SIGTERM) stops the capture like Ctrl-C: a readable file, no dumpcap left
+    out2 = tmp_path / "killed.pcapng"
+    proc = subprocess.Popen([sys.executable, "-m", "swarm", "capture", "obs-cap", "--node", "sat02", "-o", str(out2)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while "capturing on" not in (proc.stderr.readline() or "") and time.monotonic() < deadline:
+        assert proc.poll() is None
+    proc.terminate()
+    proc.communicate(timeout=30)
+    assert dumpcaps_writing(out2) == [] and out2.stat().st_size > 0
+    assert subprocess.run(["capinfos", str(out2)], capture_output=True, timeout=60).returncode == 0
 
 
 # ------------------------------------------------------------------------------------------------ events
