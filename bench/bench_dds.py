@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.app.run import experiment_from_dict as app_experiment
+from experiments.app.model import experiment_from_dict as app_experiment
 from experiments.app.run import run_app_experiment
 from swarm.runtime.swarm import NodeFailed
 from experiments.ddsperf.model import experiment_from_dict as ddsperf_experiment
