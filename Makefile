@@ -9,7 +9,10 @@ SWARM  := $(VENV)/bin/swarm
 # qemu-utils from backports, installing Debian's qemu-system-x86 replaces it (harmless for this project).
 APT_PACKAGES := iperf3 iproute2 nftables fping iputils-ping traceroute procps util-linux \
                 batmand batctl cyclonedds-tools debootstrap python3-venv qemu-system-x86 kmod \
-                chromium  # headless, for the report's browser test (tests/integration/test_report_browser.py)
+                chromium  # headless, for the browser tests (test_report_browser.py, test_observe_live.py)
+# tshark (pulls wireshark-common: dumpcap, mergecap, editcap, capinfos): `swarm capture` runs dumpcap from the host in
+# a node's namespace (pcapng, ring buffer, duration stop), mergecap joins a link's two ends; tshark reads them back
+APT_PACKAGES += tshark
 
 .PHONY: setup linkd linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn wipe clean help lint lint-py lint-rust
 
