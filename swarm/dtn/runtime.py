@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from netem.model import LinksSpec, resolve_links
 from swarm.dtn.plan import AgentPlan, plan_agents, readiness, peer_names
 from swarm.dtn.spec import DtnSpec
 from swarm.errors import CommandError, RuntimeFailure, SpecError
@@ -163,7 +164,8 @@ class DtnAgents:
 
     def plans(self) -> list[AgentPlan]:
         nodes = [(n.name, n.isl_ip, n.spec.dtn) for n in self.swarm.nodes]
-        plans = plan_agents(nodes, self.swarm.spec.networks.isl.subnet, self.workdir)
+        plans = plan_agents(nodes, self.swarm.spec.networks.isl.subnet, self.workdir,
+                            link_delays_ms(self.swarm.spec.links, [n.name for n in self.swarm.nodes]))
         if self.netns:
             if self._bindir is None:
                 self._bindir = ensure_binaries(self.swarm.runner, self.swarm.workdir, self.swarm.message)
@@ -347,6 +349,17 @@ class DtnAgents:
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             return list(pool.map(one, self.nodes))
+
+
+def link_delays_ms(links: Optional[LinksSpec], nodes: list[str]) -> dict[tuple[str, str], float]:
+    """One-way delay plus jitter (ms) of each directed link of the swarm's `links:` (profiles resolved), for
+    sizing dtnd's CLA timeouts (swarm.dtn.plan.cla_timeouts)."""
+    out = {}
+    for pair, imp in resolve_links(links, nodes).items():
+        ms = (imp.delay or 0.0) + (imp.jitter or 0.0)
+        if ms > 0:
+            out[pair] = ms
+    return out
 
 
 def wrapper_argv(workdir: str, argv: list[str]) -> list[str]:
