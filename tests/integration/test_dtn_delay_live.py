@@ -22,6 +22,8 @@ import pytest
 from experiments.dtn.model import experiment_from_dict
 from experiments.dtn.run import run_dtn_experiment
 from experiments.store import ResultsStore, host_facts
+from netem.engines import choose_engine
+from swarm.runtime.probe import capabilities
 from conftest import REPO, swarm_namespaces as _namespaces
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -46,6 +48,20 @@ def _wait_peer(name: str, node: str, peer: str, timeout: float = 30) -> None:
         time.sleep(0.5)
 
 
+def _receive(name: str, node: str, payload: str, timeout: float) -> bool:
+    """Whether `payload` from sat01 reaches `node` within `timeout` s. Epidemic routing hands the endpoint
+    duplicates (after a heal sat01 still offers an earlier round's bundle directly): those are skipped."""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        got = _swarm("dtn", "recv", name, node, "--timeout", f"{max(left, 1):.0f}", timeout=left + 60)
+        if got.returncode != 0:
+            return False
+        bundle = json.loads(got.stdout)
+        if bundle["payload"] == payload and bundle["src"] == "dtn://sat01/":
+            return True
+    return False
+
+
 def test_epidemic_relays_around_a_cut_destination_every_time(need_dtn7, tmp_path):
     name = "dtn-relay"
     spec = tmp_path / f"{name}.yaml"
@@ -65,11 +81,8 @@ def test_epidemic_relays_around_a_cut_destination_every_time(need_dtn7, tmp_path
             payload = f"round {round_} around the cut"
             sent = _swarm("dtn", "send", name, "sat01", "sat03", payload)
             assert sent.returncode == 0, sent.stderr
-            got = _swarm("dtn", "recv", name, "sat03", "--timeout", "40", timeout=120)
-            assert got.returncode == 0, (f"round {round_}: not delivered via sat02: {got.stdout}{got.stderr}\n"
-                                         + _swarm("dtn", "status", name).stdout)
-            bundle = json.loads(got.stdout)
-            assert bundle["payload"] == payload and bundle["src"] == "dtn://sat01/"
+            assert _receive(name, "sat03", payload, 40), (f"round {round_}: not delivered via sat02\n"
+                                                          + _swarm("dtn", "status", name).stdout)
             heal = _swarm("fault", name, "heal", "sat01", "sat03")
             assert heal.returncode == 0, heal.stderr
         log = _swarm("dtn", "log", name, "sat02").stdout
@@ -78,3 +91,37 @@ def test_epidemic_relays_around_a_cut_destination_every_time(need_dtn7, tmp_path
         down = _swarm("down", name)
     assert down.returncode == 0, down.stderr
     assert not _namespaces(name)
+
+
+def _rows(path: Path) -> list[dict]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_tcp_cla_delivers_at_2_and_4_seconds_one_way(need_dtn7, tmp_path):
+    """experiments/dtn-delay.yaml test-sized: 8 bundles of 100 kB over 2 s and 4 s one-way (the published
+    dtn7 delivered none: its 3 s connect timeout is shorter than the handshake's 4 s / 8 s round trip)."""
+    engine = choose_engine(capabilities())
+    if "delay" not in engine.supported():
+        pytest.skip(f"no impairment engine here can delay (chosen: {engine.name})")
+    doc = {"type": "dtn", "name": "dtn-delay-it", "backend": "netns", "pattern": "all-to-ground", "sizes": [1],
+           "bundle_sizes": ["100kB"], "rates": [2], "clas": ["tcp"], "routings": ["epidemic"],
+           "profiles": [{"delay": "2s"}, {"delay": "4s"}], "duration": "4s", "drain": "80s",
+           "swarm": {"networks": {"isl": {"subnet": "10.182.1.0/24"}, "ground": {"subnet": "10.183.1.0/24"}}}}
+    exp = experiment_from_dict(doc, str(tmp_path / "exp.yaml"))
+    store = ResultsStore.create(tmp_path / "results", exp, host_facts())
+    run_dtn_experiment(exp, store, message=print)
+    assert not _namespaces("dtn-delay-it"), "the test's namespaces outlived it"
+    tests = {t["profile"]: t for t in _rows(store.dir / "tests.csv")}
+    assert set(tests) == {"delay=2s", "delay=4s"}
+    bundles = _rows(store.dir / "bundles.csv")
+    for profile, one_way in (("delay=2s", 2.0), ("delay=4s", 4.0)):
+        test = tests[profile]
+        got = [b for b in bundles if b["test_id"] == test["test_id"] and b["delivered"] == "True"]
+        # one bundle per round trip at best, and TCP slow start again for each one after the session idled a
+        # round trip: measured 6 of 8 at 2 s, 1 of 8 at 4 s within the drain
+        want = 2 if one_way == 2.0 else 1
+        assert len(got) >= want, f"{profile}: {test['bundles_delivered']} of {test['bundles_sent']} delivered"
+        assert all(int(b["size"]) == 100_000 for b in got)
+        # nothing sooner than the light time allows; the session's set-up takes ~3 round trips first
+        assert min(float(b["latency_s"]) for b in got) >= one_way
