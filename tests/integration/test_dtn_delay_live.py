@@ -118,10 +118,9 @@ def test_tcp_cla_delivers_at_2_and_4_seconds_one_way(need_dtn7, tmp_path):
     for profile, one_way in (("delay=2s", 2.0), ("delay=4s", 4.0)):
         test = tests[profile]
         got = [b for b in bundles if b["test_id"] == test["test_id"] and b["delivered"] == "True"]
-        # one bundle per round trip at best, and TCP slow start again for each one after the session idled a
-        # round trip: measured 6 of 8 at 2 s, 1 of 8 at 4 s within the drain
-        want = 2 if one_way == 2.0 else 1
-        assert len(got) >= want, f"{profile}: {test['bundles_delivered']} of {test['bundles_sent']} delivered"
+        # one bundle per round trip at best (TCPCL waits for each XFER_ACK); measured with the larger initial
+        # windows: 8 of 8 at 2 s, 3 of 8 at 4 s within the drain (6 and 1 without them)
+        assert len(got) >= 2, f"{profile}: {test['bundles_delivered']} of {test['bundles_sent']} delivered"
         assert all(int(b["size"]) == 100_000 for b in got)
         # nothing sooner than the light time allows; the session's set-up takes ~3 round trips first
         assert min(float(b["latency_s"]) for b in got) >= one_way

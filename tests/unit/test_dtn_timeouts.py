@@ -5,7 +5,7 @@ from pydantic import ValidationError
 
 from netem.model import LinksSpec
 from swarm.dtn.plan import (DEFAULT_TIMEOUTS, ClaTimeouts, Peer, cla_timeouts, node_rtts, plan_agent, plan_agents,
-                            timeout_args)
+                            route_attributes, timeout_args)
 from swarm.dtn.runtime import link_delays_ms
 from swarm.dtn.spec import DtnSpec
 
@@ -89,3 +89,15 @@ def test_dtnd_argv_carries_the_timeouts_of_its_links():
 def test_bad_max_delay_names_field_and_value(value, message):
     with pytest.raises(ValidationError, match=message):
         DtnSpec(max_delay=value)
+
+
+def test_long_round_trips_get_larger_initial_windows_on_the_isl_route():
+    assert route_attributes(True, 0.0) == ["quickack", "1"]
+    assert route_attributes(False, 0.5) == []
+    assert route_attributes(True, 8.0) == ["quickack", "1", "initcwnd", "128", "initrwnd", "128"]
+    assert route_attributes(False, 1.0) == ["initcwnd", "128", "initrwnd", "128"]
+    nodes = [("sat01", "10.180.0.2", DtnSpec()), ("ground", "10.180.0.3", DtnSpec(quickack=False))]
+    plans = plan_agents(nodes, "10.180.0.0/24", lambda n: f"/w/{n}",
+                        {("sat01", "ground"): 2000.0, ("ground", "sat01"): 2000.0})
+    assert [p.route_attrs for p in plans] == [("quickack", "1", "initcwnd", "128", "initrwnd", "128"),
+                                              ("initcwnd", "128", "initrwnd", "128")]
