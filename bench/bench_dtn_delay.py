@@ -10,7 +10,7 @@ read against what the protocol allows, not against the link.
 Goodput = payload delivered / (first bundle created .. last delivered), from the run's tests.csv (the
 session's set-up, ~3 round trips, is inside that span); "session up" = the bundles after the first over the
 time from the first delivery to the last (bundles.csv), the figure to hold against the ceiling.
-Usage: bench_dtn_delay.py [--delays 0,2,4] [--duration 20] [--drain 60] [--bundle 100kB] [--backend netns]
+Usage: bench_dtn_delay.py [--delays 0,2,4] [--duration 3] [--drain 60] [--bundle 100kB] [--backend netns]
 Runs into results/bench-dtn-delay-<timestamp>/ and prints a Markdown table for BENCHMARKS.md.
 Subnets 10.184-185.x (helper dtn's range); the swarm is named dtn-bdelay.
 """
@@ -30,7 +30,7 @@ from experiments.dtn.run import run_dtn_experiment
 from experiments.store import ResultsStore, host_facts
 from swarm.dtn.spec import parse_size
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
