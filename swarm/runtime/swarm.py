@@ -94,7 +94,8 @@ class Swarm:
         self.runner = runner or Runner()
         self.caps = caps or capabilities()
         self.workdir = workdir or default_workdir()
-        self.backend: Backend = get_backend(backend or spec.backend or ("swarm" if spec.hosts else None), self.runner, self.caps, self.workdir)
+        self.backend: Backend = get_backend(backend or spec.backend or ("swarm" if spec.hosts else None), self.runner,
+                                            self.caps, self.workdir)
         self.spec = spec = with_backend_defaults(spec, self.backend.traits)
         self.nodes: list[NodePlan] = plan_nodes(spec)
         self.progress = progress
@@ -337,6 +338,7 @@ class Swarm:
         alive: set[str] = set()
         if health and states:
             ground = [n.ground_ip for n in self.nodes]
+            res: Result | None
             if self.backend.host_reaches_ground:
                 res = self.runner.run(["fping", "-a", *FPING_PATIENCE, *ground], check=False, timeout=60)
             else:  # the orchestrator is on no overlay: ask a running node (its own address answers too)
