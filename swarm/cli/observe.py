@@ -78,7 +78,7 @@ def events(name, as_json, follow, history) -> None:
     state_dir = swarm_dir(swarm.workdir, name)
     if not as_json:
         click.echo(f"{'time':<12}  {'type':<6}  {'what':<44}  cause")
-    watches = [LogWatch(state_dir), NodeWatch(lambda: swarm.backend.node_states(name))]
+    watches = [LogWatch(state_dir), NodeWatch(lambda: swarm.backend.node_states(name), every=5.0)]
     stream = follow_events(state_dir, history=history, extra=lambda: [e for w in watches for e in w()],
                            once=not follow)
     try:

@@ -5,7 +5,7 @@ Why Python's own http.server and a hand-written page (static/view.html: SVG + a 
 a web framework and a graph library: the page polls one JSON document twice a second and draws at most a few
 hundred lines; stdlib serving means no new dependency, and every byte of the page ships in this package, so it
 works offline (no CDN) and nothing runs when nobody watches. The server is the only process that pays: it
-follows the swarm's event log (swarm.observe.events), asks the backend for node states every 2 s and reads
+follows the swarm's event log (swarm.observe.events), asks the backend for node states every 5 s and reads
 interface counters every second, only while it runs.
 """
 from __future__ import annotations
@@ -27,6 +27,9 @@ STATIC = Path(__file__).resolve().parent / "static"
 ASSETS = {"/": ("view.html", "text/html; charset=utf-8"), "/view.js": ("view.js", "text/javascript; charset=utf-8"),
           "/view.css": ("view.css", "text/css; charset=utf-8")}
 MAX_EVENTS = 2000  # kept in memory for the page; the log itself keeps everything
+#: Node states from the backend (netns: one `ip netns pids` per node): a commanded change (fault node ...) is
+#: in the event log at once; this poll only finds a node that died by itself, so it can be slow and cheap.
+NODE_POLL_S = 5.0
 
 
 class LiveState:
@@ -76,7 +79,7 @@ class LiveState:
                     self.node_states = {n.name: states.get(n.name, "missing") for n in self.swarm.nodes}
             except Exception:  # noqa: BLE001 - the swarm going away while watched
                 pass
-            self.stop.wait(2.0)
+            self.stop.wait(NODE_POLL_S)
 
     def _counters(self) -> None:
         last: dict[str, tuple[float, int, int]] = {}

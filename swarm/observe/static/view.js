@@ -40,11 +40,18 @@ function pairState(byDir, a, b) {
   return {state, conditions};
 }
 
+let lastKey = "";
+
 function draw(st) {
   document.getElementById("title").textContent = "swarm " + st.swarm;
   document.getElementById("facts").textContent =
     `${st.nodes.length} nodes · backend ${st.backend}` + (st.down ? " · DOWN" : "");
   document.getElementById("clock").textContent = new Date(st.t * 1000).toLocaleTimeString();
+  // the topology is rebuilt only when a node's state or a link changed; otherwise only the figures move
+  // (a browser redrawing 500 lines twice a second costs the swarm it watches CPU on a small host)
+  const key = JSON.stringify([st.nodes.map(n => [n.name, n.state]), st.links]);
+  if (key === lastKey) return rates(st);
+  lastKey = key;
   const svg = document.getElementById("graph");
   svg.replaceChildren();
   const n = st.nodes.length, R = n > 1 ? 330 : 0, pos = {};
@@ -78,7 +85,7 @@ function draw(st) {
                        transform: `translate(${x},${y})`});
     g.appendChild(el("circle", {r: many ? 14 : 26}));
     g.appendChild(el("text", {y: many ? -18 : -34}, node.name));
-    if (!many) g.appendChild(el("text", {class: "rate", y: 46}, `↑${rate(node.tx_bps)} ↓${rate(node.rx_bps)}`));
+    if (!many) g.appendChild(el("text", {class: "rate", y: 46}, ""));
     g.appendChild(el("title", {}, `${node.name} ${node.isl_ip} (${node.state})`));
     nodes.appendChild(g);
   }
@@ -87,11 +94,21 @@ function draw(st) {
   const body = document.querySelector("#nodes tbody");
   body.replaceChildren(...st.nodes.map(node => {
     const tr = document.createElement("tr");
-    for (const v of [node.name, node.state, rate(node.tx_bps), rate(node.rx_bps)]) {
-      const td = document.createElement("td"); td.textContent = v; tr.appendChild(td);
-    }
+    tr.dataset.node = node.name;
+    for (let i = 0; i < 4; i++) tr.appendChild(document.createElement("td"));
+    tr.children[0].textContent = node.name; tr.children[1].textContent = node.state;
     return tr;
   }));
+  rates(st);
+}
+
+function rates(st) {
+  const rows = document.querySelectorAll("#nodes tbody tr"), labels = document.querySelectorAll("g.node text.rate");
+  st.nodes.forEach((node, i) => {
+    const up = rate(node.tx_bps), down = rate(node.rx_bps);
+    if (rows[i]) { rows[i].children[2].textContent = up; rows[i].children[3].textContent = down; }
+    if (labels[i]) labels[i].textContent = `↑${up} ↓${down}`;
+  });
 }
 
 function describe(ev) {
