@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from experiments.app.parse import tidy_tables
 from experiments.store import ResultsStore, host_facts
@@ -37,16 +37,15 @@ from swarm.mesh.plan import mesh_row
 from swarm.mesh.runtime import MeshWatcher
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 from swarm.spec.apps import AppSettings
-from swarm.spec.model import SwarmSpec, _check_name, swarm_from_template, validate_document
+from experiments.base import ExperimentModel
+from swarm.spec.model import SwarmSpec, swarm_from_template, validate_document
 from swarm.units import parse_duration
 
 NODE_FILES = ("peers", "plans")
 
 
-class AppExperiment(BaseModel):
+class AppExperiment(ExperimentModel):
     """An app run under a fault timeline."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["app"] = "app"
     name: str
@@ -58,11 +57,6 @@ class AppExperiment(BaseModel):
     backend: Optional[Literal["compose", "netns", "swarm"]] = None
     swarm: dict[str, Any] = Field(default_factory=dict)
     faults: list[FaultEvent] = Field(default_factory=list)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _check_name("experiment", v)
 
     @field_validator("duration", "warmup", mode="before")
     @classmethod
@@ -107,7 +101,7 @@ def run_app_experiment(exp: AppExperiment, results_root: Path | None = None, *, 
         store = ResultsStore.create(Path(results_root), exp, host_facts())
     nodes_dir = store.dir / "nodes"
     nodes_dir.mkdir()
-    direct = probe.backend.name == "netns"
+    direct = not probe.backend.traits.containers  # nodes write straight into the run folder
     swarm = Swarm(exp.swarm_spec(str(nodes_dir.resolve()) if direct else None), backend=probe.backend.name,
                   message=message)
     previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)

@@ -27,15 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from experiments.store import host_facts
 from experiments.traffic.model import ExperimentSpec
+from swarm.caps import BackendTraits
 from swarm.runtime.backends import swarm_dir
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 from swarm.spec.apps import check_domain_id
 from swarm.units import parse_duration, rate_hz
-from swarm.spec.model import NodePlan, SwarmSpec, _check_name, read_yaml, swarm_from_template, unique, validate_document
+from experiments.base import ExperimentModel
+from swarm.spec.model import NodePlan, SwarmSpec, read_yaml, swarm_from_template, unique, validate_document
 
 SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?$")
 RATE_RE = re.compile(r"^(inf|\d+(?:\.\d+)?(?:Hz|kHz)?)$")
@@ -57,10 +59,8 @@ def parse_sample_size(value: Any) -> int:
 
 
 
-class DdsperfExperiment(BaseModel):
+class DdsperfExperiment(ExperimentModel):
     """A ddsperf sweep."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["ddsperf"]
     name: str
@@ -75,11 +75,6 @@ class DdsperfExperiment(BaseModel):
     settle: float = Field(0.5, ge=0, le=600)
     backend: Optional[Literal["compose", "netns", "swarm"]] = None
     swarm: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _check_name("experiment", v)
 
     @field_validator("domain_id", mode="before")
     @classmethod
@@ -200,11 +195,11 @@ def remembering_pid(pidfile: str, argv: list[str]) -> list[str]:
     return ["sh", "-c", 'mkdir -p "$(dirname "$0")" && echo $$ > "$0"; exec "$@"', pidfile, *argv]
 
 
-def pid_file(backend: str, workdir: Path, swarm: str, node: str) -> str:
+def pid_file(backend: BackendTraits, workdir: Path, swarm: str, node: str) -> str:
     """Where a receiver's pid is kept, never in a world-writable place (whose file anyone could replace
     before we `kill "$(cat file)"` as root): a namespace shares the host's file system, so the node's
     directory under the swarm's own 0700 state directory; a container, its own /run."""
-    if backend != "netns":
+    if backend.containers:
         return "/run/swarm-emu-ddsperf.pid"
     root = swarm_dir(workdir, swarm)
     root.mkdir(parents=True, exist_ok=True)
@@ -286,8 +281,8 @@ def run_test(swarm, exp: DdsperfExperiment, test: DdsTest, raw_dir: Path, run_id
     raw_dir.mkdir(parents=True, exist_ok=True)
     sender, receivers = swarm.nodes[0], swarm.nodes[1:test.size]
     prefix = lambda n: swarm.backend.exec_prefix(swarm.name, n.name)  # noqa: E731
-    unicast = [n.isl_ip for n in swarm.nodes[:test.size]] if swarm.backend.name in ("compose", "swarm") else None
-    pidfile = lambda n: pid_file(swarm.backend.name, swarm.workdir, swarm.name, n.name)  # noqa: E731
+    unicast = [n.isl_ip for n in swarm.nodes[:test.size]] if not swarm.backend.traits.isl_multicast else None
+    pidfile = lambda n: pid_file(swarm.backend.traits, swarm.workdir, swarm.name, n.name)  # noqa: E731
     procs = {n.name: swarm.runner.start(prefix(n) + remembering_pid(pidfile(n), ddsperf_argv(exp, test, n, False, unicast)),
                                         stdout_path=str(raw_dir / f"{n.name}.txt")) for n in receivers}
     timeout = initwait(test.size) + exp.duration + 30

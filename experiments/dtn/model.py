@@ -38,7 +38,8 @@ from experiments.timeline import FaultEvent, check_timeline
 from swarm.dtn.contacts import ContactPlan, LinkEvent, link_schedule, parse_contact_plan, periodic_plan, resolve_nodes
 from swarm.dtn.spec import CLAS, ROUTINGS, DtnSpec, parse_seconds, parse_size
 from swarm.errors import SpecError
-from swarm.spec.model import _check_name, read_yaml, spec_from_dict, validate_document
+from experiments.base import ExperimentModel
+from swarm.spec.model import read_yaml, spec_from_dict, validate_document
 from swarm.spec.model import SwarmSpec
 
 PATTERNS = ("chain", "all-to-ground", "all-to-all")
@@ -116,10 +117,8 @@ class DtnTest:
     repeat: int
 
 
-class DtnExperiment(BaseModel):
+class DtnExperiment(ExperimentModel):
     """A DTN sweep (see the module text)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["dtn"] = "dtn"
     name: str
@@ -142,11 +141,6 @@ class DtnExperiment(BaseModel):
     ip_probe: Optional[bool] = None
     ip_probe_rate: float = Field(10.0, gt=0, le=10_000)
     swarm: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _check_name("experiment", v)
 
     @field_validator("pattern")
     @classmethod

@@ -25,13 +25,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compose.render import container_name
 from netem.engines import LINKD_CONTROL, LINKD_MAX_BYTES, LINKD_QUEUE, LINKD_STATE, LinkdHold
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.runtime.runner import Result
 
 if TYPE_CHECKING:
-    from swarm.runtime.swarm import Swarm
+    from swarm.runtime.context import SwarmContext
     from swarm.spec.model import NodePlan
 
 LINKD_ENV = "SWARM_LINKD"
@@ -154,7 +153,7 @@ def jump_argv(op: str, iface: str, hold: LinkdHold, hop_port: str | None = None)
 class Linkd:
     """One swarm's userspace engines, one per node, through the swarm's backend and runner."""
 
-    def __init__(self, swarm: "Swarm"):
+    def __init__(self, swarm: "SwarmContext"):
         self.swarm = swarm
         self.backend = swarm.backend
         self.host_binary = swarm.caps.linkd or linkd_binary() or ""
@@ -170,7 +169,7 @@ class Linkd:
         return LinkdHold(cut_frames=cut_frames)
 
     def binary(self) -> str:
-        return IN_CONTAINER if self.backend.name == "compose" else self.host_binary
+        return self.backend.node_binary(self.host_binary or IN_CONTAINER)
 
     def _ctl(self, node: str, request: str, config: str | None = None, timeout: float = 30) -> Result:
         """One control request to the node's engine: straight over its socket where the node's /run is a host
@@ -196,18 +195,13 @@ class Linkd:
             return
         if not self.host_binary:
             raise RuntimeFailure("userspace link engine: no swarm-linkd binary (run `make setup`, or set $SWARM_LINKD)")
-        if self.backend.name == "compose":
-            self.swarm.runner.run(["docker", "cp", self.host_binary, f"{container_name(self.swarm.name, node)}:{IN_CONTAINER}"],
-                                  timeout=60)
+        binary = self.backend.install_binary(self.swarm.name, node, self.host_binary)
         hop = self.hop(plan, iface)
-        if hop and self._start_swarm_engine(plan, iface):
+        if hop and self._start_swarm_engine(plan, iface, binary):
             return self._wait_answer(node, rec)
-        argv = engine_argv(self.binary(), self.hold(plan, iface).queue, (hop[1], plan.isl_mac) if hop else None,
+        argv = engine_argv(binary, self.hold(plan, iface).queue, (hop[1], plan.isl_mac) if hop else None,
                            kernel_hold_setting())
-        if hop:
-            self.backend.start_daemon(self.swarm.name, node, argv, "linkd", at_hop=True)
-        else:
-            self.backend.start_daemon(self.swarm.name, node, argv, "linkd")
+        self.backend.start_daemon(self.swarm.name, node, argv, "linkd", at_hop=bool(hop))
         self._wait_answer(node, rec)
 
     def _engine_list(self) -> Path | None:
@@ -215,7 +209,7 @@ class Linkd:
         sd = getattr(self.backend, "state_dir", None)
         return sd(self.swarm.name) / "linkd-swarm-engine.txt" if sd else None
 
-    def _start_swarm_engine(self, plan: "NodePlan", iface: str) -> bool:
+    def _start_swarm_engine(self, plan: "NodePlan", iface: str, binary: str) -> bool:
         """At the hop: one engine for every node of the swarm whose engine does not answer yet (their queues
         are free), started once; True when the node's queue is (or is being) served by it. A node it already
         lists that does not answer after START_TIMEOUT (the whole engine was killed) gets an engine of its own."""
@@ -243,7 +237,7 @@ class Linkd:
                 control.parent.mkdir(parents=True, exist_ok=True)
                 specs.append(instance_spec(self.hold(n, iface).queue, str(control), str(state), (hop[1], n.isl_mac)))
                 names.append(n.name)
-            argv = swarm_engine_argv(self.binary(), specs, kernel_hold_setting())
+            argv = swarm_engine_argv(binary, specs, kernel_hold_setting())
             if listing is None or not self.backend.start_hop_daemon(self.swarm.name, argv, "linkd"):
                 return False
             listing.write_text("".join(f"{n}\n" for n in sorted(served | set(names))))
