@@ -390,6 +390,8 @@ fn keep_bytes(kernel_held: u64, kernel_hold: u64, whole: bool, pkt: &[u8], max_l
 fn usage() -> ! {
     eprintln!("usage: swarm-linkd run --queue N [--control PATH] [--config FILE] [--link 'MAC|* key=value ...']... \
                [--max-bytes B] [--max-packets N] [--kernel-hold N] [--seed S] [--pidfile PATH]\n       \
+               swarm-linkd run --instance 'queue=N control=PATH state=PATH [inject-dev=IF inject-mac=MAC]'... \
+               [--tick-us T] [--tick-pps R] [--max-bytes B] [--max-packets N] [--realtime]\n       \
                swarm-linkd ctl --control PATH set|stats|ping   (set reads the config from stdin)\n       \
                swarm-linkd check [--max-bytes B] < config");
     std::process::exit(2);
