@@ -148,6 +148,8 @@ def test_engines_hold_at_the_switch(need_userspace, caps):
                               "0.3", swarm.node("sat02").isl_ip], capture_output=True, text=True, timeout=60)
         got = [float(m) for m in re.findall(r"time=([\d.]+) ms", res.stdout)]
         assert len(got) == 3 and all(595 <= r <= 680 for r in got), res.stdout
+        head, _ = swarm.links.linkd.stats("sat02")
+        assert int(head["stamped"]) >= 3, head  # holds start at the kernel's arrival stamp (NFQA_TIMESTAMP)
         # a duplicate cannot be routed from the switch: it leaves as a frame through the receiver's port
         swarm.links.impair(impairment(delay="1ms", duplicate="50%"), between=["sat01", "sat02"], direction="a->b")
         res = subprocess.run(["ip", "netns", "exec", node_ns(swarm.name, "sat01"), "ping", "-n", "-c", "20", "-i",

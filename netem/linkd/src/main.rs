@@ -149,6 +149,8 @@ struct Engine {
     gso: bool,
     /// started from a saved configuration: a previous engine of this node died (its held packets were dropped)
     restarted: bool,
+    /// packets that came with the kernel's arrival stamp (their hold starts then, not when read)
+    stamped: u64,
     /// lateness of releases (actual - due): counts per bucket of LATE_BOUNDS_US
     late: [u64; LATE_BOUNDS_US.len() + 1],
 }
@@ -211,6 +213,7 @@ impl Engine {
                 return;
             }
         };
+        self.stamped += p.stamp_ns.is_some() as u64;
         let ip_hlen = p.payload.first().map_or(20, |b| if b >> 4 == 4 { ((b & 0xf) as usize) * 4 } else { 40 });
         let link = self.links.get_mut(&key).unwrap();
         let decision = if self.held_total >= self.max_packets as u64 {
@@ -353,10 +356,10 @@ impl Engine {
 
     fn stats(&self, q: &nfq::Queue) -> String {
         let mut out = format!(
-            "gen={} set_at_ns={} first_packet_at_ns={} held={} held_peak={} unmatched={} dropped_full={} injected={} inject_errors={} verdicts={} verdict_errors={} kernel_dropped={} kernel_user_dropped={} kernel_held={} kernel_held_peak={} kernel_hold={} kept={}\n",
+            "gen={} set_at_ns={} first_packet_at_ns={} held={} held_peak={} unmatched={} dropped_full={} injected={} inject_errors={} verdicts={} verdict_errors={} kernel_dropped={} kernel_user_dropped={} kernel_held={} kernel_held_peak={} kernel_hold={} kept={} stamped={}\n",
             self.gen, self.set_at, self.first_packet_at, self.held_total, self.held_peak, self.unmatched,
             self.dropped_full, self.injected, self.inject_errors, q.verdicts_sent, q.verdict_errors,
-            q.kernel_drops().0, q.kernel_drops().1, self.kernel_held, self.kernel_held_peak, self.kernel_hold, self.stolen);
+            q.kernel_drops().0, q.kernel_drops().1, self.kernel_held, self.kernel_held_peak, self.kernel_hold, self.stolen, self.stamped);
         out += "late_us";
         for (i, n) in self.late.iter().enumerate() {
             match LATE_BOUNDS_US.get(i) {
@@ -608,7 +611,7 @@ fn open_instance(o: Opts) -> Inst {
                            max_bytes: o.max_bytes, max_packets: o.max_packets, held_total: 0, held_peak: 0, unmatched: 0,
                            dropped_full: 0, injected: 0, inject_errors: 0, raw, l2, inject_max, kernel_held: 0,
                            kernel_held_peak: 0, kernel_hold: o.kernel_hold, stolen: 0, steal_armed: false, full_copy: false,
-                           gso: false, restarted, late: [0; LATE_BOUNDS_US.len() + 1] };
+                           gso: false, restarted, stamped: 0, late: [0; LATE_BOUNDS_US.len() + 1] };
     eng.apply(cfgs);
     let mut q = nfq::Queue::open(o.queue, COPY_META, o.max_packets, 64 << 20).unwrap_or_else(|e| {
         eprintln!("swarm-linkd: NFQUEUE {}: {e} (needs root/CAP_NET_ADMIN and the kernel's nfnetlink_queue; is another engine bound to it?)", o.queue);
