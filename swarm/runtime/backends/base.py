@@ -50,6 +50,8 @@ class Backend(ABC):
 
     #: Whether this machine reaches the nodes' ground addresses itself (false for overlays on other hosts).
     host_reaches_ground: ClassVar[bool] = True
+    #: `down NAME --keep-compose`: the compose backend keeps the generated compose file; the others ignore it.
+    keep_compose: bool = False
 
     @abstractmethod
     def check_available(self) -> None:
