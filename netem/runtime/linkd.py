@@ -6,7 +6,8 @@ where iptables sees every bridged frame (br_netfilter): one engine for the whole
 node N's queue N+1 (fed by the chain SWARM_EMU_LINKS_N that mangle FORWARD jumps to for frames leaving through
 N's bridge port) with node N's control socket and saved configuration (host paths under N's run/): one
 process and, under load, one wake-up per tick for all nodes instead of a process and a wake-up per packet each.
-Held there, a packet no longer counts against its sender's socket, and the receiver's kernel stamps it when it really arrives, so plain `ping` shows the whole round trip (2 x 1.3 s = 2.6 s to the Moon).
+Held there, a packet no longer counts against its sender's socket, and the receiver's kernel stamps it when it
+really arrives, so plain `ping` shows the whole round trip (2 x 1.3 s = 2.6 s to the Moon).
 Elsewhere (compose, the swarm backend, a kernel without br_netfilter) everything lives inside the node: the
 engine (`docker exec -d` in the container, the binary copied in) and the chain SWARM_EMU_LINKS that the node's
 mangle PREROUTING jumps to; there the receiver's kernel stamps a packet before the engine holds it (`ping -U`
