@@ -213,8 +213,9 @@ class Linkd:
 
     def _start_swarm_engine(self, plan: "NodePlan", iface: str, binary: str) -> bool:
         """At the hop: one engine for every node of the swarm whose engine does not answer yet (their queues
-        are free), started once; True when the node's queue is (or is being) served by it. A node it already
-        lists that does not answer after START_TIMEOUT (the whole engine was killed) gets an engine of its own."""
+        are free), started once; True when the node's queue is (or is being) served by it. When a node it lists
+        does not answer within START_TIMEOUT (the engine and its restart loop were killed), a new one is started
+        for every node that does not answer."""
         listing = self._engine_list()
         with self._start_lock:
             if self.ping(plan.name):
@@ -226,7 +227,8 @@ class Linkd:
                     if self.ping(plan.name):
                         return True
                     time.sleep(0.1)
-                return False
+                # the swarm's engine and its restart loop are gone (killed): a new one for every silent node
+                served = set()
             specs, names = [], []
             for n in self.swarm.nodes:
                 if n.name in served or (n.name != plan.name and self.ping(n.name)):
