@@ -134,6 +134,11 @@ class Backend(ABC):
         timestamps (ping's RTT) as a real long link would."""
         return None
 
+    def start_hop_daemon(self, swarm: str, argv: list[str], name: str) -> bool:
+        """Start one long-running process for the whole swarm at its forwarding hop (with the host's /run; its
+        output in the swarm's logs as `hop.<name>.log`); False where the backend has no hop of its own."""
+        return False
+
     @abstractmethod
     def start_daemon(self, swarm: str, node: str, argv: list[str], name: str, at_hop: bool = False) -> None:
         """Start a long-running process (e.g. the mesh daemon) in `node`, with private_run_prefix's /run; it
