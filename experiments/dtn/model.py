@@ -212,7 +212,8 @@ class DtnExperiment(ExperimentModel):
             raise ValueError("swarm.defaults.dtn: set by the experiment (top-level `dtn`, `clas`, `routings`)")
         for key in ("cla", "routing", "static_peers"):
             if key in self.dtn:
-                raise ValueError(f"dtn.{key}: set by the experiment ({'clas' if key == 'cla' else 'routings' if key == 'routing' else 'pattern'})")
+                which = "clas" if key == "cla" else "routings" if key == "routing" else "pattern"
+                raise ValueError(f"dtn.{key}: set by the experiment ({which})")
         for cla in self.clas:  # every DtnSpec field checked once, and the largest bundle against the limits
             try:
                 piece = DtnSpec(**{**self.dtn, "cla": cla, "routing": self.routings[0]})

@@ -26,9 +26,11 @@ from swarm.runtime.backends import swarm_dir
 from swarm.runtime.backends.base import NODE_ACTIONS
 from netem.runtime.linkd import KERNEL_HELD_PACKETS, Linkd
 from swarm.runtime.context import SwarmContext
+from swarm.observe.events import emit, link_changes, link_view
 
 DEFAULT_QDISCS = {"noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "pfifo", "bfifo", "sfq", "cake"}
 EXEC_TIMEOUT = 60
+NODE_STATE_AFTER = {"stop": "stopped", "kill": "killed", "pause": "paused", "unpause": "running", "restart": "running"}
 
 
 class LinkController:
@@ -76,6 +78,7 @@ class LinkController:
         with open(self.dir / "links.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             state = self.load()
+            before = link_view(state.base, state.cuts)
             try:
                 yield state
             except SpecError:
@@ -84,6 +87,8 @@ class LinkController:
                 self._save(state)
                 raise
             self._save(state)
+            for change in link_changes(before, link_view(state.base, state.cuts)):  # the event log (swarm.observe)
+                emit(self.dir, "link", **change)
 
     # ------------------------------------------------------------------------------- conditions
     def spec_links(self) -> DirectedLinks:
@@ -152,6 +157,7 @@ class LinkController:
         with self._transaction() as state:
             cuts = state.cuts | {(a, b), (b, a)}
             self.engine.check(with_cuts(state.base, cuts), "cut")
+            emit(self.dir, "fault", kind="cut", args=[a, b])
             state.cuts = cuts
             self._push(state)
 
@@ -162,6 +168,7 @@ class LinkController:
         if a is not None:
             self._check_pair(a, b, "heal")
         with self._transaction() as state:
+            emit(self.dir, "fault", kind="heal", args=[a, b] if a is not None else [])
             state.cuts = set() if a is None else state.cuts - {(a, b), (b, a)}
             self._push(state)
 
@@ -173,6 +180,7 @@ class LinkController:
         with self._transaction() as state:
             cuts |= state.cuts
             self.engine.check(with_cuts(state.base, cuts), "partition")
+            emit(self.dir, "fault", kind="partition", args=[",".join(g) for g in groups])
             state.cuts = cuts
             self._push(state)
 
@@ -182,6 +190,7 @@ class LinkController:
         if action not in NODE_ACTIONS:
             raise SpecError(f"node action {action!r}: expected one of {', '.join(NODE_ACTIONS)}")
         self.swarm.backend.node_action(self.swarm.name, node, action)
+        emit(self.dir, "node", node=node, state=NODE_STATE_AFTER.get(action, action), action=action)
         with self._transaction() as state:
             rec = state.nodes.setdefault(node, {})
             if action in ("stop", "kill", "pause"):

@@ -38,6 +38,7 @@ from netem.orbits.planner import Plan
 from netem.orbits.records import LINK_COLUMNS
 from netem.state import node_links, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
+from swarm.observe.events import emit
 
 if TYPE_CHECKING:
     from netem.runtime.links import LinkController
@@ -152,6 +153,15 @@ class LinkTimelineDriver:
             self.counts["tc_rebuilt"] += rec.get("tc") != tc_before or (force and bool(tc))
             self.counts["nft"] += rec.get("nft") != nft_before or force
 
+    def _events(self, rows: list[dict]) -> None:
+        """Each link update of a step into the swarm's event log (swarm.observe.events), both directions."""
+        for r in rows:
+            cond = " ".join(x for x in (f"delay {r['delay_ms']:g}ms" if r["up"] and r["delay_ms"] != "" else "",
+                                        f"rate {r['rate']}bit" if r["up"] and r["rate"] else "") if x)
+            for src, dst in ((r["a"], r["b"]), (r["b"], r["a"])):
+                emit(self.ctl.dir, "link", src=src, dst=dst, state="up" if r["up"] else "down", conditions=cond,
+                     cause="orbit schedule", step=r["step"])
+
     def _save(self) -> None:
         """links.json: the configured conditions with the plan's current ones, and the per-node records."""
         with self.ctl.transaction() as state:
@@ -251,6 +261,7 @@ class LinkTimelineDriver:
                 step_rows.append({"t": batch[0][0], "lag_ms": (finished - (t0 + batch[0][0] / self.speedup)) * 1000,
                                   "updates": len(latest), "nodes": len(nodes)})
                 self.on_rows(out)
+                self._events(out)
                 progress(min(wall_len, time.time() - t0), wall_len,
                          f"step t={batch[-1][0]:g} s: {len(latest)} link(s) on {len(nodes)} node(s)")
             if not self.stop_event.is_set():

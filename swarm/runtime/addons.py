@@ -77,7 +77,7 @@ class CfsAddOn(AddOn):
         to the backend."""
         if not ctx.backend.traits.containers:
             return image
-        installs = sorted({n.spec.cfs.install for n in cfs_nodes(ctx.nodes)})
+        installs = sorted({n.spec.cfs.install for n in cfs_nodes(ctx.nodes) if n.spec.cfs is not None})
         images = {inst: ensure_cfs_image(ctx.runner, ctx.workdir, image, inst, ctx.message) for inst in installs}
         ulimits, lowered = host_ulimits()
         if lowered:

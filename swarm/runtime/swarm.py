@@ -38,6 +38,7 @@ from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_fr
 from swarm.runtime.state import (StateError, all_states, default_workdir, down_by_name, forget_state,  # noqa: F401
                                  leftovers, read_state, state_names, wipe, write_state)
 from netem.model import links_with_engine
+from swarm.observe.events import emit
 
 #: How long a reachability or health probe waits: three echoes at 0, 0.3 and 0.75 s, answers awaited until
 #: ~1.4 s. A peer whose ARP cache is empty (a node just restarted) resolves its neighbour before it answers,
@@ -93,7 +94,8 @@ class Swarm:
         self.runner = runner or Runner()
         self.caps = caps or capabilities()
         self.workdir = workdir or default_workdir()
-        self.backend: Backend = get_backend(backend or spec.backend or ("swarm" if spec.hosts else None), self.runner, self.caps, self.workdir)
+        self.backend: Backend = get_backend(backend or spec.backend or ("swarm" if spec.hosts else None), self.runner,
+                                            self.caps, self.workdir)
         self.spec = spec = with_backend_defaults(spec, self.backend.traits)
         self.nodes: list[NodePlan] = plan_nodes(spec)
         self.progress = progress
@@ -184,6 +186,7 @@ class Swarm:
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
+        emit(swarm_dir(self.workdir, self.name), "swarm", state="up", nodes=len(self.nodes), backend=self.backend.traits.name)
         return time.monotonic() - started
 
     def _active_addons(self, ctx: SwarmContext) -> list[AddOn]:
@@ -335,6 +338,7 @@ class Swarm:
         alive: set[str] = set()
         if health and states:
             ground = [n.ground_ip for n in self.nodes]
+            res: Result | None
             if self.backend.host_reaches_ground:
                 res = self.runner.run(["fping", "-a", *FPING_PATIENCE, *ground], check=False, timeout=60)
             else:  # the orchestrator is on no overlay: ask a running node (its own address answers too)

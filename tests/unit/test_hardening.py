@@ -108,7 +108,7 @@ def test_dollar_is_escaped_in_the_compose_file(tmp_path):
 # ---- 4. a predictable pid file in the host's /tmp, then `kill "$(cat file)"` as root
 @pytest.mark.parametrize("backend", ["netns", "compose"])
 def test_ddsperf_pid_file_is_in_the_swarms_own_directory(backend, tmp_path):
-    from experiments.ddsperf.sweep import pid_file
+    from experiments.ddsperf.plan import pid_file
 
     path = pid_file(TRAITS[backend], tmp_path, "hd-x", "sat02")
     assert not path.startswith("/tmp/swarm-emu"), path
