@@ -14,7 +14,7 @@ APT_PACKAGES := iperf3 iproute2 nftables fping iputils-ping traceroute procps ut
 # a node's namespace (pcapng, ring buffer, duration stop), mergecap joins a link's two ends; tshark reads them back
 APT_PACKAGES += tshark
 
-.PHONY: setup linkd linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn wipe clean help lint lint-py lint-rust
+.PHONY: setup linkd linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn bench-dtn-delay wipe clean help lint lint-py lint-rust
 
 help:
 	@echo "make demo   - bring up a small swarm, status + ISL reachability, short TCP/UDP sweep, report, tear down"
@@ -47,7 +47,9 @@ linkd-test:
 	CARGO_TARGET_DIR="$(LINKD_TARGET)" cargo test -q --release --locked --manifest-path netem/linkd/Cargo.toml
 
 # dtn7-rs (Cargo crate dtn7 0.21.0: dtnd, dtnsend, dtnrecv, ...) for the DTN nodes, built once into
-# ~/.cache/swarm-emu/dtn7 (never into the repository); returns at once when built. ~9 min on 2 cores.
+# ~/.cache/swarm-emu/dtn7 (never into the repository); returns at once when built. ~9-15 min on 2 cores.
+# images/dtn/dtn7-0.21.0.patch is applied to the registry's source first (its header says why); a patch that
+# no longer applies stops here with one line naming it (exit 2).
 # Without a Rust toolchain this says so and goes on: DTN swarms then stop with that message (exit 2).
 dtn7:
 	@if command -v cargo >/dev/null 2>&1 || [ -x "$$HOME/.cargo/bin/cargo" ]; then \
@@ -97,6 +99,10 @@ bench-sweep: setup
 
 bench-dtn: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) bench/bench_dtn.py
+
+# TCPCL goodput at 2 s and 4 s one-way / at 0 s (patched dtn7, issue 26), ~4 min
+bench-dtn-delay: setup
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) bench/bench_dtn_delay.py
 
 # lint: the Python packages (ruff: pyflakes, pycodestyle, bugbear, mccabe <= 20; mypy with pydantic's plugin and
 # a baseline of modules still to clean, see pyproject.toml) and the Rust crate (rustfmt, clippy with warnings as

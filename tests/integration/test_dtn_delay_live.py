@@ -124,3 +124,17 @@ def test_tcp_cla_delivers_at_2_and_4_seconds_one_way(need_dtn7, tmp_path):
         assert all(int(b["size"]) == 100_000 for b in got)
         # nothing sooner than the light time allows; the session's set-up takes ~3 round trips first
         assert min(float(b["latency_s"]) for b in got) >= one_way
+
+
+def test_a_patch_that_no_longer_applies_is_one_line_exit_2(need_dtn7, tmp_path):
+    """images/dtn/build.sh against a patch that does not fit the crate: one line naming the patch, exit 2,
+    nothing built or cached (the check runs on the registry's .crate before cargo starts)."""
+    bad = tmp_path / "dtn7-0.21.0.patch"
+    bad.write_text("header\n--- a/src/lib.rs\n+++ b/src/lib.rs\n@@ -1,1 +1,1 @@\n-not a line of dtn7\n+nor this\n")
+    cache = tmp_path / "cache"
+    res = subprocess.run(["bash", str(REPO / "images/dtn/build.sh")], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "DTN7_PATCH": str(bad), "SWARM_DTN7_CACHE": str(cache)})
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [f"dtn7 build: {bad} no longer applies to dtn7 0.21.0 "
+                                               "(update the patch or DTN7_VERSION)"]
+    assert not any(p.name.startswith("dtn7-") for p in cache.iterdir())
