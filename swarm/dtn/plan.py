@@ -6,18 +6,27 @@ with static peers (`-s <cla>://<isl address>:<port>/<peer>`) and neighbour disco
 beacons sent to the ISL subnet's broadcast address (`-E <broadcast>:3003`), so that agents find each
 other over the inter-satellite network and never over the ground network. `routing: static` gets a routes
 file (dtn7-rs's format: `<index> <source glob> <destination glob> <next-hop EID>`).
+
+`cla: ltp`: dtnd runs with its external convergence layer (`--ecla`) and static peers
+`ecla+ltp://<isl address>:1113/<peer>`; beside it swarm-ltpcla (flightsw/ltpcla) registers over dtnd's
+WebSocket as `ltp` and carries the bundles over LTP on UDP. Its engine ID is the node's index, and each peer's
+one-way light time and pacing rate are those of the link toward it (`links:`), or `dtn.ltp.rate`.
 """
 from __future__ import annotations
 
 import ipaddress
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from .spec import APP_SERVICE, DISCOVERY_PORT, DtnSpec, endpoint
 
 DTND = "dtnd"
+LTPCLA = "swarm-ltpcla"
 ROUTES_FILE = "routes.txt"
+LTP_LOG = "ltp.csv"  # every block, retransmission, cancel and refusal (swarm-ltpcla --log)
+LTP_STATUS = "ltp-status.json"  # counters, rewritten each second (swarm-ltpcla --status)
+LTP_DOWN = "ltp-down.txt"  # link-down windows from the contact plan (swarm-ltpcla --down)
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,7 @@ class Peer:
 
     name: str
     isl_ip: str
+    index: int = 0  # the node's index in the swarm (LTP engine ID)
 
 
 @dataclass(frozen=True)
@@ -38,11 +48,53 @@ class AgentPlan:
     files: dict[str, str] = field(default_factory=dict)  # name in workdir -> text
     web_port: int = 3000
     expected_peers: tuple[str, ...] = ()  # node names the agent must list before it counts as ready
+    ltp_argv: Optional[list[str]] = None  # cla: ltp: swarm-ltpcla's command, started beside dtnd
+
+
+@dataclass(frozen=True)
+class LinkView:
+    """What the framework knows of the directed link toward a peer: one-way delay (s) and rate (bit/s, 0 or
+    None: unlimited)."""
+
+    delay: float = 0.0
+    rate: Optional[int] = None
 
 
 def peer_url(cla: str, peer: Peer, port: int) -> str:
-    """dtn7-rs's static peer URL: <cla>://<address>:<port>/<node name>."""
-    return f"{cla}://{peer.isl_ip}:{port}/{peer.name}"
+    """dtn7-rs's static peer URL: <cla>://<address>:<port>/<node name> (an external CLA: ecla+<cla>://...)."""
+    scheme = f"ecla+{cla}" if cla == "ltp" else cla
+    return f"{scheme}://{peer.isl_ip}:{port}/{peer.name}"
+
+
+def plan_ltp(node: str, index: int, isl_ip: str, piece: DtnSpec, peers: list[Peer], workdir: str,
+             link_of: Any) -> list[str]:
+    """swarm-ltpcla's argv for `node` (pure). `link_of(a, b)` -> LinkView of the directed link a->b. ValueError
+    (one line naming the field) for a peer whose link has no rate and no `dtn.ltp.rate` to pace at."""
+    ltp = piece.ltp
+    wd = workdir.rstrip("/")
+    argv = [LTPCLA, "--ws", f"ws://127.0.0.1:{piece.web_port}/ws/ecla", "--engine", str(index),
+            "--bind", f"{isl_ip}:{piece.cla_port()}", "--segment", str(ltp.segment), "--red", f"{ltp.red:g}",
+            "--margin", f"{ltp.margin:g}", "--rtx-limit", str(ltp.rtx_limit), "--attempts", str(ltp.attempts),
+            "--log", f"{wd}/{LTP_LOG}", "--status", f"{wd}/{LTP_STATUS}", "--down", f"{wd}/{LTP_DOWN}"]
+    for peer in peers:
+        link: LinkView = link_of(node, peer.name)
+        rate = link.rate or ltp.rate
+        if not rate:
+            raise ValueError(f"dtn.ltp.rate: link {node}->{peer.name} has no rate to pace LTP at; give the link a "
+                             f"rate (links:) or set dtn.ltp.rate")
+        if link.delay < 0:
+            raise ValueError(f"links: link {node}->{peer.name} delay {link.delay:g} s: not a one-way light time")
+        argv += ["--peer", f"{peer.index},{peer.isl_ip}:{piece.cla_port()},{int(rate)},{link.delay:g}"]
+    return argv
+
+
+def ltp_down_windows(windows: list[tuple[str, float, float]], engine_of: dict[str, int], t0: float) -> str:
+    """The down file of one node (pure): `windows` = (peer node, from s, until s) relative to `t0` (Unix s)
+    -> lines `<peer engine> <from unix> <until unix>`."""
+    lines = ["# link-down windows (swarm-emu): <peer engine> <from, unix s> <until, unix s>"]
+    for peer, a, b in windows:
+        lines.append(f"{engine_of[peer]} {t0 + a:.3f} {t0 + b:.3f}")
+    return "\n".join(lines) + "\n"
 
 
 def static_routes(node: str, piece: DtnSpec, peers: list[Peer]) -> str:
@@ -71,7 +123,10 @@ def plan_agent(node: str, piece: DtnSpec, peers: list[Peer], workdir: str, isl_s
     argv = [DTND, "-n", node, "-W", workdir, "-e", APP_SERVICE, "-r", piece.routing,
             "-w", str(piece.web_port), "-j", _humantime(piece.janitor)]
     cla = piece.cla if piece.cla == "http" else f"{piece.cla}:port={piece.cla_port()}"
-    argv += ["-C", cla]
+    if piece.cla == "ltp":
+        argv += ["--ecla"]  # no built-in CLA: bundles leave through swarm-ltpcla only
+    else:
+        argv += ["-C", cla]
     if piece.storage.backend != "mem":
         argv += ["-D", piece.storage.backend]
     files: dict[str, str] = {}
@@ -94,20 +149,29 @@ def plan_agent(node: str, piece: DtnSpec, peers: list[Peer], workdir: str, isl_s
 
 
 def plan_agents(nodes: list[tuple[str, str, Optional[DtnSpec]]], isl_subnet: str,
-                workdir_of: Any) -> list[AgentPlan]:
+                workdir_of: Any, link_of: Any = None) -> list[AgentPlan]:
     """Agents of a swarm. `nodes`: (name, ISL address, dtn piece or None) in index order; `workdir_of(name)`
-    gives a node's work folder. Static peers default to every other DTN node; auto discovery is expected to
-    find every other DTN node (the ISL is one broadcast domain at start)."""
+    gives a node's work folder; `link_of(a, b)` the LinkView of a->b (cla: ltp). Static peers default to every
+    other DTN node; auto discovery is expected to find every other DTN node (the ISL is one broadcast domain
+    at start)."""
+    index = {n: i for i, (n, _, _) in enumerate(nodes, start=1)}
     dtn_nodes = [(n, ip, p) for n, ip, p in nodes if p is not None]
-    by_name = {n: Peer(n, ip) for n, ip, _ in dtn_nodes}
+    by_name = {n: Peer(n, ip, index[n]) for n, ip, _ in dtn_nodes}
+    link_of = link_of or (lambda a, b: LinkView())
     plans = []
-    for name, _ip, piece in dtn_nodes:
+    for name, ip, piece in dtn_nodes:
         assert piece is not None
         if piece.peers == "static" and piece.static_peers is not None:
             peers = [by_name[p] for p in piece.static_peers]
         else:
             peers = [by_name[n] for n, _, _ in dtn_nodes if n != name]
-        plans.append(plan_agent(name, piece, peers, workdir_of(name), isl_subnet))
+        if piece.cla == "ltp" and piece.peers != "static":
+            raise ValueError(f"node {name!r}: dtn.peers {piece.peers!r}: cla ltp needs static peers (its one-way "
+                             "light time and rate come from the links toward them)")
+        plan = plan_agent(name, piece, peers, workdir_of(name), isl_subnet)
+        if piece.cla == "ltp":
+            plan = replace(plan, ltp_argv=plan_ltp(name, index[name], ip, piece, peers, workdir_of(name), link_of))
+        plans.append(plan)
     return plans
 
 

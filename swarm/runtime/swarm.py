@@ -177,7 +177,7 @@ class Swarm:
         if self.backend.name in ("compose", "swarm"):
             self.image = self._ensure_images()
             if dtn.enabled:
-                self.image = ensure_dtn_image(self.runner, self.workdir, self.image, self.message)
+                self.image = ensure_dtn_image(self.runner, self.workdir, self.image, self.message, ltp=dtn.ltp)
             self._prepare_cfs()
         write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
                                                "spec": self.spec.model_dump(mode="json", exclude_none=True),

@@ -248,6 +248,7 @@ struct State {
     c: Counters,
     t0: Instant,
     payload: usize,
+    down_mtime: Option<SystemTime>,
 }
 
 impl State {
@@ -513,6 +514,26 @@ impl State {
         self.to_dtnd.push(msg.to_string());
     }
 
+    /// The down file is rewritten by the framework when a contact plan's clock starts: re-read it on change.
+    fn reload_down(&mut self) {
+        let Some(path) = self.args.down.clone() else { return };
+        let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        if mtime.is_none() || mtime == self.down_mtime {
+            return;
+        }
+        self.down_mtime = mtime;
+        match std::fs::read_to_string(&path).map_err(|e| e.to_string()).and_then(|t| Schedule::parse(&t)) {
+            Ok(s) => {
+                self.schedule = s;
+                self.rec.ev("down-file", 0, "", "", 0, &format!("reloaded {path}"));
+            }
+            Err(e) => {
+                self.rec.ev("down-file", 0, "", "", 0, &format!("not reloaded: {e}"));
+                eprintln!("swarm-ltpcla: --down {path}: {e}; keeping the previous windows");
+            }
+        }
+    }
+
     fn write_status(&mut self) {
         let (s, r) = self.engine.session_count();
         self.c.send_sessions = s;
@@ -555,9 +576,11 @@ fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let args = parse_args(&argv).unwrap_or_else(|e| die(&e));
     let schedule = match &args.down {
-        Some(p) => Schedule::parse(&std::fs::read_to_string(p).unwrap_or_else(|e| die(&format!("--down {p}: {e}"))))
-            .unwrap_or_else(|e| die(&e)),
-        None => Schedule::default(),
+        Some(p) if std::path::Path::new(p).exists() => {
+            Schedule::parse(&std::fs::read_to_string(p).unwrap_or_else(|e| die(&format!("--down {p}: {e}"))))
+                .unwrap_or_else(|e| die(&format!("--down {p}: {e}")))
+        }
+        _ => Schedule::default(),
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(run(args, schedule));
@@ -601,7 +624,9 @@ async fn run(args: Args, schedule: Schedule) {
     let mut st = State {
         args, engine, peers, by_addr, schedule, queue: VecDeque::new(), sending: HashMap::new(), partial: HashMap::new(),
         inflight: 0, to_dtnd: vec![], rec, c: Counters { sndbuf, rcvbuf, ..Default::default() }, t0: Instant::now(), payload,
+        down_mtime: None,
     };
+    st.reload_down();
     eprintln!("swarm-ltpcla: engine {} on {} ({} peers), segment {} B (payload {} B), red {}, socket buffers snd {} rcv {}",
               st.args.engine, st.args.bind, st.peers.len(), st.args.segment, st.payload, st.args.red, sndbuf, rcvbuf);
     st.rec.ev("engine", st.args.engine, "", "", st.args.segment, &format!("bind {} sndbuf {sndbuf} rcvbuf {rcvbuf}", st.args.bind));
@@ -640,6 +665,7 @@ async fn run(args: Args, schedule: Schedule) {
             if now - last_status >= 1.0 {
                 last_status = now;
                 st.sweep_partials();
+                st.reload_down();
                 st.write_status();
             }
             // wake for: the engine's next timer, a paced peer's bucket, the contact plan's next change, status
