@@ -39,7 +39,7 @@ from experiments.store import ResultsStore, host_facts
 from netem.orbits.export import to_hdtn_json, to_ion, to_ion_exact
 from netem.orbits.planner import Plan, plan as make_plan
 from netem.orbits.records import LINK_COLUMNS, PROBE_COLUMNS, against_plan, parse_ping, ping_argv
-from swarm.runtime.orbits import LinkTimelineDriver
+from netem.runtime.orbits import LinkTimelineDriver
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 
 

@@ -90,7 +90,7 @@ def apply_cmd(name: str, file: str | None, speedup: float, out_dir: str | None, 
     from netem.orbits.planner import plan as make_plan
     from netem.orbits.spec import load_orbits_file, parse_orbits
     from netem.orbits.records import LINK_COLUMNS
-    from swarm.runtime.orbits import LinkTimelineDriver
+    from netem.runtime.orbits import LinkTimelineDriver
 
     if not speedup > 0:
         raise SpecError(f"--speedup {speedup:g}: must be positive")

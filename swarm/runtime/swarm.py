@@ -30,7 +30,7 @@ from swarm.mesh.plan import STABLE_S
 from swarm.mesh.runtime import Mesh
 from swarm.runtime.host import ensure_neighbour_capacity
 from swarm.runtime.image import ensure_image
-from swarm.runtime.links import LinkController
+from netem.runtime.links import LinkController
 from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
 from swarm.runtime.clocks import NodeClocks, node_clocks
@@ -160,7 +160,7 @@ class Swarm:
 
     @property
     def links(self):
-        """The swarm's link conditions and faults (swarm.runtime.links.LinkController): impair, cut, heal, partition,
+        """The swarm's link conditions and faults (netem.runtime.links.LinkController): impair, cut, heal, partition,
         node_action, rows (what is set now)."""
         return LinkController(self)
 

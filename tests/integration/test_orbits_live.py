@@ -9,7 +9,7 @@ import pytest
 
 from netem.orbits.planner import plan as make_plan
 from netem.orbits.spec import parse_orbits
-from swarm.runtime.orbits import LinkTimelineDriver
+from netem.runtime.orbits import LinkTimelineDriver
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict
 

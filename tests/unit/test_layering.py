@@ -23,6 +23,7 @@ LAYER_OF = [
     ("netem.orbits.spec", "spec"),  # the `orbits:` section of a swarm spec (pydantic only, like netem.model)
     ("netem", "plan"), ("compose", "plan"), ("swarm.mesh.plan", "plan"), ("swarm.cfs.node", "plan"),
     ("swarm.cfs.ground", "plan"),
+    ("netem.runtime", "runtime"),  # the link controller, the swarm-linkd driver, the live orbit driver
     ("swarm.runtime", "runtime"), ("swarm.mesh.runtime", "runtime"), ("swarm.cfs.image", "runtime"),
     ("swarm.dtn", "runtime"), ("swarm.dtn.spec", "spec"), ("swarm.dtn.contacts", "spec"), ("swarm.dtn.plan", "plan"),
     ("experiments", "experiments"),
@@ -41,7 +42,7 @@ ALLOWED = {
 PURE_EXPERIMENT_MODULES = {"experiments.traffic.iperf3", "experiments.traffic.muxresult", "experiments.app.parse", "experiments.dtn.parse",
                            "experiments.orbits.bundles",  # bundles judged against the contact plan
                            "experiments.orbits.model"}  # the orbits report re-plans from the stored experiment
-RUNTIME_PREFIXES = ("swarm.runtime", "swarm.mesh.runtime", "swarm.cfs.image", "swarm.cli")
+RUNTIME_PREFIXES = ("swarm.runtime", "netem.runtime", "swarm.mesh.runtime", "swarm.cfs.image", "swarm.cli")
 
 # Imports inside functions: only these, for the CLI's start-up time (pandas, matplotlib) and the package's
 # lazy `Swarm` attribute (PEP 562).
@@ -50,7 +51,7 @@ FUNCTION_LEVEL_OK = {("swarm.cli.main", "experiments.runs"), ("swarm.cli.main", 
                      # `swarm orbits`: the planner, its report and the driver load numpy/pandas/matplotlib
                      ("swarm.cli.orbits", "analysis.orbits"), ("swarm.cli.orbits", "netem.orbits.planner"),
                      ("swarm.cli.orbits", "netem.orbits.spec"), ("swarm.cli.orbits", "netem.orbits.records"),
-                     ("swarm.cli.orbits", "swarm.runtime.orbits")}
+                     ("swarm.cli.orbits", "netem.runtime.orbits")}
 
 
 def layer(module: str) -> str:
@@ -63,8 +64,6 @@ def modules() -> dict[str, Path]:
     for pkg in PACKAGES:
         for path in sorted((REPO / pkg).rglob("*.py")):
             rel = path.relative_to(REPO).with_suffix("")
-            if "bench" in rel.parts:  # scripts, not modules of the pipeline
-                continue
             name = ".".join(rel.parts).removesuffix(".__init__")
             out[name] = path
     return out

@@ -100,7 +100,7 @@ def test_golden_batman_adv_plan():
 
 
 def test_netns_daemons_get_a_private_run(tmp_path):
-    from swarm.runtime.backends.netns import NetnsBackend
+    from swarm.runtime.backends.netns.backend import NetnsBackend
     from swarm.runtime.runner import Runner
 
     backend = NetnsBackend(Runner(), CAPS, tmp_path)

@@ -7,9 +7,9 @@ from swarm.errors import SpecError
 from swarm.caps import Capabilities
 from swarm.runtime.runner import Runner
 from swarm.runtime.backends.base import Backend, Progress, no_progress, swarm_dir
-from swarm.runtime.backends.compose import ComposeBackend
-from swarm.runtime.backends.netns import NetnsBackend
-from swarm.runtime.backends.swarm import SwarmBackend
+from swarm.runtime.backends.compose.backend import ComposeBackend
+from swarm.runtime.backends.netns.backend import NetnsBackend
+from swarm.runtime.backends.multihost.backend import SwarmBackend
 
 # `wipe` visits them in this order: swarm first, so a multi-host swarm is taken down host by host (its
 # overlays released by the manager) before the compose backend sweeps this engine's labelled leftovers.

@@ -98,7 +98,7 @@ class Backend(ABC):
     @abstractmethod
     def node_action(self, swarm: str, node: str, action: str) -> None:
         """Fault on one node, one of NODE_ACTIONS: stop (graceful), kill, pause, unpause, restart (the node
-        comes back with its addresses and main process; link conditions are re-applied by swarm.runtime.links)."""
+        comes back with its addresses and main process; link conditions are re-applied by netem.runtime.links)."""
 
     @abstractmethod
     def wipe(self) -> list[str]:

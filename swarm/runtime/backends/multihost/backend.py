@@ -42,7 +42,7 @@ from compose.render import AGENT_COMMAND, LABEL_NET, LABEL_SWARM, compose_yaml, 
 from swarm.cfs.node import CfsRuntime
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.runtime.backends.base import Backend, Progress, swarm_dir
-from swarm.runtime.backends.compose import ComposeBackend
+from swarm.runtime.backends.compose.backend import ComposeBackend
 from swarm.runtime.clocks import PROBE_ARGV, ClockOffset, estimate
 from swarm.spec.hosts import HostSpec, dynamic_range, node_mtu, overlay_driver_mtu, place, placeables
 from swarm.spec.model import NodePlan, SwarmSpec, gateway_address

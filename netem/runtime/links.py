@@ -3,7 +3,7 @@ link engines (netem/engines.py) to the running nodes and keeps their state (nete
 
 Everything applied lives inside the nodes (a root qdisc with handle 5eed: on the ISL interface, an nft table
 `netdev swarm_emu`; with the userspace engine its process, the chain SWARM_EMU_LINKS in the mangle table and
-PREROUTING's jump to it, see swarm.runtime.linkd): removing a namespace or container removes it; `clear`
+PREROUTING's jump to it, see netem.runtime.linkd): removing a namespace or container removes it; `clear`
 removes exactly those and nothing else (a root qdisc with another handle is left alone); the engine process
 stays, idle, until the node goes.
 """
@@ -24,7 +24,7 @@ from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.mesh.plan import BATADV_IF, enslaved_interfaces
 from swarm.runtime.backends import swarm_dir
 from swarm.runtime.backends.base import NODE_ACTIONS
-from swarm.runtime.linkd import KERNEL_HELD_PACKETS, Linkd
+from netem.runtime.linkd import KERNEL_HELD_PACKETS, Linkd
 
 if TYPE_CHECKING:
     from swarm.runtime.swarm import Swarm

@@ -1,7 +1,7 @@
 """The link-timeline driver: a running swarm's links follow an orbit plan (netem.orbits) live.
 
 At each step of the plan only the links whose state changed are updated, through the swarm's link engine
-(swarm.runtime.links.LinkController's per-node apply of the engine's plan: kernel NetEm, nftables + HTB
+(netem.runtime.links.LinkController's per-node apply of the engine's plan: kernel NetEm, nftables + HTB
 where sch_netem is missing, or any other engine of the registry), in parallel across the nodes concerned. A node whose
 tc tree keeps its shape (a rate or delay moved) gets `tc class/qdisc change` lines (netem.incremental)
 instead of a rebuild, so a delay update does not flush the packets queued in the link. A link's new conditions are the swarm's
