@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
+from netem.model import resolve_links
+
 from .spec import APP_SERVICE, DISCOVERY_PORT, DtnSpec, endpoint
 
 DTND = "dtnd"
@@ -64,6 +66,18 @@ def peer_url(cla: str, peer: Peer, port: int) -> str:
     """dtn7-rs's static peer URL: <cla>://<address>:<port>/<node name> (an external CLA: ecla+<cla>://...)."""
     scheme = f"ecla+{cla}" if cla == "ltp" else cla
     return f"{scheme}://{peer.isl_ip}:{port}/{peer.name}"
+
+
+def spec_link_view(links: Any, names: list[str]) -> Any:
+    """a, b -> LinkView of the directed ISL link a->b as a spec's `links:` sets it (pure; netem.model resolves)."""
+    resolved = resolve_links(links, names) if links else {}
+
+    def view(a: str, b: str) -> LinkView:
+        imp = resolved.get((a, b))
+        if imp is None:
+            return LinkView()
+        return LinkView(delay=(imp.delay or 0.0) / 1000.0, rate=imp.rate or None)
+    return view
 
 
 def plan_ltp(node: str, index: int, isl_ip: str, piece: DtnSpec, peers: list[Peer], workdir: str,

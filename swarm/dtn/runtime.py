@@ -20,6 +20,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -33,8 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from netem.model import resolve_links
-from swarm.dtn.plan import (LTP_DOWN, LTP_LOG, LTP_STATUS, AgentPlan, LinkView, ltp_down_windows, plan_agents,
+from swarm.dtn.plan import (LTP_DOWN, LTP_LOG, LTP_STATUS, AgentPlan, ltp_down_windows, plan_agents, spec_link_view,
                             readiness, peer_names)
 from swarm.dtn.spec import DtnSpec
 from swarm.errors import CommandError, RuntimeFailure, SpecError
@@ -135,7 +135,6 @@ def ensure_dtn_image(runner: Runner, workdir: Path, node_image: str, message: Ca
     ltpcla = ltpcla_binary(workdir, runner, message) if ltp else None
     tag = dtn_image_tag(workdir, node_image, bindir)
     if ltpcla is not None:
-        import hashlib
         tag = f"{tag}-ltp{hashlib.sha256(tag.encode() + ltpcla.read_bytes()).hexdigest()[:8]}"
     if runner.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], check=False).ok:
         return tag
@@ -205,14 +204,7 @@ class DtnAgents:
 
     def link_view(self):
         """a, b -> LinkView of the directed ISL link a->b as the spec's `links:` set it (delay s, rate bit/s)."""
-        links = resolve_links(self.swarm.spec.links, [n.name for n in self.swarm.nodes]) if self.swarm.spec.links else {}
-
-        def view(a: str, b: str) -> LinkView:
-            imp = links.get((a, b))
-            if imp is None:
-                return LinkView()
-            return LinkView(delay=(imp.delay or 0.0) / 1000.0, rate=imp.rate or None)
-        return view
+        return spec_link_view(self.swarm.spec.links, [n.name for n in self.swarm.nodes])
 
     def workdir(self, node: str) -> str:
         if self.netns:
