@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from experiments.dtn.model import MAX_RATE, DtnExperiment, DtnTest, flows, swarm_nodes
-from experiments.dtn.parse import (BUNDLE_COLUMNS, STORE_COLUMNS, bundle_rows, figures, parse_dtnd_log, read_events,
+from experiments.dtn.parse import (ltp_handovers, BUNDLE_COLUMNS, STORE_COLUMNS, bundle_rows, figures, parse_dtnd_log, read_events,
                                    store_rows)
 from experiments.store import HostSampler, ResultsStore, host_facts
 from experiments.timeline import FaultEvent, FaultTimeline
@@ -52,7 +52,7 @@ BUNDLE_OVERHEAD = 82
 LTP_COLUMNS = ["run_id", "test_id", "node", "blocks_queued", "blocks_sent", "blocks_done", "blocks_received",
                "bytes_sent", "bytes_received", "segments_out", "segments_in", "retransmitted_segments",
                "retransmitted_bytes", "cancels", "recv_cancels", "refused", "dropped", "send_would_block",
-               "sndbuf", "rcvbuf"]
+               "sndbuf", "rcvbuf", "dtnd_handed_over", "lost_in_dtnd_channel"]
 
 
 def traffic_plans(exp: DtnExperiment, test: DtnTest, isl_ips: dict[str, str], release: float, web_port: int) -> dict[str, dict]:
@@ -200,9 +200,9 @@ def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Op
             err = proc.stderr.read() if proc.stderr else ""
             if proc.returncode not in (0, -15):  # -15: stopped by us once every bundle had arrived
                 message(f"{test.test_id}: traffic program on {node} exited {proc.returncode}: {err.strip()[-300:]}")
-        logs = {}
+        logs, texts = {}, {}
         for n in agents.nodes:
-            text = agents.log(n.name)
+            text = texts[n.name] = agents.log(n.name)
             (raw / f"{n.name}.dtnd.log").write_text(text)
             logs[n.name] = parse_dtnd_log(text)
         if agents.ltp:  # cla: ltp: each node's record of blocks, retransmissions, cancels, and its counters
@@ -210,8 +210,14 @@ def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Op
             for n in agents.nodes:
                 (raw / f"{n.name}.ltp.csv").write_text(agents.ltp_record(n.name))
                 counters = agents.ltp_status(n.name)
+                handed = ltp_handovers(texts[n.name])
+                queued = counters.get("blocks_queued")
                 ltp_rows.append({"run_id": store.run_id, "test_id": test.test_id, "node": n.name,
-                                 **{k: counters.get(k, "") for k in LTP_COLUMNS[3:]}})
+                                 **{k: counters.get(k, "") for k in LTP_COLUMNS[3:-2]}, "dtnd_handed_over": handed,
+                                 "lost_in_dtnd_channel": handed - queued if isinstance(queued, int) else ""})
+                if isinstance(queued, int) and handed > queued:
+                    message(f"{test.test_id}: {n.name}: dtnd handed {handed} bundles to its ltp module, which "
+                            f"received {queued}: dtnd dropped {handed - queued} in its 100-slot ECLA channel")
             store.append("ltp.csv", LTP_COLUMNS, ltp_rows)
         events = {n: read_events("".join(r.lines)) for n, r in readers.items()}
         bundles = bundle_rows(events, events, logs, store.run_id, test.test_id)

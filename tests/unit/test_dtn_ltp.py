@@ -89,3 +89,14 @@ def test_down_windows_from_link_schedule():
 def test_ltp_down_file_is_absolute_unix_per_engine():
     text = ltp_down_windows([("sat03", 20.0, 25.5)], {"sat01": 1, "sat03": 3}, t0=1000.0)
     assert text.splitlines()[1] == "3 1020.000 1025.500"
+
+
+def test_ltp_handovers_counts_only_bundles_given_to_the_ltp_module():
+    from experiments.dtn.parse import ltp_handovers
+    log = (" 2026-11-25T09:53:31.116Z INFO  dtn7::core::processing      > Sending bundle succeeded: "
+           "dtn://sat01/-848915611115-0 10.192.1.3:1113 ltp in 509.33µs\n"
+           " 2026-11-25T09:53:31.117Z INFO  dtn7::core::processing      > Sending bundle succeeded: "
+           "dtn://sat01/-848915611116-0 10.192.1.3:4556 tcp in 1ms\n"
+           " 2026-11-25T09:53:31.119Z INFO  dtn7::core::processing      > Sending bundle succeeded: "
+           "dtn://sat01/-848915611118-0 10.192.1.3:1113 ltp in 407.177µs\n")
+    assert ltp_handovers(log) == 2 and ltp_handovers("") == 0

@@ -634,83 +634,187 @@ async fn run(args: Args, schedule: Schedule) {
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
     let mut buf = vec![0u8; 65_536];
-    let ws_cfg = WebSocketConfig { max_message_size: Some(1 << 30), max_frame_size: Some(1 << 30), ..Default::default() };
+    // dtnd hands bundles to a module through a 100-slot channel with try_send and drops what does not fit
+    // (dtn7 0.21.0, ecla/ws.rs): the WebSocket is read on a thread of its own that only decodes and queues,
+    // so the channel empties as fast as dtnd fills it while this thread paces segments out.
+    let (in_tx, mut in_rx) = tokio::sync::mpsc::unbounded_channel::<FromDtnd>();
+    let (out_tx, out_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let (ws_url, name, port) = (st.args.ws.clone(), st.args.name.clone(), st.args.bind.port());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(ws_thread(ws_url, name, port, in_tx, out_rx));
+    });
     let mut last_status = 0.0;
-    'connect: loop {
-        st.c.registered = false;
+    loop {
+        let ts = st.ts();
+        st.engine.handle_timeout(ts);
+        st.link_cues();
+        st.start_sessions();
+        st.drain(&send_sock);
+        for msg in std::mem::take(&mut st.to_dtnd) {
+            if out_tx.send(msg).is_err() {
+                st.c.dropped += 1;
+                st.rec.ev("forward-error", 0, "", "", 0, "WebSocket thread gone");
+            }
+        }
+        let now = st.mono();
+        if now - last_status >= 1.0 {
+            last_status = now;
+            st.sweep_partials();
+            st.reload_down();
+            st.write_status();
+        }
+        // wake for: the engine's next timer, a paced peer's bucket, the contact plan's next change, status
+        let mut wake: f64 = 1.0 - (now - last_status);
+        if let Some(t) = st.engine.next_timeout() {
+            wake = wake.min((t.as_micros() as f64 / 1e6 - now).max(0.0));
+        }
+        for p in st.peers.values_mut() {
+            if !p.tx_on && !p.down {
+                wake = wake.min(p.bucket.wait(now));
+            }
+        }
+        if let Some(t) = st.schedule.next_change(unix_now()) {
+            wake = wake.min((t - unix_now()).max(0.0));
+        }
+        let sleep = tokio::time::sleep(std::time::Duration::from_secs_f64(wake.max(0.0002)));
+        tokio::select! {
+            msg = in_rx.recv() => {
+                if let Some(m) = msg {
+                    from_dtnd(&mut st, m);
+                    // take what else is waiting (bounded, so pacing and timers keep their turn)
+                    for _ in 0..64 {
+                        match in_rx.try_recv() {
+                            Ok(m) => from_dtnd(&mut st, m),
+                            Err(_) => break,
+                        }
+                    }
+                }
+            },
+            r = sock.recv_from(&mut buf) => {
+                if let Ok((n, from)) = r {
+                    input(&mut st, &buf[..n], from);
+                    // take what else is waiting before running the engine's output (up to a bound)
+                    for _ in 0..512 {
+                        match sock.try_recv_from(&mut buf) {
+                            Ok((n, from)) => input(&mut st, &buf[..n], from),
+                            Err(_) => break,
+                        }
+                    }
+                }
+            },
+            _ = sleep => {},
+            _ = term.recv() => {
+                st.write_status();
+                st.rec.flush();
+                std::process::exit(0);
+            }
+        }
+    }
+}
+
+/// What the WebSocket thread passes on.
+enum FromDtnd {
+    Registered(String),
+    Refused(String),
+    Bundle { dst: String, id: String, data: Result<Vec<u8>, String> },
+    Disconnected,
+}
+
+async fn ws_thread(url: String, name: String, port: u16, tx: tokio::sync::mpsc::UnboundedSender<FromDtnd>,
+                   mut out: tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let ws_cfg = WebSocketConfig { max_message_size: Some(1 << 30), max_frame_size: Some(1 << 30), ..Default::default() };
+    loop {
         let (ws, _) = loop {
-            match tokio_tungstenite::connect_async_with_config(st.args.ws.as_str(), Some(ws_cfg)).await {
+            match tokio_tungstenite::connect_async_with_config(url.as_str(), Some(ws_cfg)).await {
                 Ok(x) => break x,
                 Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
             }
         };
         let (mut sink, mut stream) = ws.split();
-        let reg = serde_json::json!({"type": "Register", "name": st.args.name, "enable_beacon": false, "port": st.args.bind.port()});
+        let reg = serde_json::json!({"type": "Register", "name": name, "enable_beacon": false, "port": port});
         if sink.send(Message::Text(reg.to_string())).await.is_err() {
-            continue 'connect;
+            continue;
         }
         loop {
-            let ts = st.ts();
-            st.engine.handle_timeout(ts);
-            st.link_cues();
-            st.start_sessions();
-            st.drain(&send_sock);
-            for msg in std::mem::take(&mut st.to_dtnd) {
-                if let Err(e) = sink.send(Message::Text(msg)).await {
-                    st.c.dropped += 1;
-                    st.rec.ev("forward-error", 0, "", "", 0, &format!("to dtnd: {e}"));
-                }
-            }
-            let now = st.mono();
-            if now - last_status >= 1.0 {
-                last_status = now;
-                st.sweep_partials();
-                st.reload_down();
-                st.write_status();
-            }
-            // wake for: the engine's next timer, a paced peer's bucket, the contact plan's next change, status
-            let mut wake: f64 = 1.0 - (now - last_status);
-            if let Some(t) = st.engine.next_timeout() {
-                wake = wake.min((t.as_micros() as f64 / 1e6 - now).max(0.0));
-            }
-            for p in st.peers.values_mut() {
-                if !p.tx_on && !p.down {
-                    wake = wake.min(p.bucket.wait(now));
-                }
-            }
-            if let Some(t) = st.schedule.next_change(unix_now()) {
-                wake = wake.min((t - unix_now()).max(0.0));
-            }
-            let sleep = tokio::time::sleep(std::time::Duration::from_secs_f64(wake.max(0.0002)));
             tokio::select! {
                 msg = stream.next() => match msg {
-                    Some(Ok(Message::Text(t))) => handle_dtnd(&mut st, &t),
+                    Some(Ok(Message::Text(t))) => {
+                        if let Some(m) = parse_dtnd(&t) {
+                            let _ = tx.send(m);
+                        }
+                    }
                     Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
-                        eprintln!("swarm-ltpcla: dtnd connection closed; reconnecting");
-                        st.rec.ev("dtnd-disconnected", 0, "", "", 0, "");
-                        continue 'connect;
+                        let _ = tx.send(FromDtnd::Disconnected);
+                        break;
                     }
                     Some(Ok(_)) => {}
                 },
-                r = sock.recv_from(&mut buf) => {
-                    if let Ok((n, from)) = r {
-                        input(&mut st, &buf[..n], from);
-                        // take what else is waiting before running the engine's output (up to a bound)
-                        for _ in 0..512 {
-                            match sock.try_recv_from(&mut buf) {
-                                Ok((n, from)) => input(&mut st, &buf[..n], from),
-                                Err(_) => break,
-                            }
+                m = out.recv() => match m {
+                    Some(text) => {
+                        if sink.send(Message::Text(text)).await.is_err() {
+                            let _ = tx.send(FromDtnd::Disconnected);
+                            break;
                         }
                     }
+                    None => return,
                 },
-                _ = sleep => {},
-                _ = term.recv() => {
-                    st.write_status();
-                    st.rec.flush();
-                    std::process::exit(0);
-                }
             }
+        }
+    }
+}
+
+fn parse_dtnd(text: &str) -> Option<FromDtnd> {
+    #[derive(serde::Deserialize)]
+    struct Msg<'a> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        #[serde(default)]
+        dst: String,
+        #[serde(default)]
+        bundle_id: String,
+        #[serde(default)]
+        data: String,
+        #[serde(default)]
+        reason: String,
+        #[serde(default)]
+        eid: serde_json::Value,
+    }
+    let m: Msg = serde_json::from_str(text).ok()?;
+    match m.kind {
+        "Registered" => Some(FromDtnd::Registered(m.eid.to_string())),
+        "Error" => Some(FromDtnd::Refused(m.reason)),
+        "ForwardData" => Some(FromDtnd::Bundle {
+            dst: m.dst, id: m.bundle_id, data: BASE64_STANDARD.decode(m.data.as_bytes()).map_err(|e| e.to_string()),
+        }),
+        _ => None,
+    }
+}
+
+fn from_dtnd(st: &mut State, m: FromDtnd) {
+    match m {
+        FromDtnd::Registered(eid) => {
+            st.c.registered = true;
+            eprintln!("swarm-ltpcla: registered with dtnd as '{}' ({eid})", st.args.name);
+            st.rec.ev("registered", st.args.engine, "", "", 0, &st.args.name.clone());
+            st.write_status();
+        }
+        FromDtnd::Refused(reason) => {
+            st.rec.ev("dtnd-error", 0, "", "", 0, &reason);
+            st.rec.flush();
+            die(&format!("dtnd refused the module: {reason}"));
+        }
+        FromDtnd::Bundle { dst, id, data } => match data {
+            Ok(data) => st.offer(&dst, id, data),
+            Err(e) => {
+                st.c.refused += 1;
+                st.rec.ev("refused", 0, "", &id, 0, &format!("bad base64 from dtnd: {e}"));
+            }
+        },
+        FromDtnd::Disconnected => {
+            st.c.registered = false;
+            eprintln!("swarm-ltpcla: dtnd connection closed; reconnecting");
+            st.rec.ev("dtnd-disconnected", 0, "", "", 0, "");
         }
     }
 }
@@ -723,36 +827,6 @@ fn input(st: &mut State, data: &[u8], from: SocketAddr) {
     };
     let ts = st.ts();
     st.engine.handle_input(ts, Input::Segment { peer: EngineId(peer), data });
-}
-
-fn handle_dtnd(st: &mut State, text: &str) {
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else { return };
-    match v.get("type").and_then(|t| t.as_str()) {
-        Some("Registered") => {
-            st.c.registered = true;
-            eprintln!("swarm-ltpcla: registered with dtnd as '{}' ({})", st.args.name, v.get("eid").map(|e| e.to_string()).unwrap_or_default());
-            st.rec.ev("registered", st.args.engine, "", "", 0, &st.args.name.clone());
-            st.write_status();
-        }
-        Some("Error") => {
-            let reason = v.get("reason").and_then(|r| r.as_str()).unwrap_or("?");
-            st.rec.ev("dtnd-error", 0, "", "", 0, reason);
-            st.rec.flush();
-            die(&format!("dtnd refused the module: {reason}"));
-        }
-        Some("ForwardData") => {
-            let dst = v.get("dst").and_then(|d| d.as_str()).unwrap_or("").to_string();
-            let bundle = v.get("bundle_id").and_then(|d| d.as_str()).unwrap_or("").to_string();
-            match BASE64_STANDARD.decode(v.get("data").and_then(|d| d.as_str()).unwrap_or("")) {
-                Ok(data) => st.offer(&dst, bundle, data),
-                Err(e) => {
-                    st.c.refused += 1;
-                    st.rec.ev("refused", 0, "", &bundle, 0, &format!("bad base64 from dtnd: {e}"));
-                }
-            }
-        }
-        _ => {}
-    }
 }
 
 #[cfg(test)]
