@@ -79,7 +79,7 @@ def bench(n: int, duration: str, speedup: float, out: Path, workers: int, third:
         rows.extend(new)
 
     try:
-        driver = LinkTimelineDriver(swarm, plan, speedup=speedup, workers=workers, on_rows=record,
+        driver = LinkTimelineDriver(swarm.links, plan, speedup=speedup, workers=workers, on_rows=record,
                                     message=lambda m: print(m, file=sys.stderr))
         load0 = os.getloadavg()[0]
         summary = driver.run()

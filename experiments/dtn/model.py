@@ -39,7 +39,8 @@ from swarm.dtn.contacts import ContactPlan, LinkEvent, link_schedule, parse_cont
 from swarm.dtn.plan import plan_agents, spec_link_view
 from swarm.dtn.spec import CLAS, ROUTINGS, DtnSpec, parse_seconds, parse_size
 from swarm.errors import SpecError
-from swarm.spec.model import _check_name, read_yaml, spec_from_dict, validate_document
+from experiments.base import ExperimentModel
+from swarm.spec.model import read_yaml, spec_from_dict, validate_document
 from swarm.spec.model import SwarmSpec, plan_nodes
 
 PATTERNS = ("chain", "all-to-ground", "all-to-all")
@@ -117,10 +118,8 @@ class DtnTest:
     repeat: int
 
 
-class DtnExperiment(BaseModel):
+class DtnExperiment(ExperimentModel):
     """A DTN sweep (see the module text)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["dtn"] = "dtn"
     name: str
@@ -143,11 +142,6 @@ class DtnExperiment(BaseModel):
     ip_probe: Optional[bool] = None
     ip_probe_rate: float = Field(10.0, gt=0, le=10_000)
     swarm: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _check_name("experiment", v)
 
     @field_validator("pattern")
     @classmethod
@@ -219,7 +213,8 @@ class DtnExperiment(BaseModel):
             raise ValueError("swarm.defaults.dtn: set by the experiment (top-level `dtn`, `clas`, `routings`)")
         for key in ("cla", "routing", "static_peers"):
             if key in self.dtn:
-                raise ValueError(f"dtn.{key}: set by the experiment ({'clas' if key == 'cla' else 'routings' if key == 'routing' else 'pattern'})")
+                which = "clas" if key == "cla" else "routings" if key == "routing" else "pattern"
+                raise ValueError(f"dtn.{key}: set by the experiment ({which})")
         for cla in self.clas:  # every DtnSpec field checked once, and the largest bundle against the limits
             try:
                 piece = DtnSpec(**{**self.dtn, "cla": cla, "routing": self.routings[0]})
@@ -248,7 +243,7 @@ class DtnExperiment(BaseModel):
                     raise ValueError(str(exc)) from None
                 nodes = plan_nodes(spec)
                 plan_agents([(n.name, n.isl_ip, n.spec.dtn) for n in nodes], spec.networks.isl.subnet,
-                            lambda n: "/", spec_link_view(spec.links, [n.name for n in nodes]))
+                            lambda n: "/", link_of=spec_link_view(spec.links, [n.name for n in nodes]))
         return self
 
     # ---------------------------------------------------------------------------------- contacts

@@ -14,7 +14,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import Callable, Iterator
 
 from netem.engines import TC_MAJOR, Engine, choose_engine, nft_clear_script, tcp_buffer_bytes, tcp_buffer_sysctls
 from netem.model import NONE, DirectedLinks, Impairment, LinkOverride, resolve_links
@@ -25,24 +25,27 @@ from swarm.mesh.plan import BATADV_IF, enslaved_interfaces
 from swarm.runtime.backends import swarm_dir
 from swarm.runtime.backends.base import NODE_ACTIONS
 from netem.runtime.linkd import KERNEL_HELD_PACKETS, Linkd
-
-if TYPE_CHECKING:
-    from swarm.runtime.swarm import Swarm
+from swarm.runtime.context import SwarmContext
+from swarm.observe.events import emit, link_changes, link_view
 
 DEFAULT_QDISCS = {"noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "pfifo", "bfifo", "sfq", "cake"}
 EXEC_TIMEOUT = 60
+NODE_STATE_AFTER = {"stop": "stopped", "kill": "killed", "pause": "paused", "unpause": "running", "restart": "running"}
 
 
 class LinkController:
     """Applies link conditions and faults to one running swarm."""
 
-    def __init__(self, swarm: "Swarm", workers: int = 8):
-        self.swarm = swarm
+    def __init__(self, swarm: SwarmContext, workers: int = 8,
+                 on_node_restart: Callable[[str, float], None] = lambda node, timeout: None):
+        self.swarm = swarm  # the context, not the Swarm facade: name, spec, nodes, backend, runner, workdir, caps
+        # what else a restarted node needs back (its mesh daemon, its DTN agent): the caller's add-ons
+        self.on_node_restart = on_node_restart
         links = swarm.spec.links
         # container backends (compose, swarm): the userspace engine runs there only when pinned (`engine:
         # userspace`); its binary is copied into each container and the node image needs iptables, which has
         # been exercised on netns (and pinned on compose) only
-        skip = () if swarm.backend.name == "netns" else ("userspace",)
+        skip = ("userspace",) if swarm.backend.traits.containers else ()
         self.engine: Engine = choose_engine(swarm.caps, links.engine if links else None, skip)
         self.workers = workers
         self.dir = swarm_dir(swarm.workdir, swarm.name)
@@ -75,6 +78,7 @@ class LinkController:
         with open(self.dir / "links.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             state = self.load()
+            before = link_view(state.base, state.cuts)
             try:
                 yield state
             except SpecError:
@@ -83,6 +87,8 @@ class LinkController:
                 self._save(state)
                 raise
             self._save(state)
+            for change in link_changes(before, link_view(state.base, state.cuts)):  # the event log (swarm.observe)
+                emit(self.dir, "link", **change)
 
     # ------------------------------------------------------------------------------- conditions
     def spec_links(self) -> DirectedLinks:
@@ -151,6 +157,7 @@ class LinkController:
         with self._transaction() as state:
             cuts = state.cuts | {(a, b), (b, a)}
             self.engine.check(with_cuts(state.base, cuts), "cut")
+            emit(self.dir, "fault", kind="cut", args=[a, b])
             state.cuts = cuts
             self._push(state)
 
@@ -161,6 +168,7 @@ class LinkController:
         if a is not None:
             self._check_pair(a, b, "heal")
         with self._transaction() as state:
+            emit(self.dir, "fault", kind="heal", args=[a, b] if a is not None else [])
             state.cuts = set() if a is None else state.cuts - {(a, b), (b, a)}
             self._push(state)
 
@@ -172,6 +180,7 @@ class LinkController:
         with self._transaction() as state:
             cuts |= state.cuts
             self.engine.check(with_cuts(state.base, cuts), "partition")
+            emit(self.dir, "fault", kind="partition", args=[",".join(g) for g in groups])
             state.cuts = cuts
             self._push(state)
 
@@ -181,6 +190,7 @@ class LinkController:
         if action not in NODE_ACTIONS:
             raise SpecError(f"node action {action!r}: expected one of {', '.join(NODE_ACTIONS)}")
         self.swarm.backend.node_action(self.swarm.name, node, action)
+        emit(self.dir, "node", node=node, state=NODE_STATE_AFTER.get(action, action), action=action)
         with self._transaction() as state:
             rec = state.nodes.setdefault(node, {})
             if action in ("stop", "kill", "pause"):
@@ -195,10 +205,8 @@ class LinkController:
             rec["stale"] = True
             self._wait_running(node, ready_timeout)
             self._push(state, nodes=[node], force=True)
-            if action == "restart" and self.swarm.spec.mesh.enabled:  # the node's processes were all ended
-                self.swarm.mesh.start([node])
-            if action == "restart" and self.swarm.node(node).spec.dtn is not None:  # its DTN agent too (an
-                self.swarm.dtn.start(ready_timeout, nodes=[node])  # empty store unless dtn.storage is persistent)
+            if action == "restart":  # the node's processes were all ended: its mesh daemon, DTN agent, ...
+                self.on_node_restart(node, ready_timeout)
 
     def restore(self) -> None:
         """Back to the spec's conditions: heal everything, drop run-time changes, bring faulted nodes back."""
@@ -291,7 +299,25 @@ class LinkController:
                 out[node] = int(head.get("first_packet_at_ns", 0))
         return out
 
-    # ------------------------------------------------------------------------------------ applying
+    # ------------------------------------------------------------------- applying (public: the orbit driver)
+    def transaction(self):
+        """The link state (links.json), locked against other writers and saved on exit (see _transaction)."""
+        return self._transaction()
+
+    def apply(self, node, rec: dict, links: DirectedLinks, *, force: bool = False, cut_frames: bool = True):
+        """Make one running node match `links` (the effective conditions of the directed links touching it),
+        changing only the parts whose plan changed; `rec` is the node's record in the link state, updated in
+        place. Returns the engine's plan (None: nothing to visit). The orbit driver calls this per node and
+        step, holding the whole swarm's state in memory between saves."""
+        by_mac = {n.name: n.isl_mac for n in self.swarm.nodes}
+        return self._apply_node(node, rec, links, by_mac, force, cut_frames=cut_frames)
+
+    def change_tc(self, node: str, changes: list[list[str]]) -> None:
+        """Apply in-place tc changes (netem.incremental.tc_changes: `tc class/qdisc change` argvs) to a node's tree,
+        so a changed delay or rate does not flush the packets queued in the link."""
+        if changes:
+            self._run(node, ["tc", "-batch", "-"], input="\n".join(" ".join(a[1:]) for a in changes) + "\n")
+
     def _push(self, state: LinkState, nodes: list[str] | None = None, force: bool = False,
               clearing: bool = False) -> list[str]:
         """Make every (or the given) running node's qdiscs and nft table match the state. Nodes whose plan is

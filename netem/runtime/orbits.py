@@ -38,9 +38,10 @@ from netem.orbits.planner import Plan
 from netem.orbits.records import LINK_COLUMNS
 from netem.state import node_links, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
+from swarm.observe.events import emit
 
 if TYPE_CHECKING:
-    from swarm.runtime.swarm import Swarm
+    from netem.runtime.links import LinkController
 
 __all__ = ["LinkTimelineDriver", "LINK_COLUMNS", "check_plan_nodes"]
 DOWN = Impairment(up=False)
@@ -58,15 +59,17 @@ def check_plan_nodes(plan: Plan, swarm_nodes: list[str], where: str = "orbits") 
 
 
 class LinkTimelineDriver:
-    """Drives one running swarm's links from a Plan. `on_rows(rows)` receives each step's links.csv rows."""
+    """Drives one running swarm's links from a Plan, through its link controller (`swarm.links`).
+    `on_rows(rows)` receives each step's links.csv rows."""
 
-    def __init__(self, swarm: "Swarm", plan: Plan, *, speedup: float = 1.0, workers: int = 16,
+    def __init__(self, links: "LinkController", plan: Plan, *, speedup: float = 1.0, workers: int = 16,
                  on_rows: Callable[[list[dict]], None] = lambda rows: None,
                  message: Callable[[str], None] = lambda m: None, run_id: str = ""):
         if not speedup > 0:
             raise SpecError(f"speedup {speedup!r}: must be positive")
-        self.swarm, self.plan, self.speedup = swarm, plan, float(speedup)
-        self.ctl = swarm.links
+        self.plan, self.speedup = plan, float(speedup)
+        self.ctl = links
+        swarm = links.swarm  # the swarm's context: its nodes
         self.engine = self.ctl.engine
         self.workers, self.on_rows, self.message, self.run_id = workers, on_rows, message, run_id
         names = [n.name for n in swarm.nodes]
@@ -138,22 +141,30 @@ class LinkTimelineDriver:
             if rec.get("tc") == signature(prev) and rec.get("tc") != signature(tc):
                 changes = tc_changes(prev, tc)
                 if changes:
-                    self.ctl._run(node.name, ["tc", "-batch", "-"],
-                                  input="\n".join(" ".join(a[1:]) for a in changes) + "\n")
+                    self.ctl.change_tc(node.name, changes)
                     rec["tc"] = signature(tc)
                     with self._count_lock:
                         self.counts["tc_in_place"] += 1
         tc_before, nft_before = rec.get("tc"), rec.get("nft")
-        cmds = self.ctl._apply_node(node, rec, self.eff[node.name], self.by_mac, force, cut_frames=False)
+        cmds = self.ctl.apply(node, rec, self.eff[node.name], force=force, cut_frames=False)
         self.tc_applied[node.name] = cmds.tc if cmds is not None else []
         tc = self.tc_applied[node.name]
         with self._count_lock:
             self.counts["tc_rebuilt"] += rec.get("tc") != tc_before or (force and bool(tc))
             self.counts["nft"] += rec.get("nft") != nft_before or force
 
+    def _events(self, rows: list[dict]) -> None:
+        """Each link update of a step into the swarm's event log (swarm.observe.events), both directions."""
+        for r in rows:
+            cond = " ".join(x for x in (f"delay {r['delay_ms']:g}ms" if r["up"] and r["delay_ms"] != "" else "",
+                                        f"rate {r['rate']}bit" if r["up"] and r["rate"] else "") if x)
+            for src, dst in ((r["a"], r["b"]), (r["b"], r["a"])):
+                emit(self.ctl.dir, "link", src=src, dst=dst, state="up" if r["up"] else "down", conditions=cond,
+                     cause="orbit schedule", step=r["step"])
+
     def _save(self) -> None:
         """links.json: the configured conditions with the plan's current ones, and the per-node records."""
-        with self.ctl._transaction() as state:
+        with self.ctl.transaction() as state:
             merged = dict(self.base)
             for links in self.eff.values():
                 merged.update(links)
@@ -168,7 +179,7 @@ class LinkTimelineDriver:
             self._pool = ThreadPoolExecutor(max(1, min(self.workers, len(self.plan.nodes))))
         pool = self._pool
         started = time.time()
-        with self.ctl._transaction() as state:
+        with self.ctl.transaction() as state:
             self.recs = {n: dict(state.nodes.get(n, {})) for n in self.plan.nodes}
         first = self.plan.timeline[self.plan.timeline["t_start"] == 0]
         for r in first.itertuples(index=False):
@@ -250,6 +261,7 @@ class LinkTimelineDriver:
                 step_rows.append({"t": batch[0][0], "lag_ms": (finished - (t0 + batch[0][0] / self.speedup)) * 1000,
                                   "updates": len(latest), "nodes": len(nodes)})
                 self.on_rows(out)
+                self._events(out)
                 progress(min(wall_len, time.time() - t0), wall_len,
                          f"step t={batch[-1][0]:g} s: {len(latest)} link(s) on {len(nodes)} node(s)")
             if not self.stop_event.is_set():

@@ -113,7 +113,7 @@ def apply_cmd(name: str, file: str | None, speedup: float, out_dir: str | None, 
             w.writerows(new)
         rows.extend(new)
 
-    driver = LinkTimelineDriver(swarm, plan, speedup=speedup, on_rows=record, message=err.print)
+    driver = LinkTimelineDriver(swarm.links, plan, speedup=speedup, on_rows=record, message=err.print)
     err.print(f"swarm {name!r}: following {file or 'its orbits'} ({plan.duration:g} s of orbit at x{speedup:g}: "
               f"{plan.duration / speedup:.0f} s); Ctrl-C stops")
     try:

@@ -39,7 +39,7 @@ def test_bad_ltp_values(field, value, message):
 def _plans(link_of, piece=None):
     piece = piece or DtnSpec(cla="ltp")
     nodes = [("sat01", "10.190.0.1", piece), ("gw", "10.190.0.2", None), ("sat03", "10.190.0.3", piece)]
-    return plan_agents(nodes, "10.190.0.0/24", lambda n: f"/w/{n}", link_of)
+    return plan_agents(nodes, "10.190.0.0/24", lambda n: f"/w/{n}", link_of=link_of)
 
 
 def test_plan_runs_dtnd_with_ecla_and_ltpcla_per_node():

@@ -18,6 +18,8 @@ REGISTRY: dict[str, type[Backend]] = {
     ComposeBackend.name: ComposeBackend,
     NetnsBackend.name: NetnsBackend,
 }
+#: What each backend is (swarm.caps.BackendTraits), by name.
+TRAITS = {name: cls.traits for name, cls in REGISTRY.items()}
 
 
 def default_backend_name(caps: Capabilities) -> str:
@@ -35,4 +37,4 @@ def get_backend(name: str | None, runner: Runner, caps: Capabilities, workdir: P
     return cls(runner, caps, workdir)
 
 
-__all__ = ["Backend", "Progress", "REGISTRY", "get_backend", "default_backend_name", "no_progress", "swarm_dir"]
+__all__ = ["Backend", "Progress", "REGISTRY", "TRAITS", "get_backend", "default_backend_name", "no_progress", "swarm_dir"]

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Callable, ClassVar
 
-from swarm.caps import Capabilities
+from swarm.caps import BackendTraits, Capabilities
 from swarm.runtime.runner import Result, Runner
 from swarm.errors import SpecError
 from swarm.spec.model import NodePlan, SwarmSpec, check_swarm_name
@@ -40,6 +40,8 @@ class Backend(ABC):
     """Runtime backend: creates, inspects, enters and removes the nodes of swarms."""
 
     name: ClassVar[str]
+    #: What this backend is (containers, multi_host, runs_cfs, isl_multicast): asked instead of its name.
+    traits: ClassVar[BackendTraits]
 
     def __init__(self, runner: Runner, caps: Capabilities, workdir: Path):
         self.runner = runner
@@ -48,6 +50,8 @@ class Backend(ABC):
 
     #: Whether this machine reaches the nodes' ground addresses itself (false for overlays on other hosts).
     host_reaches_ground: ClassVar[bool] = True
+    #: `down NAME --keep-compose`: the compose backend keeps the generated compose file; the others ignore it.
+    keep_compose: bool = False
 
     @abstractmethod
     def check_available(self) -> None:
@@ -130,10 +134,33 @@ class Backend(ABC):
         timestamps (ping's RTT) as a real long link would."""
         return None
 
+    def start_hop_daemon(self, swarm: str, argv: list[str], name: str) -> bool:
+        """Start one long-running process for the whole swarm at its forwarding hop (with the host's /run; its
+        output in the swarm's logs as `hop.<name>.log`); False where the backend has no hop of its own."""
+        return False
+
     @abstractmethod
-    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str) -> None:
+    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str, at_hop: bool = False) -> None:
         """Start a long-running process (e.g. the mesh daemon) in `node`, with private_run_prefix's /run; it
-        is removed with the node and its output goes to the node's logs."""
+        is removed with the node and its output goes to the node's logs. `at_hop`: at the node's forwarding
+        hop instead (only where forwarding_hop names one)."""
+
+    def node_binary(self, host_path: str) -> str:
+        """Where a host binary installed with install_binary is found inside a node: at its host path where the
+        node sees the host's files."""
+        return host_path
+
+    def install_binary(self, swarm: str, node: str, host_path: str) -> str:
+        """Make a host binary runnable inside `node`; returns its path there (node_binary)."""
+        return self.node_binary(host_path)
+
+    def describe_hosts(self, swarm: str) -> list[dict]:
+        """Facts about every host the swarm runs on (multi-host backends); [] on one host."""
+        return []
+
+    def facts(self, swarm: str) -> list[str]:
+        """Lines about where the swarm runs (multi-host backends: hosts, node MTU, clocks); [] on one host."""
+        return []
 
     def exec(self, swarm: str, node: str, argv: list[str], *, check: bool = True, timeout: float | None = None) -> Result:
         """Run `argv` inside `node` and return its result."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from compose.render import NODE_SYSCTLS, node_environment
 from swarm.errors import SpecError
 from swarm.spec.model import NodePlan, SwarmSpec, gateway_address
+from swarm.caps import BackendTraits
 from swarm.runtime.backends.base import Backend, Progress, swarm_dir
 
 NS_PREFIX = "swarm-emu_"
@@ -120,6 +121,7 @@ class NetnsBackend(Backend):
     """Network namespaces on this host, no container runtime."""
 
     name = "netns"
+    traits = BackendTraits("netns", containers=False, isl_multicast=True)
 
     def check_available(self) -> None:
         if not self.caps.root:
@@ -313,6 +315,14 @@ class NetnsBackend(Backend):
         prefix = (["ip", "netns", "exec", switch_ns(swarm), "sh", "-c", 'mount --bind "$0" /run && exec "$@"', str(run)]
                   if at_hop else self.private_run_prefix(swarm, node))
         self.runner.start(prefix + list(argv), stdout_path=str(log))
+
+    def start_hop_daemon(self, swarm: str, argv: list[str], name: str) -> bool:
+        """One process in the swarm's switch namespace (e.g. the link engine serving every node's queue); it
+        goes with the namespace on `down`."""
+        log = self.state_dir(swarm) / "logs" / f"hop.{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.runner.start(["ip", "netns", "exec", switch_ns(swarm)] + list(argv), stdout_path=str(log))
+        return True
 
     def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
         return self.exec_prefix(swarm, node) + [
