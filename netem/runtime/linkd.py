@@ -5,8 +5,9 @@ Where the packets are held (LinkdHold): on the netns backend at a forwarding hop
 where iptables sees every bridged frame (br_netfilter): one engine for the whole swarm runs there, serving
 node N's queue N+1 (fed by the chain SWARM_EMU_LINKS_N that mangle FORWARD jumps to for frames leaving through
 N's bridge port) with node N's control socket and saved configuration (host paths under N's run/): one
-process and, under load, one wake-up per tick for all nodes instead of a process and a wake-up per packet each. Held there, a packet no longer counts against its sender's socket, and the receiver's kernel
-stamps it when it really arrives, so plain `ping` shows the whole round trip (2 x 1.3 s = 2.6 s to the Moon).
+process and, under load, one wake-up per tick for all nodes instead of a process and a wake-up per packet each.
+Held there, a packet no longer counts against its sender's socket, and the receiver's kernel stamps it when it
+really arrives, so plain `ping` shows the whole round trip (2 x 1.3 s = 2.6 s to the Moon).
 Elsewhere (compose, the swarm backend, a kernel without br_netfilter) everything lives inside the node: the
 engine (`docker exec -d` in the container, the binary copied in) and the chain SWARM_EMU_LINKS that the node's
 mangle PREROUTING jumps to; there the receiver's kernel stamps a packet before the engine holds it (`ping -U`
@@ -212,8 +213,9 @@ class Linkd:
 
     def _start_swarm_engine(self, plan: "NodePlan", iface: str, binary: str) -> bool:
         """At the hop: one engine for every node of the swarm whose engine does not answer yet (their queues
-        are free), started once; True when the node's queue is (or is being) served by it. A node it already
-        lists that does not answer after START_TIMEOUT (the whole engine was killed) gets an engine of its own."""
+        are free), started once; True when the node's queue is (or is being) served by it. When a node it lists
+        does not answer within START_TIMEOUT (the engine and its restart loop were killed), a new one is started
+        for every node that does not answer."""
         listing = self._engine_list()
         with self._start_lock:
             if self.ping(plan.name):
@@ -225,7 +227,8 @@ class Linkd:
                     if self.ping(plan.name):
                         return True
                     time.sleep(0.1)
-                return False
+                # the swarm's engine and its restart loop are gone (killed): a new one for every silent node
+                served = set()
             specs, names = [], []
             for n in self.swarm.nodes:
                 if n.name in served or (n.name != plan.name and self.ping(n.name)):
@@ -253,7 +256,7 @@ class Linkd:
                 return
             time.sleep(0.1)
         raise RuntimeFailure(f"node {node!r}: the userspace link engine did not answer within {START_TIMEOUT:.0f} s "
-                             f"(see its log: swarm logs / .swarm/<name>/logs/{node}.linkd.log)")
+                             f"(see its log: .swarm/<name>/logs/hop.linkd.log for the swarm's engine, else {node}.linkd.log)")
 
     def configure(self, node: str, config: str | None) -> dict[str, str]:
         """Hand the engine its whole configuration (replacing the previous one); returns its reply

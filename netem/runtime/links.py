@@ -266,8 +266,8 @@ class LinkController:
             answer = self.linkd.ping(node)
             if not answer:
                 notes.append(f"{node}: its userspace link engine is not answering: the links into {node} drop every "
-                             "packet (fail closed) until it restarts (see its log, .swarm/<name>/logs/"
-                             f"{node}.linkd.log)")
+                             "packet (fail closed) until it restarts (see its log, .swarm/<name>/logs/hop.linkd.log "
+                             f"for the swarm's engine, else {node}.linkd.log)")
                 continue
             if answer.get("restarted") == "1":
                 notes.append(f"{node}: its userspace link engine died and was restarted with its configuration; "
