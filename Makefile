@@ -14,7 +14,7 @@ APT_PACKAGES := iperf3 iproute2 nftables fping iputils-ping traceroute procps ut
 # a node's namespace (pcapng, ring buffer, duration stop), mergecap joins a link's two ends; tshark reads them back
 APT_PACKAGES += tshark
 
-.PHONY: setup linkd linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn bench-dtn-delay wipe clean help lint lint-py lint-rust
+.PHONY: setup linkd ltpcla linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn bench-dtn-delay wipe clean help lint lint-py lint-rust
 
 help:
 	@echo "make demo   - bring up a small swarm, status + ISL reachability, short TCP/UDP sweep, report, tear down"
@@ -22,7 +22,7 @@ help:
 	@echo "make unit | integration | image | bench-up | bench-sweep | wipe | clean"
 	@echo "make lint   - ruff + mypy (pyproject.toml) on the five packages; cargo fmt --check + clippy -D warnings on netem/linkd"
 
-setup: $(VENV)/.installed linkd dtn7
+setup: $(VENV)/.installed linkd dtn7 ltpcla
 
 # The userspace link engine (netem/linkd, Rust): built with cargo from the Cargo registry into a cache
 # outside the repository; nothing binary is committed. Without cargo the `userspace` engine is unavailable
@@ -33,6 +33,15 @@ linkd:
 	  CARGO_TARGET_DIR="$(LINKD_TARGET)" cargo build -q --release --locked --manifest-path netem/linkd/Cargo.toml \
 	  && echo "swarm-linkd: $(LINKD_TARGET)/release/swarm-linkd"; \
 	else echo "cargo not found: the userspace link engine (swarm-linkd) is not built; install Rust (rustup) for it"; fi
+
+# ltpcla: `cla: ltp` (flightsw/ltpcla, Rust): dtn7's external convergence layer carrying bundles over LTP on UDP,
+# built with cargo from the Cargo registry into a cache outside the repository (like swarm-linkd).
+LTPCLA_TARGET ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/swarm-emu/ltpcla-target
+ltpcla:
+	@if command -v cargo >/dev/null; then \
+	  CARGO_TARGET_DIR="$(LTPCLA_TARGET)" nice -n 10 cargo build -q --release --locked --manifest-path flightsw/ltpcla/Cargo.toml \
+	  && echo "swarm-ltpcla: $(LTPCLA_TARGET)/release/swarm-ltpcla"; \
+	else echo "cargo not found: cla: ltp (swarm-ltpcla) is not built; install Rust (rustup) for it"; fi
 
 # linkd-static: a self-contained (static-pie, glibc) swarm-linkd for a guest or an image without Debian's libc,
 # e.g. the kernel-lab guest that cross-checks it against kernel NetEm: copy the file in and run it by hand.

@@ -36,11 +36,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from experiments.timeline import FaultEvent, check_timeline
 from swarm.dtn.contacts import ContactPlan, LinkEvent, link_schedule, parse_contact_plan, periodic_plan, resolve_nodes
+from swarm.dtn.plan import plan_agents, spec_link_view
 from swarm.dtn.spec import CLAS, ROUTINGS, DtnSpec, parse_seconds, parse_size
 from swarm.errors import SpecError
 from experiments.base import ExperimentModel
 from swarm.spec.model import read_yaml, spec_from_dict, validate_document
-from swarm.spec.model import SwarmSpec
+from swarm.spec.model import SwarmSpec, plan_nodes
 
 PATTERNS = ("chain", "all-to-ground", "all-to-all")
 GROUND = "ground"
@@ -222,6 +223,7 @@ class DtnExperiment(ExperimentModel):
             limit = piece.max_bundle()
             if limit is not None and max(self.bundle_sizes) > limit:
                 why = (f"the storage limit ({limit} bytes)" if limit == piece.storage.limit
+                       else f"what the ltp CLA hands dtnd in one WebSocket frame ({limit} bytes)" if cla == "ltp"
                        else f"one UDP datagram ({limit} bytes), the udp CLA's unit")
                 raise ValueError(f"bundle_sizes {max(self.bundle_sizes)}: larger than {why}")
         for size in self.sizes:
@@ -233,6 +235,15 @@ class DtnExperiment(ExperimentModel):
                 check_timeline(list(self.faults), nodes, self.duration + self.drain, note=f" at size {size}")
             except SpecError as exc:
                 raise ValueError(str(exc)) from None
+        for test in self.tests():  # cla: ltp: every LTP peer has a delay and a rate to pace at
+            if test.cla == "ltp" and test.repeat == 1:
+                try:
+                    spec = self.swarm_spec(test)
+                except SpecError as exc:
+                    raise ValueError(str(exc)) from None
+                nodes = plan_nodes(spec)
+                plan_agents([(n.name, n.isl_ip, n.spec.dtn) for n in nodes], spec.networks.isl.subnet,
+                            lambda n: "/", link_of=spec_link_view(spec.links, [n.name for n in nodes]))
         return self
 
     # ---------------------------------------------------------------------------------- contacts

@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from experiments.dtn.model import MAX_RATE, DtnExperiment, DtnTest, flows, swarm_nodes
-from experiments.dtn.parse import (BUNDLE_COLUMNS, STORE_COLUMNS, bundle_rows, figures, parse_dtnd_log, read_events,
+from experiments.dtn.parse import (ltp_handovers, BUNDLE_COLUMNS, STORE_COLUMNS, bundle_rows, figures, parse_dtnd_log, read_events,
                                    store_rows)
 from experiments.store import HostSampler, ResultsStore, host_facts
 from experiments.timeline import FaultEvent, FaultTimeline
+from swarm.dtn.contacts import down_windows
 from swarm.dtn.plan import node_rtts
 from swarm.dtn.runtime import link_delays_ms
 from swarm.errors import RuntimeFailure
@@ -47,6 +48,13 @@ DTN_TEST_COLUMNS = ["run_id", "test_id", "pattern", "size", "nodes", "cla", "rou
 #: BPv7 header bytes dtn7-rs's /send adds to a payload (primary block, payload and hop-count block headers,
 #: CRC none): measured as bundle length - payload length on recorded bundles (100,082 - 100,000).
 BUNDLE_OVERHEAD = 82
+
+
+#: ltp.csv: swarm-ltpcla's counters per node at the end of a test (cla: ltp)
+LTP_COLUMNS = ["run_id", "test_id", "node", "blocks_queued", "blocks_sent", "blocks_done", "blocks_received",
+               "bytes_sent", "bytes_received", "segments_out", "segments_in", "retransmitted_segments",
+               "retransmitted_bytes", "cancels", "recv_cancels", "refused", "dropped", "send_would_block",
+               "sndbuf", "rcvbuf", "dtnd_handed_over", "lost_in_dtnd_channel"]
 
 
 def traffic_plans(exp: DtnExperiment, test: DtnTest, isl_ips: dict[str, str], release: float, web_port: int,
@@ -157,6 +165,8 @@ def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Op
                                "ok": True, "error": "contact plan: not in contact at 0"})
         setup = time.time() - wall
         release = time.time() + RELEASE_LEAD_S
+        if contact and agents.ltp:  # cla: ltp: no sending and retransmission timers suspended while down
+            agents.set_ltp_down(down_windows(contact, exp.duration + exp.drain), release)
         isl = {n.name: n.isl_ip for n in swarm.nodes}
         port = agents.piece(nodes[0]).web_port
         rtt = max(node_rtts(nodes, link_delays_ms(swarm.spec.links, nodes)).values(), default=0.0)
@@ -197,11 +207,25 @@ def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Op
             err = proc.stderr.read() if proc.stderr else ""
             if proc.returncode not in (0, -15):  # -15: stopped by us once every bundle had arrived
                 message(f"{test.test_id}: traffic program on {node} exited {proc.returncode}: {err.strip()[-300:]}")
-        logs = {}
+        logs, texts = {}, {}
         for n in agents.nodes:
-            text = agents.log(n.name)
+            text = texts[n.name] = agents.log(n.name)
             (raw / f"{n.name}.dtnd.log").write_text(text)
             logs[n.name] = parse_dtnd_log(text)
+        if agents.ltp:  # cla: ltp: each node's record of blocks, retransmissions, cancels, and its counters
+            ltp_rows = []
+            for n in agents.nodes:
+                (raw / f"{n.name}.ltp.csv").write_text(agents.ltp_record(n.name))
+                counters = agents.ltp_status(n.name)
+                handed = ltp_handovers(texts[n.name])
+                queued = counters.get("blocks_queued")
+                ltp_rows.append({"run_id": store.run_id, "test_id": test.test_id, "node": n.name,
+                                 **{k: counters.get(k, "") for k in LTP_COLUMNS[3:-2]}, "dtnd_handed_over": handed,
+                                 "lost_in_dtnd_channel": handed - queued if isinstance(queued, int) else ""})
+                if isinstance(queued, int) and handed > queued:
+                    message(f"{test.test_id}: {n.name}: dtnd handed {handed} bundles to its ltp module, which "
+                            f"received {queued}: dtnd dropped {handed - queued} in its 100-slot ECLA channel")
+            store.append("ltp.csv", LTP_COLUMNS, ltp_rows)
         events = {n: read_events("".join(r.lines)) for n, r in readers.items()}
         bundles = bundle_rows(events, events, logs, store.run_id, test.test_id)
         stores = store_rows(events, release, store.run_id, test.test_id)

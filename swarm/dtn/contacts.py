@@ -352,6 +352,28 @@ def link_schedule(plan: ContactPlan, nodes: Optional[Sequence[str]] = None, othe
     return sorted(events, key=lambda e: (e.at, order[e.action], e.a, e.b))
 
 
+def down_windows(events: Sequence[LinkEvent], horizon: float) -> dict[str, list[tuple[str, float, float]]]:
+    """Per node, when the link toward each peer is down: node -> [(peer, from s, until s)] (both directions),
+    from a `link_schedule`. A link down at 0 is down from well before 0 (the run's lead-in); one still down at
+    the end stays down to `horizon` and a day beyond (cue LTP's timers to stay suspended)."""
+    since: dict[tuple[str, str], float] = {}
+    out: dict[str, list[tuple[str, float, float]]] = {}
+
+    def close(a: str, b: str, start: float, end: float) -> None:
+        out.setdefault(a, []).append((b, start, end))
+        out.setdefault(b, []).append((a, start, end))
+
+    for e in sorted(events, key=lambda e: e.at):
+        key = (e.a, e.b)
+        if e.action == "down" and key not in since:
+            since[key] = -3600.0 if e.at <= 0 else e.at
+        elif e.action == "up" and key in since:
+            close(e.a, e.b, since.pop(key), e.at)
+    for (a, b), start in since.items():
+        close(a, b, start, max(horizon, start) + 86_400.0)
+    return out
+
+
 def availability(plan: ContactPlan, a: str, b: str, horizon: Optional[float] = None) -> float:
     """Share of [0, horizon) in which the pair a-b is in contact."""
     end = plan.horizon() if horizon is None else horizon

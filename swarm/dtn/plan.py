@@ -11,19 +11,30 @@ Long delays: dtnd's TCPCL connect timeout, TCPCL keepalive and HTTP-CLA request 
 30 s, 5 s) that stopped every bundle above ~1.5 s one-way; images/dtn/dtn7-0.21.0.patch makes them settings
 (`-O tcp:connect-timeout=..`, `-O tcp:keepalive=..`, `-O http:timeout=..`), which `cla_timeouts` sizes from
 the longest round trip of the node's links (`node_rtts`).
+
+`cla: ltp`: dtnd runs with its external convergence layer (`--ecla`) and static peers
+`ecla+ltp://<isl address>:1113/<peer>`; beside it swarm-ltpcla (flightsw/ltpcla) registers over dtnd's
+WebSocket as `ltp` and carries the bundles over LTP on UDP. Its engine ID is the node's index, and each peer's
+one-way light time and pacing rate are those of the link toward it (`links:`), or `dtn.ltp.rate`.
 """
 from __future__ import annotations
 
 import ipaddress
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
+
+from netem.model import resolve_links
 
 from .spec import APP_SERVICE, DISCOVERY_PORT, DtnSpec, endpoint
 
 DTND = "dtnd"
+LTPCLA = "swarm-ltpcla"
 ROUTES_FILE = "routes.txt"
+LTP_LOG = "ltp.csv"  # every block, retransmission, cancel and refusal (swarm-ltpcla --log)
+LTP_STATUS = "ltp-status.json"  # counters, rewritten each second (swarm-ltpcla --status)
+LTP_DOWN = "ltp-down.txt"  # link-down windows from the contact plan (swarm-ltpcla --down)
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,7 @@ class Peer:
 
     name: str
     isl_ip: str
+    index: int = 0  # the node's index in the swarm (LTP engine ID)
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,7 @@ class AgentPlan:
     web_port: int = 3000
     expected_peers: tuple[str, ...] = ()  # node names the agent must list before it counts as ready
     route_attrs: tuple[str, ...] = ()  # attributes for the node's ISL subnet route (see route_attributes)
+    ltp_argv: Optional[list[str]] = None  # cla: ltp: swarm-ltpcla's command, started beside dtnd
 
 
 @dataclass(frozen=True)
@@ -119,9 +132,62 @@ def route_attributes(quickack: bool, rtt: float) -> list[str]:
     return attrs
 
 
+@dataclass(frozen=True)
+class LinkView:
+    """What the framework knows of the directed link toward a peer: one-way delay (s) and rate (bit/s, 0 or
+    None: unlimited)."""
+
+    delay: float = 0.0
+    rate: Optional[int] = None
+
+
 def peer_url(cla: str, peer: Peer, port: int) -> str:
-    """dtn7-rs's static peer URL: <cla>://<address>:<port>/<node name>."""
-    return f"{cla}://{peer.isl_ip}:{port}/{peer.name}"
+    """dtn7-rs's static peer URL: <cla>://<address>:<port>/<node name> (an external CLA: ecla+<cla>://...)."""
+    scheme = f"ecla+{cla}" if cla == "ltp" else cla
+    return f"{scheme}://{peer.isl_ip}:{port}/{peer.name}"
+
+
+def spec_link_view(links: Any, names: list[str]) -> Any:
+    """a, b -> LinkView of the directed ISL link a->b as a spec's `links:` sets it (pure; netem.model resolves)."""
+    resolved = resolve_links(links, names) if links else {}
+
+    def view(a: str, b: str) -> LinkView:
+        imp = resolved.get((a, b))
+        if imp is None:
+            return LinkView()
+        return LinkView(delay=(imp.delay or 0.0) / 1000.0, rate=imp.rate or None)
+    return view
+
+
+def plan_ltp(node: str, index: int, isl_ip: str, piece: DtnSpec, peers: list[Peer], workdir: str,
+             link_of: Any) -> list[str]:
+    """swarm-ltpcla's argv for `node` (pure). `link_of(a, b)` -> LinkView of the directed link a->b. ValueError
+    (one line naming the field) for a peer whose link has no rate and no `dtn.ltp.rate` to pace at."""
+    ltp = piece.ltp
+    wd = workdir.rstrip("/")
+    argv = [LTPCLA, "--ws", f"ws://127.0.0.1:{piece.web_port}/ws/ecla", "--engine", str(index),
+            "--bind", f"{isl_ip}:{piece.cla_port()}", "--segment", str(ltp.segment), "--red", f"{ltp.red:g}",
+            "--margin", f"{ltp.margin:g}", "--rtx-limit", str(ltp.rtx_limit), "--attempts", str(ltp.attempts),
+            "--log", f"{wd}/{LTP_LOG}", "--status", f"{wd}/{LTP_STATUS}", "--down", f"{wd}/{LTP_DOWN}"]
+    for peer in peers:
+        link: LinkView = link_of(node, peer.name)
+        rate = link.rate or ltp.rate
+        if not rate:
+            raise ValueError(f"dtn.ltp.rate: link {node}->{peer.name} has no rate to pace LTP at; give the link a "
+                             f"rate (links:) or set dtn.ltp.rate")
+        if link.delay < 0:
+            raise ValueError(f"links: link {node}->{peer.name} delay {link.delay:g} s: not a one-way light time")
+        argv += ["--peer", f"{peer.index},{peer.isl_ip}:{piece.cla_port()},{int(rate)},{link.delay:g}"]
+    return argv
+
+
+def ltp_down_windows(windows: list[tuple[str, float, float]], engine_of: dict[str, int], t0: float) -> str:
+    """The down file of one node (pure): `windows` = (peer node, from s, until s) relative to `t0` (Unix s)
+    -> lines `<peer engine> <from unix> <until unix>`."""
+    lines = ["# link-down windows (swarm-emu): <peer engine> <from, unix s> <until, unix s>"]
+    for peer, a, b in windows:
+        lines.append(f"{engine_of[peer]} {t0 + a:.3f} {t0 + b:.3f}")
+    return "\n".join(lines) + "\n"
 
 
 def static_routes(node: str, piece: DtnSpec, peers: list[Peer]) -> str:
@@ -152,9 +218,12 @@ def plan_agent(node: str, piece: DtnSpec, peers: list[Peer], workdir: str, isl_s
     argv = [DTND, "-n", node, "-W", workdir, "-e", APP_SERVICE, "-r", piece.routing,
             "-w", str(piece.web_port), "-j", _humantime(piece.janitor)]
     cla = piece.cla if piece.cla == "http" else f"{piece.cla}:port={piece.cla_port()}"
-    argv += ["-C", cla]
-    rtt = 2 * piece.max_delay if piece.max_delay is not None else rtt
-    argv += timeout_args(piece.cla, cla_timeouts(rtt))
+    if piece.cla == "ltp":
+        argv += ["--ecla"]  # no built-in CLA: bundles leave through swarm-ltpcla only
+    else:
+        argv += ["-C", cla]
+        rtt = 2 * piece.max_delay if piece.max_delay is not None else rtt
+        argv += timeout_args(piece.cla, cla_timeouts(rtt))
     if piece.storage.backend != "mem":
         argv += ["-D", piece.storage.backend]
     files: dict[str, str] = {}
@@ -178,22 +247,31 @@ def plan_agent(node: str, piece: DtnSpec, peers: list[Peer], workdir: str, isl_s
 
 
 def plan_agents(nodes: list[tuple[str, str, Optional[DtnSpec]]], isl_subnet: str,
-                workdir_of: Any, one_way_ms: Optional[dict[tuple[str, str], float]] = None) -> list[AgentPlan]:
+                workdir_of: Any, one_way_ms: Optional[dict[tuple[str, str], float]] = None,
+                link_of: Any = None) -> list[AgentPlan]:
     """Agents of a swarm. `nodes`: (name, ISL address, dtn piece or None) in index order; `workdir_of(name)`
-    gives a node's work folder; `one_way_ms`: the links' one-way delays (see `node_rtts`). Static peers
-    default to every other DTN node; auto discovery is expected to find every other DTN node (the ISL is one
-    broadcast domain at start)."""
+    gives a node's work folder; `one_way_ms`: the links' one-way delays (see `node_rtts`); `link_of(a, b)` the
+    LinkView of a->b (cla: ltp). Static peers default to every other DTN node; auto discovery is expected to
+    find every other DTN node (the ISL is one broadcast domain at start)."""
     rtts = node_rtts([n for n, _, _ in nodes], one_way_ms or {})
+    index = {n: i for i, (n, _, _) in enumerate(nodes, start=1)}
     dtn_nodes = [(n, ip, p) for n, ip, p in nodes if p is not None]
-    by_name = {n: Peer(n, ip) for n, ip, _ in dtn_nodes}
+    by_name = {n: Peer(n, ip, index[n]) for n, ip, _ in dtn_nodes}
+    link_of = link_of or (lambda a, b: LinkView())
     plans = []
-    for name, _ip, piece in dtn_nodes:
+    for name, ip, piece in dtn_nodes:
         assert piece is not None
         if piece.peers == "static" and piece.static_peers is not None:
             peers = [by_name[p] for p in piece.static_peers]
         else:
             peers = [by_name[n] for n, _, _ in dtn_nodes if n != name]
-        plans.append(plan_agent(name, piece, peers, workdir_of(name), isl_subnet, rtts[name]))
+        if piece.cla == "ltp" and piece.peers != "static":
+            raise ValueError(f"node {name!r}: dtn.peers {piece.peers!r}: cla ltp needs static peers (its one-way "
+                             "light time and rate come from the links toward them)")
+        plan = plan_agent(name, piece, peers, workdir_of(name), isl_subnet, rtts[name])
+        if piece.cla == "ltp":
+            plan = replace(plan, ltp_argv=plan_ltp(name, index[name], ip, piece, peers, workdir_of(name), link_of))
+        plans.append(plan)
     return plans
 
 

@@ -12,11 +12,16 @@
   acknowledgement, so Linux's delayed ACK (40 ms) caps a session at ~23 bundles/s. With `dtn.quickack`
   (default) the node's ISL subnet route gets `quickack 1` (a route attribute, inside the node only); from a
   1 s round trip also larger initial windows (swarm.dtn.plan.route_attributes).
+- `cla: ltp`: beside dtnd runs swarm-ltpcla (flightsw/ltpcla, built by `make ltpcla` into
+  ~/.cache/swarm-emu/ltpcla-target, or here on first use; on compose copied into the DTN image with dtnd), under
+  the same kind of wrapper (ltpcla.pid, ltpcla.log); its record (ltp.csv), counters (ltp-status.json) and the
+  contact plan's down windows (ltp-down.txt, re-read when it changes) are in the node's work folder.
 - Readiness: every agent answers its status API (GET /status/nodeid on the node's ground address, from the
   host) with its own node ID and lists every expected peer (/status/peers).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -31,7 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from netem.model import LinksSpec, resolve_links
-from swarm.dtn.plan import AgentPlan, plan_agents, readiness, peer_names
+from swarm.dtn.plan import (LTP_DOWN, LTP_LOG, LTP_STATUS, AgentPlan, ltp_down_windows, plan_agents, spec_link_view,
+                            readiness, peer_names)
 from swarm.dtn.spec import DtnSpec
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.runtime.backends import swarm_dir
@@ -54,6 +60,29 @@ HTTP_TIMEOUT = 3.0
 #: The wrapper: record the shell's pid (exec keeps it for dtnd), then become dtnd with output appended to the
 #: log. Paths and argv are positional arguments, nothing is interpolated into the script.
 WRAPPER = 'mkdir -p "$0" && cd "$0" && echo $$ > "$0/dtnd.pid" && exec "$@" >> "$0/dtnd.log" 2>&1'
+LTP_WRAPPER = 'mkdir -p "$0" && cd "$0" && echo $$ > "$0/ltpcla.pid" && exec "$@" >> "$0/ltpcla.log" 2>&1'
+LTPCLA_MANIFEST = "flightsw/ltpcla/Cargo.toml"
+
+
+def ltpcla_binary(workdir: Path, runner: Runner, message: Callable[[str], None] = lambda m: None) -> Path:
+    """swarm-ltpcla for this host: $SWARM_LTPCLA, else where `make ltpcla` builds it (built now when missing)."""
+    env = os.environ.get("SWARM_LTPCLA")
+    if env:
+        return Path(env)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "swarm-emu" / "ltpcla-target"
+    binary = base / "release" / "swarm-ltpcla"
+    cargo = shutil.which("cargo") or str(Path.home() / ".cargo" / "bin" / "cargo")
+    if not binary.exists() and not os.access(cargo, os.X_OK):
+        raise SpecError("dtn.cla 'ltp': swarm-ltpcla is not built and cargo is missing (install Rust, then `make ltpcla`)")
+    if not binary.exists():
+        message("building swarm-ltpcla (cla: ltp) from the Cargo registry: ~2 min, once")
+    try:  # cargo returns at once when nothing changed
+        runner.run(["nice", "-n", "10", cargo, "build", "-q", "--release", "--locked", "--manifest-path",
+                    str(Path(workdir) / LTPCLA_MANIFEST)], env_extra={"CARGO_TARGET_DIR": str(base)}, timeout=BUILD_TIMEOUT)
+    except CommandError as err:
+        tail = "\n".join((err.stdout + "\n" + err.stderr).strip().splitlines()[-10:])
+        raise RuntimeFailure(f"building swarm-ltpcla failed (exit {err.returncode}):\n{tail}") from None
+    return binary
 
 
 def dtn_nodes(nodes: list[NodePlan]) -> list[NodePlan]:
@@ -100,16 +129,23 @@ def dtn_build_argv(workdir: Path, tag: str, node_image: str, context: str) -> li
             "--label", "io.swarm-emu.managed=true", "--build-arg", f"NODE_IMAGE={node_image}", context]
 
 
-def ensure_dtn_image(runner: Runner, workdir: Path, node_image: str, message: Callable[[str], None] = lambda m: None) -> str:
-    """The node image plus dtn7-rs (built on the host), tagged by content; built only when missing."""
+def ensure_dtn_image(runner: Runner, workdir: Path, node_image: str, message: Callable[[str], None] = lambda m: None,
+                     ltp: bool = False) -> str:
+    """The node image plus dtn7-rs (built on the host), and with `ltp` swarm-ltpcla, tagged by content; built
+    only when missing."""
     bindir = ensure_binaries(runner, workdir, message)
+    ltpcla = ltpcla_binary(workdir, runner, message) if ltp else None
     tag = dtn_image_tag(workdir, node_image, bindir)
+    if ltpcla is not None:
+        tag = f"{tag}-ltp{hashlib.sha256(tag.encode() + ltpcla.read_bytes()).hexdigest()[:8]}"
     if runner.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], check=False).ok:
         return tag
     message(f"building DTN image {tag} (node image + dtn7-rs)")
     with tempfile.TemporaryDirectory(prefix="swarm-dtn-") as ctx:
         shutil.copy2(Path(workdir) / DOCKERFILE, Path(ctx) / "Dockerfile")
         shutil.copytree(bindir, Path(ctx) / "bin")
+        if ltpcla is not None:  # cla: ltp's program, installed beside dtnd
+            shutil.copy2(ltpcla, Path(ctx) / "bin" / "swarm-ltpcla")
         try:
             runner.run(dtn_build_argv(workdir, tag, node_image, ctx), timeout=1200)
         except CommandError as err:
@@ -148,6 +184,7 @@ class DtnAgents:
         self.by_name = {n.name: n for n in self.nodes}
         self.netns = not swarm.backend.traits.containers  # the agents run the host's dtnd, in host folders
         self._bindir: Optional[Path] = None
+        self._ltpcla: Optional[Path] = None
 
     @property
     def enabled(self) -> bool:
@@ -157,6 +194,19 @@ class DtnAgents:
         """Swarm-wide DTN checks (before anything starts); the binaries must be buildable here."""
         if self.enabled and self.netns:
             self._bindir = ensure_binaries(self.swarm.runner, self.swarm.workdir, self.swarm.message)
+        if self.ltp:
+            self.plans()  # the LTP peers' rates and delays derive (SpecError naming the field otherwise)
+            if self.netns:
+                self._ltpcla = ltpcla_binary(self.swarm.workdir, self.swarm.runner, self.swarm.message)
+
+    @property
+    def ltp(self) -> bool:
+        """Any node on `cla: ltp` (swarm-ltpcla runs beside its dtnd)."""
+        return any(n.spec.dtn is not None and n.spec.dtn.cla == "ltp" for n in self.nodes)
+
+    def link_view(self):
+        """a, b -> LinkView of the directed ISL link a->b as the spec's `links:` set it (delay s, rate bit/s)."""
+        return spec_link_view(self.swarm.spec.links, [n.name for n in self.swarm.nodes])
 
     def workdir(self, node: str) -> str:
         if self.netns:
@@ -165,13 +215,20 @@ class DtnAgents:
 
     def plans(self) -> list[AgentPlan]:
         nodes = [(n.name, n.isl_ip, n.spec.dtn) for n in self.swarm.nodes]
-        plans = plan_agents(nodes, self.swarm.spec.networks.isl.subnet, self.workdir,
-                            link_delays_ms(self.swarm.spec.links, [n.name for n in self.swarm.nodes]))
+        try:
+            plans = plan_agents(nodes, self.swarm.spec.networks.isl.subnet, self.workdir,
+                                link_delays_ms(self.swarm.spec.links, [n.name for n in self.swarm.nodes]),
+                                link_of=self.link_view())
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
         if self.netns:
             if self._bindir is None:
                 self._bindir = ensure_binaries(self.swarm.runner, self.swarm.workdir, self.swarm.message)
             dtnd = str(self._bindir / "dtnd")
-            plans = [replace(p, argv=[dtnd, *p.argv[1:]]) for p in plans]
+            if self.ltp and self._ltpcla is None:
+                self._ltpcla = ltpcla_binary(self.swarm.workdir, self.swarm.runner, self.swarm.message)
+            plans = [replace(p, argv=[dtnd, *p.argv[1:]],
+                             ltp_argv=[str(self._ltpcla), *p.ltp_argv[1:]] if p.ltp_argv else None) for p in plans]
         return plans
 
     def piece(self, node: str) -> DtnSpec:
@@ -205,6 +262,10 @@ class DtnAgents:
         if plan.route_attrs:
             self._route_attrs(node, list(plan.route_attrs))
         self.swarm.backend.start_daemon(self.swarm.name, node, wrapper_argv(plan.workdir, plan.argv), "dtnd")
+        if plan.ltp_argv:  # connects to dtnd's WebSocket as soon as it answers (retries until then)
+            self._exec(node, ["sh", "-c", ': >> "$0"', f"{plan.workdir}/{LTP_DOWN}"])
+            self.swarm.backend.start_daemon(self.swarm.name, node, ["sh", "-c", LTP_WRAPPER, plan.workdir, *plan.ltp_argv],
+                                            "ltpcla")
 
     def _route_attrs(self, node: str, attrs: list[str]) -> None:
         """`attrs` (swarm.dtn.plan.route_attributes: quickack, initial windows) on the node's ISL subnet route
@@ -257,7 +318,35 @@ class DtnAgents:
             peers = self.http(plan.node, "/status/peers")
         except (OSError, urllib.error.URLError) as exc:
             return f"status API: {getattr(exc, 'reason', exc)}"
-        return readiness(plan, nodeid, peers)
+        problem = readiness(plan, nodeid, peers)
+        if problem is None and plan.ltp_argv:
+            status = self.ltp_status(plan.node)
+            if not status.get("registered"):
+                return "swarm-ltpcla not registered with dtnd yet"
+        return problem
+
+    def ltp_status(self, node: str) -> dict:
+        """swarm-ltpcla's counters on `node` (its ltp-status.json), {} when there are none (yet)."""
+        res = self._exec(node, ["cat", f"{self.workdir(node)}/{LTP_STATUS}"], check=False, timeout=30)
+        try:
+            return json.loads(res.stdout) if res.ok else {}
+        except ValueError:
+            return {}
+
+    def ltp_record(self, node: str) -> str:
+        """swarm-ltpcla's CSV record on `node` (every block, retransmission, cancel, refusal)."""
+        res = self._exec(node, ["cat", f"{self.workdir(node)}/{LTP_LOG}"], check=False, timeout=60)
+        return res.stdout if res.ok else ""
+
+    def set_ltp_down(self, windows: dict[str, list[tuple[str, float, float]]], t0: float) -> None:
+        """Tell each node's swarm-ltpcla when its links are down: `windows` node -> [(peer, from s, until s)]
+        relative to `t0` (Unix s; the contact plan's time 0). It re-reads the file within a second."""
+        engine_of = {n.name: n.index for n in self.swarm.nodes}
+        for n in self.nodes:
+            if n.spec.dtn is not None and n.spec.dtn.cla == "ltp":
+                text = ltp_down_windows(windows.get(n.name, []), engine_of, t0)
+                self._exec(n.name, ["sh", "-c", 'cat > "$0.tmp" && mv "$0.tmp" "$0"', f"{self.workdir(n.name)}/{LTP_DOWN}"],
+                           input=text)
 
     def http(self, node: str, path: str, timeout: float = HTTP_TIMEOUT) -> str:
         """GET an agent's status API on its ground address, from the host (status routes answer anyone)."""
@@ -269,9 +358,9 @@ class DtnAgents:
     def stop(self, timeout: float = 10.0) -> list[str]:
         """End every agent by its recorded pid (and only that process); the nodes stay up. Returns the nodes
         whose agent was stopped."""
-        script = ('p=$(cat "$0/dtnd.pid" 2>/dev/null) || exit 0; kill "$p" 2>/dev/null || exit 0; '
+        script = ('for f in ltpcla dtnd; do p=$(cat "$0/$f.pid" 2>/dev/null) || continue; kill "$p" 2>/dev/null || continue; '
                   'i=0; while kill -0 "$p" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; '
-                  'kill -9 "$p" 2>/dev/null; rm -f "$0/dtnd.pid"; echo stopped')
+                  'kill -9 "$p" 2>/dev/null; rm -f "$0/$f.pid"; [ $f = dtnd ] && echo stopped; done; true')
         stopped = []
 
         def one(node: str) -> None:

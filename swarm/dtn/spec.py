@@ -4,7 +4,8 @@
 defaults:                 # every node; or per group / per node (the most specific piece wins whole)
   dtn:
     agent: dtn7           # the one BPv7 agent installable here from a package registry (Cargo's `dtn7`)
-    cla: tcp              # tcp (TCPCLv4, RFC 9174) | mtcp | udp | http
+    cla: tcp              # tcp (TCPCLv4, RFC 9174) | mtcp | udp | http | ltp (LTP, RFC 5326: swarm-ltpcla)
+    ltp: {segment: 1360, red: 1.0}   # cla: ltp only: segment size (bytes), red (reliable) fraction, ...
     routing: epidemic     # epidemic | sprayandwait | flooding | static
     peers: static         # static: every other DTN node (or `static_peers`) | auto: IPND beacons on the ISL
     storage: {backend: mem, limit: 256m}
@@ -21,17 +22,21 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from swarm.units import parse_link_rate
+
 AGENTS = ("dtn7",)
-CLAS = ("tcp", "mtcp", "udp", "http")
+CLAS = ("tcp", "mtcp", "udp", "http", "ltp")
 ROUTINGS = ("epidemic", "sprayandwait", "flooding", "static")
 STORES = ("mem", "sled", "sneakers")
 PEER_MODES = ("auto", "static")
 #: The port each CLA listens on (dtn7-rs's defaults; `http` rides on the agent's web port).
-CLA_PORTS = {"tcp": 4556, "mtcp": 16162, "udp": 4556}
+CLA_PORTS = {"tcp": 4556, "mtcp": 16162, "udp": 4556, "ltp": 1113}  # ltp: IANA's LTP port
 WEB_PORT = 3000
 DISCOVERY_PORT = 3003
 #: UDP CLA: one bundle per datagram, so a bundle must fit into one IPv4 UDP datagram with its headers.
 UDP_MAX_BUNDLE = 65_507
+#: LTP CLA: a received block goes to dtnd as base64 in one WebSocket frame (dtnd's limit 16 MiB).
+LTP_MAX_BUNDLE = 12_000_000
 #: The endpoint (service) every agent registers for applications: dtn://<node>/in.
 APP_SERVICE = "in"
 
@@ -96,6 +101,44 @@ class DtnStorage(_Strict):
         return None if v is None else parse_size(v, "storage.limit")
 
 
+class LtpSpec(_Strict):
+    """`cla: ltp`: how swarm-ltpcla (flightsw/ltpcla) carries bundles over LTP. The one-way light time and the
+    pacing rate of each peer come from the swarm's `links:` (delay, rate) toward it; `rate` is the fallback
+    for links without one (LTP cannot pace an unlimited link)."""
+
+    segment: int = 1360  # bytes per LTP segment (one UDP datagram; larger ones are IP-fragmented)
+    red: float = Field(1.0, ge=0.0, le=1.0)  # reliable fraction of each block (1: all red, 0: all green)
+    rate: Optional[int] = None  # bit/s: pacing rate toward peers whose link has no rate
+    margin: float = 0.5  # s: queueing/processing margin added to each retransmission timer (both ends)
+    rtx_limit: int = Field(20, ge=1, le=1000)  # checkpoint/report retransmissions before a session is cancelled
+    attempts: int = Field(3, ge=1, le=100)  # sessions per bundle (a cancelled block is offered again)
+
+    @field_validator("segment", mode="before")
+    @classmethod
+    def _segment(cls, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not 64 <= v <= 65_507:
+            raise ValueError(f"dtn.ltp.segment {v!r}: must be a whole number of bytes in 64..65,507 (one UDP datagram)")
+        return v
+
+    @field_validator("rate", mode="before")
+    @classmethod
+    def _rate(cls, v: Any) -> Optional[int]:
+        if v is None:
+            return None
+        try:
+            rate = parse_link_rate(v)
+        except (ValueError, TypeError):
+            raise ValueError(f"dtn.ltp.rate {v!r}: expected a rate like 1Gbit or 100Mbit") from None
+        if not rate or rate <= 0:
+            raise ValueError(f"dtn.ltp.rate {v!r}: must be positive (LTP is paced)")
+        return int(rate)
+
+    @field_validator("margin", mode="before")
+    @classmethod
+    def _margin(cls, v: Any) -> float:
+        return parse_seconds(v, "dtn.ltp.margin")
+
+
 class StaticRoute(_Strict):
     """`routing: static`: bundles to `to` (a node name or `*`) go to the next hop `via` (a node name)."""
 
@@ -114,6 +157,7 @@ class DtnSpec(_Strict):
     routes: list[StaticRoute] = Field(default_factory=list)  # routing: static (default: direct to each peer)
     copies: int = Field(4, ge=1, le=1024)  # routing: sprayandwait -> num_copies
     storage: DtnStorage = DtnStorage()
+    ltp: LtpSpec = LtpSpec()  # cla: ltp only
     janitor: float = 1.0  # s: how often the agent retries stored bundles (dtn7-rs default 10 s)
     discovery_interval: float = 1.0  # s: IPND beacon period (peers: auto)
     peer_timeout: float = 10.0  # s: a discovered peer silent this long is dropped (peers: auto)
@@ -171,7 +215,8 @@ class DtnSpec(_Strict):
 
     def max_bundle(self) -> Optional[int]:
         """The largest bundle (bytes) this agent can carry or keep, or None when unbounded."""
-        limits = [x for x in (self.storage.limit, UDP_MAX_BUNDLE if self.cla == "udp" else None) if x]
+        limits = [x for x in (self.storage.limit, UDP_MAX_BUNDLE if self.cla == "udp" else None,
+                              LTP_MAX_BUNDLE if self.cla == "ltp" else None) if x]
         return min(limits) if limits else None
 
 

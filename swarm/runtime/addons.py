@@ -189,9 +189,12 @@ class DtnAddOn(AddOn):
     def prepare(self, ctx: SwarmContext, image: str) -> str:
         """Containers: the node image plus dtn7-rs; namespaces: the dtn7-rs binaries (built now, or a SpecError
         without a Rust toolchain)."""
+        agents = DtnAgents(ctx)
         if ctx.backend.traits.containers:
-            return ensure_dtn_image(ctx.runner, ctx.workdir, image, ctx.message)
-        ensure_binaries(ctx.runner, ctx.workdir, ctx.message)
+            if agents.ltp:
+                agents.plans()  # cla: ltp: every LTP peer has a rate and a delay (SpecError naming the field)
+            return ensure_dtn_image(ctx.runner, ctx.workdir, image, ctx.message, ltp=agents.ltp)
+        agents.check()  # the dtn7-rs binaries (and swarm-ltpcla, with its peers' rates and delays) or a SpecError
         return image
 
     def start(self, ctx: SwarmContext, timeout: float | None) -> None:

@@ -144,7 +144,7 @@ def test_swarm_dtn_by_hand_and_down_leaves_nothing(need_dtn7, tmp_path):
 
 @pytest.mark.parametrize("doc, message", [
     ({"dtn": {"storage": {"limit": "50kB"}}}, "bundle_sizes 100000: larger than the storage limit (50000 bytes)"),
-    ({"clas": ["ltp"]}, "clas 'ltp': unknown convergence layer"),
+    ({"clas": ["bibe"]}, "clas 'bibe': unknown convergence layer"),
     ({"routings": ["prophet"]}, "routings 'prophet': unknown routing"),
     ({"clas": ["udp"]}, "larger than one UDP datagram (65507 bytes)"),
     ({"contacts": {"text": "a contact +0 +10 sat01 sat02 100\na contact +5 +1 sat02 ground 100\n"}},

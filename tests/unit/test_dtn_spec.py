@@ -14,7 +14,7 @@ def test_defaults_and_endpoint():
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("cla", "ltp", "dtn.cla 'ltp': unknown cla (known: tcp, mtcp, udp, http)"),
+    ("cla", "bibe", "dtn.cla 'bibe': unknown cla (known: tcp, mtcp, udp, http, ltp)"),
     ("routing", "prophet", "dtn.routing 'prophet': unknown routing (known: epidemic, sprayandwait, flooding, static)"),
     ("agent", "ion", "dtn.agent 'ion': unknown agent (known: dtn7)"),
     ("peers", "manual", "dtn.peers 'manual': unknown peers (known: auto, static)"),

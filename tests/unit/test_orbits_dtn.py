@@ -161,7 +161,7 @@ def _with_dtn(**dtn):
     ({"flows": [{"from": "sat01", "to": "gs01", "rate": 0}]}, "rate"),
     ({"flows": []}, "flows: give at least one flow"),
     ({"agent": {"routing": "static"}}, "routing 'static': fixed next hops cannot follow contacts"),
-    ({"agent": {"cla": "ltp"}}, "dtn.cla 'ltp': unknown cla"),
+    ({"agent": {"cla": "bibe"}}, "dtn.cla 'bibe': unknown cla"),
     ({"agent": {"static_peers": ["sat02"]}}, "agent.static_peers"),
     ({"agent": {"cla": "udp"}, "flows": [{"from": "sat01", "to": "gs01", "rate": 1, "size": "100kB"}]},
      "flows[0].size 100000: larger than the agent's largest bundle"),

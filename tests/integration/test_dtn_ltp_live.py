@@ -1,0 +1,152 @@
+"""`cla: ltp` live (netns backend, real dtnd 0.21.0 and swarm-ltpcla from `make setup`, delay and loss from the
+host's link engine): a 3-node chain at 4 s one-way delivers every bundle and none sooner than the two hops'
+light time; a 1 % lossy link delivers everything with the retransmissions recorded; a link that goes down and up
+per a contact plan loses nothing and cancels nothing (timers suspended while down); bad input is one line.
+Subnets 10.190-199.x, swarm names ltp-* (issue 26's LTP range)."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.dtn.model import experiment_from_dict
+from experiments.dtn.run import run_dtn_experiment
+from experiments.store import ResultsStore, host_facts
+from conftest import REPO, swarm_namespaces as _namespaces
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+SWARM = [sys.executable, "-m", "swarm"]
+
+
+def _rows(path: Path) -> list[dict]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def _run(doc: dict, tmp_path: Path) -> Path:
+    exp = experiment_from_dict(doc, str(tmp_path / "exp.yaml"))
+    store = ResultsStore.create(tmp_path / "results", exp, host_facts())
+    run_dtn_experiment(exp, store, message=print)
+    assert not _namespaces(doc["name"]), "the test's namespaces outlived it"
+    return store.dir
+
+
+def _events(run: Path, node: str) -> list[dict]:
+    raw = next((run / "raw").iterdir())
+    return _rows(raw / f"{node}.ltp.csv")
+
+
+def test_chain_at_four_seconds_delivers_every_bundle_no_sooner_than_light(need_dtn7, tmp_path):
+    run = _run({"type": "dtn", "name": "ltp-it-chain", "backend": "netns", "pattern": "chain", "sizes": [2],
+                "clas": ["ltp"], "bundle_sizes": ["10kB"], "rates": [5], "duration": "4s", "drain": "25s",
+                "profiles": [{"delay": "4s", "rate": "100Mbit"}],
+                "swarm": {"networks": {"isl": {"subnet": "10.190.1.0/24"}, "ground": {"subnet": "10.191.1.0/24"}}}},
+               tmp_path)
+    bundles = _rows(run / "bundles.csv")
+    assert len(bundles) == 20
+    assert all(b["delivered"] == "True" for b in bundles), [b for b in bundles if b["delivered"] != "True"][:3]
+    assert {b["hops"] for b in bundles} == {"2"}  # sat01 -> sat02 -> ground
+    latencies = [float(b["latency_s"]) for b in bundles]
+    assert min(latencies) >= 8.0, min(latencies)  # two hops of 4 s one-way: nothing arrives sooner
+    assert max(latencies) < 12.0, max(latencies)  # and no retransmission round (8 s) was needed
+    ltp = {r["node"]: r for r in _rows(run / "ltp.csv")}
+    assert int(ltp["sat01"]["blocks_sent"]) == 20 and int(ltp["ground"]["blocks_received"]) == 20
+    assert int(ltp["sat01"]["cancels"]) == 0 and int(ltp["sat01"]["dropped"]) == 0
+    sent = [e for e in _events(run, "sat01") if e["event"] == "start"]
+    assert len(sent) == 20 and all(e["peer"] == "2" for e in sent)  # engine IDs follow the node index
+
+
+def test_lossy_link_delivers_everything_with_retransmissions_recorded(need_dtn7, tmp_path):
+    run = _run({"type": "dtn", "name": "ltp-it-loss", "backend": "netns", "pattern": "all-to-ground", "sizes": [1],
+                "clas": ["ltp"], "bundle_sizes": ["100kB"], "rates": [5], "duration": "4s", "drain": "30s",
+                "profiles": [{"delay": "1s", "rate": "100Mbit", "loss": "1%"}],
+                "swarm": {"networks": {"isl": {"subnet": "10.190.2.0/24"}, "ground": {"subnet": "10.191.2.0/24"}}}},
+               tmp_path)
+    bundles = _rows(run / "bundles.csv")
+    assert len(bundles) == 20 and all(b["delivered"] == "True" for b in bundles)
+    ltp = {r["node"]: r for r in _rows(run / "ltp.csv")}
+    # 20 blocks of ~74 segments at 1 % loss each way: segments were lost and sent again
+    assert int(ltp["sat01"]["retransmitted_segments"]) > 0, ltp["sat01"]
+    rtx = [e for e in _events(run, "sat01") if e["event"] == "rtx"]
+    assert len(rtx) == int(ltp["sat01"]["retransmitted_segments"])
+    assert all(e["bundle_id"].startswith("dtn://sat01/") and int(e["bytes"]) > 0 for e in rtx)
+    assert int(ltp["sat01"]["dropped"]) == 0 and int(ltp["ground"]["blocks_received"]) == 20
+
+
+def test_contact_gap_suspends_timers_and_loses_nothing(need_dtn7, tmp_path):
+    # sat01 <-> ground in contact 0-3 s and from 9 s; 1 s one-way. One retransmission per checkpoint and one
+    # attempt per bundle: a session caught by the gap would be cancelled (and recorded as dropped) unless its
+    # timers were suspended while the plan says the link is down.
+    plan = ("a contact +0 +3 sat01 ground 12500000\na contact +0 +3 ground sat01 12500000\n"
+            "a contact +9 +60 sat01 ground 12500000\na contact +9 +60 ground sat01 12500000\n"
+            "a range +0 +60 sat01 ground 1\n")
+    run = _run({"type": "dtn", "name": "ltp-it-gap", "backend": "netns", "pattern": "all-to-ground", "sizes": [1],
+                "clas": ["ltp"], "bundle_sizes": ["20kB"], "rates": [5], "duration": "8s", "drain": "25s",
+                "contacts": {"text": plan}, "dtn": {"ltp": {"rtx_limit": 1, "attempts": 1, "rate": "100Mbit"}},
+                "swarm": {"networks": {"isl": {"subnet": "10.190.3.0/24"}, "ground": {"subnet": "10.191.3.0/24"}}}},
+               tmp_path)
+    bundles = _rows(run / "bundles.csv")
+    assert len(bundles) == 40 and all(b["delivered"] == "True" for b in bundles), \
+        [b for b in bundles if b["delivered"] != "True"][:3]
+    faults = _rows(run / "faults.csv")
+    heal = next(float(f["applied_ts"]) - float(f["took_s"]) for f in faults if f["kind"] == "heal")
+    cut = next(float(f["applied_ts"]) for f in faults if f["kind"] == "cut")
+    in_gap = [b for b in bundles if cut + 0.2 < float(b["created_ts"]) < heal - 0.2]
+    assert in_gap and all(float(b["delivered_ts"]) >= heal + 1.0 for b in in_gap)  # held, then 1 s of light
+    events = _events(run, "sat01")
+    kinds = [e["event"] for e in events]
+    assert "link-down" in kinds and "link-up" in kinds
+    assert kinds.index("link-down") < kinds.index("link-up")
+    ltp = {r["node"]: r for r in _rows(run / "ltp.csv")}
+    assert int(ltp["sat01"]["cancels"]) == 0 and int(ltp["sat01"]["dropped"]) == 0, ltp["sat01"]
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"clas": ["ltp"]}, "dtn.ltp.rate: link sat01->ground has no rate to pace LTP at"),
+    ({"clas": ["ltp"], "dtn": {"ltp": {"segment": 63, "rate": "1Gbit"}}}, "dtn.ltp.segment 63: must be a whole number"),
+    ({"clas": ["ltp"], "dtn": {"ltp": {"segment": 70000, "rate": "1Gbit"}}}, "dtn.ltp.segment 70000"),
+    ({"clas": ["ltp"], "bundle_sizes": ["13MB"], "dtn": {"ltp": {"rate": "1Gbit"}}},
+     "bundle_sizes 13000000: larger than what the ltp CLA hands dtnd in one WebSocket frame"),
+])
+def test_bad_ltp_input_is_one_line_exit_2_and_nothing_is_created(need_netns, tmp_path, doc, message):
+    exp = {"type": "dtn", "name": "ltp-it-bad", "backend": "netns", "sizes": [1], "bundle_sizes": ["100kB"],
+           "swarm": {"networks": {"isl": {"subnet": "10.190.4.0/24"}, "ground": {"subnet": "10.191.4.0/24"}}}, **doc}
+    path = tmp_path / "bad.yaml"
+    path.write_text(json.dumps(exp))
+    res = subprocess.run(SWARM + ["run", str(path), "--results", str(tmp_path / "results")], capture_output=True,
+                         text=True, env={**os.environ, "SWARM_WORKDIR": str(REPO)}, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], res.stderr
+    assert not (tmp_path / "results").exists() and not _namespaces("ltp-it-bad")
+
+
+def test_swarm_up_with_ltp_and_down_leaves_nothing(need_dtn7, tmp_path):
+    spec = tmp_path / "ltp-it-hand.yaml"
+    spec.write_text("name: ltp-it-hand\nbackend: netns\nnodes: 2\n"
+                    "networks: {isl: {subnet: 10.190.5.0/24}, ground: {subnet: 10.191.5.0/24}}\n"
+                    "links: {default: {delay: 2s, rate: 10Mbit}}\n"
+                    "defaults: {dtn: {cla: ltp, routing: epidemic}}\n")
+    env = {**os.environ, "SWARM_WORKDIR": str(REPO)}
+    try:
+        up = subprocess.run(SWARM + ["up", str(spec)], capture_output=True, text=True, env=env, timeout=180)
+        assert up.returncode == 0, up.stderr
+        sent = subprocess.run(SWARM + ["dtn", "send", "ltp-it-hand", "sat01", "sat02", "over LTP"],
+                              capture_output=True, text=True, env=env)
+        assert sent.returncode == 0, sent.stderr
+        got = subprocess.run(SWARM + ["dtn", "recv", "ltp-it-hand", "sat02", "--timeout", "15"],
+                             capture_output=True, text=True, env=env)
+        assert got.returncode == 0, got.stdout + got.stderr
+        assert json.loads(got.stdout)["payload"] == "over LTP"
+        assert subprocess.run(["pgrep", "-f", "swarm-ltpcla.*10.190.5."], capture_output=True).returncode == 0
+    finally:
+        down = subprocess.run(SWARM + ["down", "ltp-it-hand"], capture_output=True, text=True, env=env, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert not _namespaces("ltp-it-hand")
+    assert subprocess.run(["pgrep", "-f", "swarm-ltpcla.*10.190.5."], capture_output=True).returncode == 1
+    assert not (REPO / ".swarm" / "ltp-it-hand").exists()

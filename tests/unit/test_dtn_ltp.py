@@ -1,0 +1,102 @@
+"""`cla: ltp` (pure parts): the spec piece, swarm-ltpcla's command per node, the down windows of a contact plan."""
+import pytest
+from pydantic import ValidationError
+
+from swarm.dtn.contacts import LinkEvent, down_windows
+from swarm.dtn.plan import LinkView, ltp_down_windows, plan_agents
+from swarm.dtn.spec import LTP_MAX_BUNDLE, DtnSpec, LtpSpec
+
+
+def test_ltp_defaults():
+    d = DtnSpec(cla="ltp")
+    assert d.cla_port() == 1113 and d.ltp.segment == 1360 and d.ltp.red == 1.0
+    assert d.max_bundle() == LTP_MAX_BUNDLE
+    assert DtnSpec(cla="ltp", ltp={"rate": "1Gbit"}).ltp.rate == 1_000_000_000
+
+
+@pytest.mark.parametrize("value", [63, 65_508, 0, "big", True])
+def test_segment_outside_udp_datagram_refused_naming_field(value):
+    with pytest.raises(ValidationError) as err:
+        LtpSpec(segment=value)
+    assert f"dtn.ltp.segment {value!r}: must be a whole number of bytes in 64..65,507" in str(err.value)
+
+
+def test_segment_bounds_accepted():
+    assert LtpSpec(segment=64).segment == 64 and LtpSpec(segment=65_507).segment == 65_507
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("rate", "0", "dtn.ltp.rate '0': must be positive"),
+    ("rate", "fast", "dtn.ltp.rate 'fast': expected a rate"),
+    ("red", 1.5, "less than or equal to 1"),
+])
+def test_bad_ltp_values(field, value, message):
+    with pytest.raises(ValidationError) as err:
+        LtpSpec(**{field: value})
+    assert message in str(err.value)
+
+
+def _plans(link_of, piece=None):
+    piece = piece or DtnSpec(cla="ltp")
+    nodes = [("sat01", "10.190.0.1", piece), ("gw", "10.190.0.2", None), ("sat03", "10.190.0.3", piece)]
+    return plan_agents(nodes, "10.190.0.0/24", lambda n: f"/w/{n}", link_of=link_of)
+
+
+def test_plan_runs_dtnd_with_ecla_and_ltpcla_per_node():
+    plans = _plans(lambda a, b: LinkView(delay=4.0, rate=1_000_000_000))
+    p1 = plans[0]
+    assert "--ecla" in p1.argv and "-C" not in p1.argv
+    assert p1.argv[p1.argv.index("-s") + 1] == "ecla+ltp://10.190.0.3:1113/sat03"
+    a = p1.ltp_argv
+    assert a[0] == "swarm-ltpcla"
+    # engine IDs follow the node index (sat03 is the swarm's third node even though node 2 has no agent)
+    assert a[a.index("--engine") + 1] == "1"
+    assert a[a.index("--peer") + 1] == "3,10.190.0.3:1113,1000000000,4"
+    assert a[a.index("--bind") + 1] == "10.190.0.1:1113"
+    assert a[a.index("--ws") + 1] == "ws://127.0.0.1:3000/ws/ecla"
+    assert a[a.index("--segment") + 1] == "1360"
+    assert a[a.index("--log") + 1] == "/w/sat01/ltp.csv" and a[a.index("--down") + 1] == "/w/sat01/ltp-down.txt"
+    assert plans[1].ltp_argv[plans[1].ltp_argv.index("--engine") + 1] == "3"
+
+
+def test_plan_other_clas_have_no_ltpcla():
+    plans = _plans(lambda a, b: LinkView(), DtnSpec(cla="tcp"))
+    assert all(p.ltp_argv is None for p in plans) and "--ecla" not in plans[0].argv
+
+
+def test_link_without_rate_takes_ltp_rate_or_is_refused():
+    with pytest.raises(ValueError, match=r"dtn.ltp.rate: link sat01->sat03 has no rate to pace LTP at"):
+        _plans(lambda a, b: LinkView(delay=2.0, rate=None))
+    plans = _plans(lambda a, b: LinkView(delay=2.0), DtnSpec(cla="ltp", ltp={"rate": "100Mbit"}))
+    a = plans[0].ltp_argv
+    assert a[a.index("--peer") + 1] == "3,10.190.0.3:1113,100000000,2"
+
+
+def test_ltp_with_discovery_refused():
+    with pytest.raises(ValueError, match="cla ltp needs static peers"):
+        _plans(lambda a, b: LinkView(rate=1), DtnSpec(cla="ltp", peers="auto"))
+
+
+def test_down_windows_from_link_schedule():
+    events = [LinkEvent(0.0, "down", "a", "b"), LinkEvent(10.0, "up", "a", "b"), LinkEvent(20.0, "down", "a", "b"),
+              LinkEvent(25.0, "up", "a", "b"), LinkEvent(30.0, "down", "b", "c")]
+    w = down_windows(events, horizon=60.0)
+    assert w["a"] == [("b", -3600.0, 10.0), ("b", 20.0, 25.0)]
+    assert ("a", 20.0, 25.0) in w["b"] and ("c", 30.0, 60.0 + 86_400.0) in w["b"]
+    assert w["c"] == [("b", 30.0, 60.0 + 86_400.0)]
+
+
+def test_ltp_down_file_is_absolute_unix_per_engine():
+    text = ltp_down_windows([("sat03", 20.0, 25.5)], {"sat01": 1, "sat03": 3}, t0=1000.0)
+    assert text.splitlines()[1] == "3 1020.000 1025.500"
+
+
+def test_ltp_handovers_counts_only_bundles_given_to_the_ltp_module():
+    from experiments.dtn.parse import ltp_handovers
+    log = (" 2026-11-25T09:53:31.116Z INFO  dtn7::core::processing      > Sending bundle succeeded: "
+           "dtn://sat01/-848915611115-0 10.192.1.3:1113 ltp in 509.33µs\n"
+           " 2026-11-25T09:53:31.117Z INFO  dtn7::core::processing      > Sending bundle succeeded: "
+           "dtn://sat01/-848915611116-0 10.192.1.3:4556 tcp in 1ms\n"
+           " 2026-11-25T09:53:31.119Z INFO  dtn7::core::processing      > Sending bundle succeeded: "
+           "dtn://sat01/-848915611118-0 10.192.1.3:1113 ltp in 407.177µs\n")
+    assert ltp_handovers(log) == 2 and ltp_handovers("") == 0
