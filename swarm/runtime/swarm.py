@@ -31,6 +31,7 @@ from swarm.mesh.runtime import Mesh
 from swarm.runtime.host import ensure_neighbour_capacity
 from swarm.runtime.image import ensure_image
 from swarm.runtime.links import LinkController
+from swarm.runtime.locks import host_lock, swarm_operation
 from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
 from swarm.runtime.clocks import NodeClocks, node_clocks
@@ -166,7 +167,12 @@ class Swarm:
 
     # ------------------------------------------------------------------------------------------ up/down
     def up(self, ready_timeout: float | None = None) -> float:
-        """Create, start and wait for every node; returns seconds taken. Rolls back on any failure."""
+        """Create, start and wait for every node; returns seconds taken. Rolls back on any failure. One
+        lifecycle operation per swarm name at a time (swarm.runtime.locks)."""
+        with swarm_operation(self.name, "up"):
+            return self._up(ready_timeout)
+
+    def _up(self, ready_timeout: float | None) -> float:
         self.preflight()
         links = self.links if self.spec.links else None
         mesh = self.mesh if self.spec.mesh.enabled else None
@@ -179,10 +185,12 @@ class Swarm:
             if dtn.enabled:
                 self.image = ensure_dtn_image(self.runner, self.workdir, self.image, self.message)
             self._prepare_cfs()
-        write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
-                                               "spec": self.spec.model_dump(mode="json", exclude_none=True),
-                                               "image": self.image, "created": time.time(),
-                                               "mesh": mesh.implementation if mesh else None})
+        with host_lock():  # checked again and claimed in one step: another `up` may have passed preflight too
+            self._check_conflicts()
+            write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
+                                                   "spec": self.spec.model_dump(mode="json", exclude_none=True),
+                                                   "image": self.image, "created": time.time(),
+                                                   "mesh": mesh.implementation if mesh else None})
         previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
         try:
             self.backend.up(self.spec, self.nodes, self.image, self.progress)
@@ -253,9 +261,10 @@ class Swarm:
 
     def down(self) -> list[str]:
         """Remove everything of this swarm; an empty list means there was nothing to remove."""
-        removed = self.backend.down(self.name)
-        if forget_state(self.workdir, self.name):
-            removed.append("state")
+        with swarm_operation(self.name, "down", cancel_up=True, message=self.message):
+            removed = self.backend.down(self.name)
+            if forget_state(self.workdir, self.name):
+                removed.append("state")
         return removed
 
     def __enter__(self) -> "Swarm":
@@ -551,6 +560,12 @@ def down_by_name(name: str, runner: Runner | None = None, workdir: Path | None =
     runner = runner or Runner()
     workdir = workdir or default_workdir()
     check_swarm_name(name)  # before any path or label filter is built from it
+    with swarm_operation(name, "down", cancel_up=True, message=warn):  # an `up` in progress is cancelled first
+        return _down_backends(name, runner, workdir, warn, keep_compose)
+
+
+def _down_backends(name: str, runner: Runner, workdir: Path, warn: Callable[[str], None],
+                   keep_compose: bool) -> list[str]:
     try:
         state = read_state(workdir, name)
     except StateError as exc:  # removed all the same: the backends find the swarm's resources by its labels
