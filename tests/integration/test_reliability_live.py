@@ -54,3 +54,30 @@ def test_two_swarms_with_the_same_subnets_started_at_once_only_one_comes_up(need
     finally:
         for name in ("rel-race-a", "rel-race-b"):
             swarm(["down", name], tmp_path)
+
+
+# ---- 9. netns status after a node's main process is killed while another process lives in its namespace
+@pytest.mark.root
+def test_netns_status_reports_a_node_whose_main_process_was_killed(need_netns, tmp_path):
+    import json
+    import signal
+    spec = netns_spec(tmp_path, "rel-kill", isl="10.168.0.0/24", ground="10.169.0.0/24")
+    res = swarm(["up", str(spec)], tmp_path)
+    assert res.returncode == 0, res.stderr
+    lodger = None
+    try:
+        # a second process in sat01's namespace, as a DTN agent is
+        lodger = subprocess.Popen(["ip", "netns", "exec", "swarm-emu_rel-kill_sat01", "sleep", "300"])
+        pid = json.loads((tmp_path / ".swarm" / "rel-kill" / "pids.json").read_text())["sat01"]
+        os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.5)
+        res = swarm(["status", "rel-kill", "--json"], tmp_path)
+        assert res.returncode == 0, res.stderr
+        rows = {r["name"]: r for r in json.loads(res.stdout)["nodes"]}
+        assert rows["sat01"]["state"] != "running", rows["sat01"]
+        assert rows["sat02"]["state"] == "running", rows["sat02"]
+    finally:
+        if lodger:
+            lodger.kill()
+            lodger.wait()
+        swarm(["down", "rel-kill"], tmp_path)
