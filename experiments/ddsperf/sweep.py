@@ -37,8 +37,8 @@ from swarm.spec.apps import check_domain_id
 from swarm.units import parse_duration, rate_hz
 from swarm.spec.model import NodePlan, SwarmSpec, _check_name, read_yaml, swarm_from_template, unique, validate_document
 
-SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?$")
-RATE_RE = re.compile(r"^(inf|\d+(?:\.\d+)?(?:Hz|kHz)?)$")
+SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?\Z")
+RATE_RE = re.compile(r"^(inf|\d+(?:\.\d+)?(?:Hz|kHz)?)\Z")
 MEASURES = ("throughput", "latency")
 
 
