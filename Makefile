@@ -80,19 +80,19 @@ integration: setup
 	$(PY) -m pytest tests/integration
 
 image: setup
-	$(PY) -c "from swarm.image import ensure_image; from swarm.runner import Runner; from swarm.core import default_workdir; print(ensure_image(Runner(), default_workdir(), progress=print))"
+	$(PY) -c "from swarm.runtime.image import ensure_image; from swarm.runtime.runner import Runner; from swarm.runtime.swarm import default_workdir; print(ensure_image(Runner(), default_workdir(), progress=print))"
 
 bench-up: setup
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) experiments/bench/bench_up.py
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) bench/bench_up.py
 
 bench-linkd: setup
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) experiments/bench/bench_linkd.py
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) bench/bench_linkd.py
 
 bench-sweep: setup
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) experiments/bench/bench_sweep.py
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) bench/bench_sweep.py
 
 bench-dtn: setup
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) experiments/bench/bench_dtn.py
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) bench/bench_dtn.py
 
 wipe: setup
 	$(SWARM) wipe --yes

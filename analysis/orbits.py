@@ -362,6 +362,11 @@ def _bundle_section(run_dir: Path, plan, exp, meta: dict, out: Path, files: dict
             f"{tol} s longer to allow for the links' update lag). The last hop of {summ['last_hop_in_contact']} of "
             f"{summ['last_hop_known']} delivered bundles (from the agents' logs) was in contact with the "
             "destination when it handed the bundle over. Slack = measured latency - the plan's earliest.")
+    if "router_earliest_s" in bundles.columns:  # runs recorded before the routers' view was judged lack it
+        refused = meta.get("dtn", {}).get("router_plan_refused")
+        text += (f" A contact-graph router given contact-plan.ion (what ionadmin keeps of it; lines it would "
+                 f"refuse: {refused}) would have found a path for {summ['deliverable_per_routers']} "
+                 "(router_earliest_s in bundles.csv).")
     table = pd.DataFrame([summ | {"tolerance_s": tol}]).T.reset_index().set_axis(["", "value"], axis=1)
     return ("DTN bundles against the contact plan", [("text", text), ("table", table), ("table", flow_table(bundles)),
                                                       ("figure", (files["bundles.png"], "bundles vs plan"))])

@@ -13,7 +13,7 @@ from netem.model import LinkOverride
 from netem.state import check_partition, span
 from swarm.errors import SpecError
 from swarm.mesh.plan import healed_pairs
-from swarm.runtime.links import LinkController
+from netem.runtime.links import LinkController
 from swarm.units import parse_duration
 
 

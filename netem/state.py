@@ -1,6 +1,6 @@
 """The state of a swarm's links (pure): what the framework has set, and what one node must change.
 
-State lives in <workdir>/.swarm/<name>/links.json (the link controller, swarm.runtime.links, reads and
+State lives in <workdir>/.swarm/<name>/links.json (the link controller, netem.runtime.links, reads and
 writes it under a lock): the configured conditions per directed link (the spec's `links:` plus run-time
 `impair` changes), the links cut by faults (cut, partition; `heal` removes them and leaves the configured
 conditions alone), nodes stopped, killed or paused by faults, and per node the ISL interface and a

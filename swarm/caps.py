@@ -30,3 +30,15 @@ class Capabilities:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class BackendTraits:
+    """What a runtime backend is, as data: each backend class declares its own (swarm.runtime.backends), and the
+    planners, services and experiments ask these questions instead of comparing the backend's name."""
+
+    name: str  # for messages only
+    containers: bool  # nodes are containers of an image (built at `up`); else namespaces sharing the host's files
+    multi_host: bool = False  # nodes are spread over several Docker hosts
+    runs_cfs: bool = False  # can run cFS nodes (their image, ulimits and IPC namespace per node)
+    isl_multicast: bool = False  # multicast crosses the ISL network (Linux bridges: yes; Docker's internal: no)

@@ -107,7 +107,7 @@ def run_app_experiment(exp: AppExperiment, results_root: Path | None = None, *, 
         store = ResultsStore.create(Path(results_root), exp, host_facts())
     nodes_dir = store.dir / "nodes"
     nodes_dir.mkdir()
-    direct = probe.backend.name == "netns"
+    direct = not probe.backend.traits.containers  # nodes write straight into the run folder
     swarm = Swarm(exp.swarm_spec(str(nodes_dir.resolve()) if direct else None), backend=probe.backend.name,
                   message=message)
     previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from experiments.store import host_facts
 from experiments.traffic.model import ExperimentSpec
+from swarm.caps import BackendTraits
 from swarm.runtime.backends import swarm_dir
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 from swarm.spec.apps import check_domain_id
@@ -200,11 +201,11 @@ def remembering_pid(pidfile: str, argv: list[str]) -> list[str]:
     return ["sh", "-c", 'mkdir -p "$(dirname "$0")" && echo $$ > "$0"; exec "$@"', pidfile, *argv]
 
 
-def pid_file(backend: str, workdir: Path, swarm: str, node: str) -> str:
+def pid_file(backend: BackendTraits, workdir: Path, swarm: str, node: str) -> str:
     """Where a receiver's pid is kept, never in a world-writable place (whose file anyone could replace
     before we `kill "$(cat file)"` as root): a namespace shares the host's file system, so the node's
     directory under the swarm's own 0700 state directory; a container, its own /run."""
-    if backend != "netns":
+    if backend.containers:
         return "/run/swarm-emu-ddsperf.pid"
     root = swarm_dir(workdir, swarm)
     root.mkdir(parents=True, exist_ok=True)
@@ -286,8 +287,8 @@ def run_test(swarm, exp: DdsperfExperiment, test: DdsTest, raw_dir: Path, run_id
     raw_dir.mkdir(parents=True, exist_ok=True)
     sender, receivers = swarm.nodes[0], swarm.nodes[1:test.size]
     prefix = lambda n: swarm.backend.exec_prefix(swarm.name, n.name)  # noqa: E731
-    unicast = [n.isl_ip for n in swarm.nodes[:test.size]] if swarm.backend.name in ("compose", "swarm") else None
-    pidfile = lambda n: pid_file(swarm.backend.name, swarm.workdir, swarm.name, n.name)  # noqa: E731
+    unicast = [n.isl_ip for n in swarm.nodes[:test.size]] if not swarm.backend.traits.isl_multicast else None
+    pidfile = lambda n: pid_file(swarm.backend.traits, swarm.workdir, swarm.name, n.name)  # noqa: E731
     procs = {n.name: swarm.runner.start(prefix(n) + remembering_pid(pidfile(n), ddsperf_argv(exp, test, n, False, unicast)),
                                         stdout_path=str(raw_dir / f"{n.name}.txt")) for n in receivers}
     timeout = initwait(test.size) + exp.duration + 30

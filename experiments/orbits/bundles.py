@@ -14,6 +14,12 @@ written in those seconds: plan time / speedup, light times not compressed). Per 
     outcome                         delivered | undelivered (no plan path) | missed (a plan path existed) |
                                     early (delivered before the plan allows, even with contacts held
                                     `tolerance_s` longer: the links' own update lag)
+    router_earliest_s               the earliest delivery on what the routers' plan gives them: the contacts
+                                    a real ionadmin keeps of contact-plan.ion (swarm.dtn.contacts.ion_load;
+                                    whole seconds inside each pass); empty: no path, or no router plan given
+
+The outcomes are judged on the exact plan (what the links do, at ms resolution); router_earliest_s says
+what a contact-graph router loading the exported plan would have planned for the same bundle.
 """
 from __future__ import annotations
 
@@ -21,10 +27,11 @@ import math
 from typing import Optional
 
 from experiments.dtn.parse import BUNDLE_COLUMNS, percentile
-from swarm.dtn.contacts import Contact, ContactPlan, Range, earliest_arrival, open_intervals, pair
+from swarm.dtn.contacts import (Contact, ContactPlan, Range, earliest_arrival, ion_load, open_intervals, pair,
+                                 parse_contact_plan, renamed)
 
 PLAN_COLUMNS = ["t_created_s", "t_delivered_s", "plan_earliest_s", "plan_latency_s", "slack_s", "plan_wait_s",
-                "plan_hops", "plan_path", "last_hop", "last_hop_in_contact", "outcome"]
+                "plan_hops", "plan_path", "last_hop", "last_hop_in_contact", "outcome", "router_earliest_s"]
 ORBIT_BUNDLE_COLUMNS = BUNDLE_COLUMNS + PLAN_COLUMNS
 
 
@@ -32,6 +39,16 @@ def held_longer(plan: ContactPlan, seconds: float) -> ContactPlan:
     """The plan with every contact and range ending `seconds` later (links go down that late at most)."""
     return ContactPlan(tuple(Contact(c.start, c.end + seconds, c.a, c.b, c.rate, c.line) for c in plan.contacts),
                        tuple(Range(r.start, r.end + seconds, r.a, r.b, r.owlt, r.line) for r in plan.ranges))
+
+
+def router_plan(ion_text: str, numbers: dict[str, int], release: float,
+                source: str = "contact-plan.ion") -> tuple[ContactPlan, int]:
+    """What ionadmin keeps of an exported ION plan, with node names (`numbers`: name -> ION node number) and
+    times in seconds from `release` (the file's `@` line is its whole second); and how many lines ION would
+    refuse (0 for this project's exports)."""
+    loaded = ion_load(parse_contact_plan(ion_text, source))
+    shift = (loaded.kept.epoch - release) if loaded.kept.epoch is not None else 0.0
+    return renamed(loaded.kept, {str(n): name for name, n in numbers.items()}, shift), len(loaded.refused)
 
 
 def window_of(windows: dict, a: str, b: str, at: float) -> Optional[tuple[float, float]]:
@@ -61,8 +78,10 @@ def last_hops(logs: dict[str, list[dict]], address_of: dict[str, str]) -> dict[t
 
 
 def judge(rows: list[dict], plan: ContactPlan, release: float, tolerance_s: float = 0.0,
-          hops: Optional[dict[tuple[str, str], tuple[str, float]]] = None) -> list[dict]:
-    """Bundle rows (experiments.dtn.parse.bundle_rows) with the plan's columns (see the module text)."""
+          hops: Optional[dict[tuple[str, str], tuple[str, float]]] = None,
+          routers: Optional[ContactPlan] = None) -> list[dict]:
+    """Bundle rows (experiments.dtn.parse.bundle_rows) with the plan's columns (see the module text);
+    `routers`: the plan the routers were given (router_plan), for router_earliest_s."""
     loose = held_longer(plan, tolerance_s)
     windows = open_intervals(plan)
     out = []
@@ -73,7 +92,10 @@ def judge(rows: list[dict], plan: ContactPlan, release: float, tolerance_s: floa
         t_del = float(r["delivered_ts"]) - release if delivered else math.nan
         row = dict(r, t_created_s=round(created, 6), t_delivered_s=round(t_del, 6) if delivered else "",
                    plan_earliest_s="", plan_latency_s="", slack_s="", plan_wait_s="", plan_hops="", plan_path="",
-                   last_hop="", last_hop_in_contact="")
+                   last_hop="", last_hop_in_contact="", router_earliest_s="")
+        if routers is not None:
+            seen = earliest_arrival(routers, r["src"], r["dst"], created)
+            row["router_earliest_s"] = round(seen[0], 6) if seen is not None else ""
         if best is not None:
             t, path = best
             light = sum(h.arrive - h.depart for h in path)
@@ -115,7 +137,8 @@ def summary(rows: list[dict]) -> dict:
             "plan_latency_p50_s": percentile(plan_lat, 50), "plan_latency_p95_s": percentile(plan_lat, 95),
             "slack_p50_s": percentile(slack, 50), "slack_p95_s": percentile(slack, 95),
             "last_hop_in_contact": sum(1 for r in got if r["last_hop_in_contact"] in (True, "True")),
-            "last_hop_known": sum(1 for r in got if _given(r["last_hop"]))}
+            "last_hop_known": sum(1 for r in got if _given(r["last_hop"])),
+            "deliverable_per_routers": sum(1 for r in rows if _given(r.get("router_earliest_s", "")))}
 
 
-__all__ = ["ORBIT_BUNDLE_COLUMNS", "judge", "last_hops", "summary", "held_longer"]
+__all__ = ["ORBIT_BUNDLE_COLUMNS", "judge", "last_hops", "summary", "held_longer", "router_plan"]

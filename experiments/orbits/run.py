@@ -15,11 +15,13 @@ dtn:                      # optional: a dtn7-rs agent in every node and bundle t
   flows: [{from: satellites, to: gs01, rate: 0.5, size: 1kB}]
 ```
 The run folder gets, before the clock starts (so a DTN setup can load them): timeline.csv, contacts.csv,
-contact-plan.ion (with `@` = the release instant, times compressed by `speedup`), contact-plan.hdtn.json;
+contact-plan.ion (with `@` = the release instant, times compressed by `speedup`), contact-plan.hdtn.json
+(relative times) and contact-plan.hdtn.unix.json (Unix seconds: HDTN's --use-unix-timestamp);
 then links.csv (one row per link update: scheduled, applied, lag), probes.csv and raw/probe-*.txt (ping's
 own output), run.json (release time, driver summary), and report/ (availability, delay, passes, lag).
 With `dtn:` also contact-plan.exact.ion (the same timeline at ms resolution: the bundles' yardstick),
-bundles.csv (experiments/orbits/bundles.py: each bundle against the plan's earliest delivery), store.csv,
+bundles.csv (experiments/orbits/bundles.py: each bundle against the plan's earliest delivery, and the earliest a
+router loading contact-plan.ion would plan), store.csv,
 raw/dtn/ (the traffic programs' events and the agents' logs) and run.json's "dtn" summary.
 """
 from __future__ import annotations
@@ -36,21 +38,25 @@ import pandas as pd
 from experiments.orbits.model import OrbitsExperiment
 from experiments.orbits.traffic import RELEASE_LEAD_S, DtnTraffic
 from experiments.store import ResultsStore, host_facts
-from netem.orbits.export import to_hdtn_json, to_ion, to_ion_exact
+from experiments.orbits.bundles import router_plan
+from netem.orbits.export import node_numbers, to_hdtn_json, to_ion, to_ion_exact
 from netem.orbits.planner import Plan, plan as make_plan
 from netem.orbits.records import LINK_COLUMNS, PROBE_COLUMNS, against_plan, parse_ping, ping_argv
-from swarm.runtime.orbits import LinkTimelineDriver
+from netem.runtime.orbits import LinkTimelineDriver
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 
 
 EXACT_PLAN = "contact-plan.exact.ion"  # the same timeline at ms resolution, node names: what bundles are judged on
+ION_PLAN = "contact-plan.ion"  # what ION's routers would be given: router_earliest_s per bundle
 
 
 def write_contact_plans(plan: Plan, out: Path, release_ts: Optional[float], speedup: float,
                         numbers: Optional[dict[str, int]]) -> None:
     origin = datetime.fromtimestamp(release_ts, timezone.utc) if release_ts else None
-    (out / "contact-plan.ion").write_text(to_ion(plan, numbers, speedup=speedup, origin=origin))
+    (out / ION_PLAN).write_text(to_ion(plan, numbers, speedup=speedup, origin=origin))
     (out / "contact-plan.hdtn.json").write_text(to_hdtn_json(plan, numbers, speedup=speedup))
+    if origin is not None:  # the same in Unix seconds, for HDTN's --use-unix-timestamp
+        (out / "contact-plan.hdtn.unix.json").write_text(to_hdtn_json(plan, numbers, speedup=speedup, origin=origin))
     (out / EXACT_PLAN).write_text(to_ion_exact(plan, speedup=speedup))
 
 
@@ -81,7 +87,7 @@ def run_orbits_experiment(exp: OrbitsExperiment, results_root: Path | None = Non
         swarm.up()
         try:
             (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
-            driver = LinkTimelineDriver(swarm, plan, speedup=exp.speedup, workers=exp.workers, message=message,
+            driver = LinkTimelineDriver(swarm.links, plan, speedup=exp.speedup, workers=exp.workers, message=message,
                                         run_id=store.run_id, on_rows=lambda rows: store.append("links.csv",
                                                                                                 LINK_COLUMNS, rows))
             initial_s = driver.prepare()
@@ -107,7 +113,10 @@ def run_orbits_experiment(exp: OrbitsExperiment, results_root: Path | None = Non
                 traffic.wait(progress)
                 # a link goes down at most the slowest update's lag late: bundles are judged with that slack
                 tolerance = (summary.get("step_lag_ms_max") or 0.0) / 1000 + 0.05
-                meta["dtn"] = traffic.collect(store.dir / EXACT_PLAN, tolerance) | {"tolerance_s": round(tolerance, 3)}
+                routers, refused = router_plan((store.dir / ION_PLAN).read_text(),
+                                               node_numbers(plan, exp.contact_plan_numbers), release, ION_PLAN)
+                meta["dtn"] = traffic.collect(store.dir / EXACT_PLAN, tolerance, routers) | {
+                    "tolerance_s": round(tolerance, 3), "router_plan_refused": refused}
                 message("dtn: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                                             for k, v in meta["dtn"].items()))
             (store.dir / "run.json").write_text(json.dumps(meta, indent=1))

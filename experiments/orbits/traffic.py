@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Optional
 
 from experiments.dtn.parse import STORE_COLUMNS, bundle_rows, parse_dtnd_log, read_events, store_rows
 from experiments.dtn.run import TrafficReader
 from experiments.orbits.bundles import ORBIT_BUNDLE_COLUMNS, judge, last_hops, summary
 from experiments.orbits.model import OrbitsExperiment
-from swarm.dtn.contacts import parse_contact_plan
+from swarm.dtn.contacts import ContactPlan, parse_contact_plan
 
 if TYPE_CHECKING:
     from experiments.store import ResultsStore
@@ -83,8 +83,9 @@ class DtnTraffic:
             if proc.poll() is None:
                 proc.kill()
 
-    def collect(self, exact_plan: Path, tolerance_s: float) -> dict:
-        """raw/dtn/ (programs' events, agents' logs), bundles.csv and store.csv; returns the summary."""
+    def collect(self, exact_plan: Path, tolerance_s: float, routers: Optional[ContactPlan] = None) -> dict:
+        """raw/dtn/ (programs' events, agents' logs), bundles.csv and store.csv; returns the summary.
+        `routers`: what the routers' contact plan gives them (bundles.router_plan), judged beside the links."""
         agents = self.swarm.dtn
         for node, proc in self.procs.items():
             if proc.returncode not in (0, -15, None):
@@ -99,7 +100,7 @@ class DtnTraffic:
         rows = bundle_rows(events, events, logs, self.store.run_id, "dtn")
         plan = parse_contact_plan(exact_plan.read_text(), exact_plan.name)
         hops = last_hops(logs, {n.name: n.isl_ip for n in self.swarm.nodes})
-        judged = judge(rows, plan, self.release, tolerance_s, hops)
+        judged = judge(rows, plan, self.release, tolerance_s, hops, routers)
         self.store.append("bundles.csv", ORBIT_BUNDLE_COLUMNS, judged)
         self.store.append("store.csv", STORE_COLUMNS, store_rows(events, self.release, self.store.run_id, "dtn"))
         return summary(judged)

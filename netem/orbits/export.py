@@ -1,36 +1,52 @@
 """Contact plans from the same timeline the links follow (pure): ION `ionadmin` commands and HDTN JSON.
 
-Both formats carry whole seconds, so every contact is shrunk to whole seconds inside its real window
-(start rounded up, end rounded down: a router is never told of a contact that is not there) and light time
-is rounded UP to whole seconds (ION's `a range` and HDTN's `owlt` are integer seconds: a LEO link of 2-12 ms
-is announced as 1 s, which only makes routing conservative). A contact is split where its rate changes; a
-range where its whole-second light time changes. Links are symmetric, so each contact is written in both
-directions and each range once, lower node number first (ION then takes the range as symmetric).
+The unit is the PASS: one pair's maximal run of up timeline rows. Both formats carry whole seconds, so a
+pass is shrunk to whole seconds inside its real window (start rounded up, end rounded down: a router is
+never told of a contact that is not there); only the pass's outer edges round inward, so time compression
+keeps a pass whole (rate segments inside it, where written, meet at the nearest whole second).
 
-Times are relative (`+N` seconds, ION's relative form; HDTN counts from its start). ION reads `+N` from its
-reference time, which is the moment ionadmin started unless an `@ yyyy/mm/dd-hh:mm:ss` line sets it: given
-`origin` (the UTC wall-clock instant of plan time 0), the ION export starts with that line. A live run
-with time compression `speedup` > 1 plays plan second t at wall second t / speedup; pass the same speedup
-here so the routers' clock matches the links' (light times are not compressed: the links do not compress
-them either).
+- ION: one `a contact` per pass and direction, at the pass's LOWEST rate (bytes/s = bit/s // 8): ION
+  treats a contact as the closed interval [from, until] and refuses one that shares a second with another
+  of the same directed pair, so rate segments that touch would be dropped (half of a pass, measured with a
+  real ionadmin: tests/data/ion/). The lowest rate never lets a router send faster than the link carries
+  at any moment of the pass, and rate x duration is a lower bound of the pass's volume.
+- HDTN: the same shape (one contact per pass and direction, lowest rate in bit/s, owlt the pass's largest
+  whole-second light time). With `segments=True` a contact per rate segment instead (they touch; HDTN
+  takes each as link down then up with a re-route): its flap behaviour, when that is what is studied.
+
+Light time is rounded UP to whole seconds (ION's `a range` and HDTN's `owlt` are integer seconds: a LEO
+link of 2-12 ms is announced as 1 s, which only makes routing conservative); a range is split where its
+whole-second light time changes (touching ranges are fine in ION). Links are symmetric, so each contact is
+written in both directions and each range once, lower node number first (ION takes it as symmetric).
+
+Time: relative (`+N` s). ION counts `+N` from its reference time: the moment ionadmin started unless an
+`@ yyyy/mm/dd-hh:mm:ss` line sets it; given `origin` (the UTC instant of plan time 0) the ION export starts
+with that line (the origin's whole second; the fraction shifts the contacts before rounding). HDTN counts
+from when its router loads the plan, or, with `origin`, in Unix seconds (HDTN's --use-unix-timestamp). A
+live run with time compression `speedup` plays plan second t at wall second t / speedup; pass the same
+speedup so the routers' clock matches the links' (light times are not compressed: nor are the links').
 
 Node numbers: ION and HDTN address nodes by integer (`ipn:N.x`); by default a node's number is its index
-in the plan's node order, from 1. Pass `numbers` to use the DTN setup's own.
+in the plan's node order, from 1. Pass `numbers` to use the DTN setup's own. The text and JSON themselves
+are written by swarm.dtn.contacts (write_ion, write_hdtn), next to the parser that reads them back.
 """
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+import math
+from datetime import datetime
 from typing import Optional
 
 import numpy as np
 import pandas as pd
 
+from swarm.dtn.contacts import ION_RATE_MAX, Contact, Range, write_hdtn, write_ion
 from swarm.errors import SpecError
 
 from .planner import Plan
 
 DEFAULT_RATE_BPS = 1_000_000_000  # a link the plan leaves unmanaged (rate 0) is announced at 1 Gbit/s
+_EPS = 1e-9
 
 
 def node_numbers(plan: Plan, numbers: Optional[dict[str, int]] = None) -> dict[str, int]:
@@ -43,113 +59,135 @@ def node_numbers(plan: Plan, numbers: Optional[dict[str, int]] = None) -> dict[s
     return out
 
 
-def _windows(plan: Plan, key: str, speedup: float, default_rate: int) -> pd.DataFrame:
-    """Up rows merged per pair while `key` (rate or owlt_s) holds, shrunk to whole (scaled) seconds."""
-    up = plan.timeline[plan.timeline["up"]].copy()
-    cols = ["a", "b", "start", "end", "rate", "owlt_s"]
+def _rows(plan: Plan, speedup: float, shift: float, default_rate: int) -> pd.DataFrame:
+    """Up rows with their pass (`pid`) and whole-second wall span [lo, hi): the pass's outer edges rounded
+    inward, the edges between its rows to the nearest second (so a pass's rows tile it). Passes shorter
+    than a whole second after rounding are left out."""
+    up = plan.timeline[plan.timeline["up"]].sort_values(["a", "b", "t_start"])
     if up.empty:
-        return pd.DataFrame(columns=cols)
+        return up.assign(pid=[], lo=[], hi=[], owlt_s=[])
+    up = up.copy()
     up["rate"] = np.where(up["rate"] > 0, up["rate"], default_rate).astype(np.int64)
-    up["owlt_s"] = np.maximum(1, np.ceil(up["delay_ms"].values / 1000.0 - 1e-9)).astype(np.int64)
-    up = up.sort_values(["a", "b", "t_start"])
-    same = ((up["a"].values[1:] == up["a"].values[:-1]) & (up["b"].values[1:] == up["b"].values[:-1])
-            & np.isclose(up["t_start"].values[1:], up["t_end"].values[:-1])
-            & (up[key].values[1:] == up[key].values[:-1]))
-    gid = np.cumsum(np.concatenate([[True], ~same]))
-    agg = {"a": ("a", "first"), "b": ("b", "first"), "t_start": ("t_start", "min"), "t_end": ("t_end", "max"),
-           "rate": ("rate", "min"), "owlt_s": ("owlt_s", "max")}
-    w = up.groupby(gid).agg(**agg)
-    w["start"] = np.ceil(w["t_start"].values / speedup - 1e-9).astype(np.int64)
-    w["end"] = np.floor(w["t_end"].values / speedup + 1e-9).astype(np.int64)
-    w = w[w["end"] > w["start"]]
+    up["owlt_s"] = np.maximum(1, np.ceil(up["delay_ms"].values / 1000.0 - _EPS)).astype(np.int64)
+    a, b = up["a"].values, up["b"].values
+    ts, te = up["t_start"].values.astype(float), up["t_end"].values.astype(float)
+    first = np.concatenate([[True], ~((a[1:] == a[:-1]) & (b[1:] == b[:-1]) & np.isclose(ts[1:], te[:-1]))])
+    pid = np.cumsum(first) - 1
+    ws, we = shift + ts / speedup, shift + te / speedup
+    start = np.ceil(pd.Series(ws).groupby(pid).min().values - _EPS)[pid]
+    end = np.floor(pd.Series(we).groupby(pid).max().values + _EPS)[pid]
+    lo = np.clip(np.where(first, start, np.rint(ws)), start, np.maximum(start, end))
+    last = np.concatenate([first[1:], [True]])
+    hi = np.where(last, end, np.concatenate([lo[1:], [0.0]]))
+    up["pid"], up["lo"], up["hi"] = pid, lo.astype(np.int64), hi.astype(np.int64)
+    whole = pd.Series(end > start).groupby(pid).transform("all").values
+    return up[whole]
+
+
+def _spans(rows: pd.DataFrame, key: Optional[str]) -> pd.DataFrame:
+    """Rows merged per pass (key None) or per run of equal `key` within a pass: a, b, start, end (whole
+    wall s), rate (lowest, bit/s), owlt_s (largest), in time order."""
+    cols = ["a", "b", "start", "end", "rate", "owlt_s"]
+    if rows.empty:
+        return pd.DataFrame(columns=cols)
+    if key is None:
+        gid = rows["pid"].values
+    else:
+        r = rows[rows["hi"] > rows["lo"]]  # a row rounded away inside its pass: its neighbours meet
+        rows = r
+        pid, k = r["pid"].values, r[key].values
+        gid = np.cumsum(np.concatenate([[True], (pid[1:] != pid[:-1]) | (k[1:] != k[:-1])]))
+    w = rows.groupby(gid).agg(a=("a", "first"), b=("b", "first"), start=("lo", "min"), end=("hi", "max"),
+                              rate=("rate", "min"), owlt_s=("owlt_s", "max"))
     return w.sort_values(["start", "a", "b"], kind="stable")[cols].reset_index(drop=True)
+
+
+def _shift(origin: Optional[datetime]) -> tuple[Optional[float], float]:
+    """(origin as Unix s, its fraction of a second): whole-second files count from the origin's second."""
+    if origin is None:
+        return None, 0.0
+    ts = origin.timestamp()
+    return ts, ts - math.floor(ts)
+
+
+def passes(plan: Plan, *, speedup: float = 1.0, default_rate_bps: int = DEFAULT_RATE_BPS,
+           origin: Optional[datetime] = None) -> pd.DataFrame:
+    """One row per pass as both formats write it: a, b, start, end (whole wall s from the origin's second,
+    or from 0), rate (lowest, bit/s), owlt_s (largest whole-second light time)."""
+    _, frac = _shift(origin)
+    return _spans(_rows(plan, speedup, frac, default_rate_bps), None)
+
+
+def _header(plan: Plan, speedup: float, num: dict[str, int]) -> list[str]:
+    return [f"contact plan from swarm-emu orbits: epoch {plan.epoch:%Y-%m-%dT%H:%M:%SZ}, step {plan.step:g} s, "
+            f"duration {plan.duration:g} s" + (f", time compressed x{speedup:g}" if speedup != 1 else ""),
+            "nodes: " + " ".join(f"{n}={num[n]}" for n in plan.nodes),
+            "one contact per pass and direction at the pass's lowest rate (bytes/s); ranges: light time in "
+            "whole seconds, rounded up"]
 
 
 def to_ion(plan: Plan, numbers: Optional[dict[str, int]] = None, *, speedup: float = 1.0,
            origin: Optional[datetime] = None, default_rate_bps: int = DEFAULT_RATE_BPS) -> str:
-    """ionadmin commands: `a contact FROM UNTIL A B BYTES_PER_S` (both directions) and
-    `a range FROM UNTIL A B OWLT_S`, in time order."""
+    """ionadmin commands: `a contact FROM UNTIL A B BYTES_PER_S` (one per pass, both directions) and
+    `a range FROM UNTIL A B OWLT_S`, in time order; nothing that ionadmin would refuse."""
     num = node_numbers(plan, numbers)
-    lines = [f"# contact plan from swarm-emu orbits: epoch {plan.epoch:%Y-%m-%dT%H:%M:%SZ}, step {plan.step:g} s, "
-             f"duration {plan.duration:g} s" + (f", time compressed x{speedup:g}" if speedup != 1 else ""),
-             "# nodes: " + " ".join(f"{n}={num[n]}" for n in plan.nodes)]
-    if origin is not None:
-        lines.append(f"@ {origin.astimezone(timezone.utc):%Y/%m/%d-%H:%M:%S}")
-    entries: list[tuple[int, int, str]] = []
-    for w in _windows(plan, "rate", speedup, default_rate_bps).itertuples():
-        t0, t1 = f"+{w.start}", f"+{w.end}"
+    ts, frac = _shift(origin)
+    rows = _rows(plan, speedup, frac, default_rate_bps)
+    header = _header(plan, speedup, num)
+    entries: list[tuple[int, int, Contact | Range]] = []
+    for w in _spans(rows, None).itertuples():
         bytes_s = max(1, int(w.rate) // 8)
-        entries.append((w.start, 0, f"a contact {t0} {t1} {num[w.a]} {num[w.b]} {bytes_s}"))
-        entries.append((w.start, 0, f"a contact {t0} {t1} {num[w.b]} {num[w.a]} {bytes_s}"))
-    for w in _windows(plan, "owlt_s", speedup, default_rate_bps).itertuples():
+        if bytes_s > ION_RATE_MAX:
+            header.append(f"note: {num[w.a]}-{num[w.b]} at {w.rate} bit/s is written as {ION_RATE_MAX} bytes/s "
+                          "(ION's rate is an unsigned 32-bit integer)")
+            bytes_s = ION_RATE_MAX
+        for x, y in ((w.a, w.b), (w.b, w.a)):
+            entries.append((w.start, 0, Contact(w.start, w.end, str(num[x]), str(num[y]), bytes_s, 0)))
+    for w in _spans(rows, "owlt_s").itertuples():
         lo, hi = sorted((num[w.a], num[w.b]))
-        entries.append((w.start, 1, f"a range +{w.start} +{w.end} {lo} {hi} {w.owlt_s}"))
+        entries.append((w.start, 1, Range(w.start, w.end, str(lo), str(hi), w.owlt_s, 0)))
     entries.sort(key=lambda e: (e[0], e[1]))
-    return "\n".join(lines + [e[2] for e in entries]) + "\n"
+    return write_ion((e[2] for e in entries), header, ts)
 
 
 def to_ion_exact(plan: Plan, *, speedup: float = 1.0, default_rate_bps: int = DEFAULT_RATE_BPS) -> str:
     """The same timeline in ION's `a contact` / `a range` syntax at its own resolution: node names, times in
-    (scaled) seconds with millisecond decimals, not shrunk, and each timeline row's own light time in seconds
-    (not rounded up). ionadmin wants whole seconds (use to_ion for ION); this one is what a DTN run is judged
-    against (swarm.dtn.contacts.parse_contact_plan reads it: earliest_arrival per bundle)."""
+    (scaled) seconds with millisecond decimals, not shrunk, one contact per timeline row (they touch), and
+    each row's own light time in seconds (not rounded up). Not for ionadmin (use to_ion): this one is what
+    the links do, which a DTN run is judged against (swarm.dtn.contacts.parse_contact_plan reads it)."""
     up = plan.timeline[plan.timeline["up"]].sort_values(["t_start", "a", "b"], kind="stable")
-    lines = [f"# exact contact plan from swarm-emu orbits: epoch {plan.epoch:%Y-%m-%dT%H:%M:%SZ}, step {plan.step:g} s, "
-             f"duration {plan.duration:g} s" + (f", time compressed x{speedup:g}" if speedup != 1 else "")
-             + "; light times are not compressed"]
+    header = [f"exact contact plan from swarm-emu orbits: epoch {plan.epoch:%Y-%m-%dT%H:%M:%SZ}, step {plan.step:g} s, "
+              f"duration {plan.duration:g} s" + (f", time compressed x{speedup:g}" if speedup != 1 else "")
+              + "; light times are not compressed"]
+    items: list[Contact | Range] = []
     for r in up.itertuples(index=False):
-        t0, t1 = f"+{r.t_start / speedup:.3f}", f"+{r.t_end / speedup:.3f}"
+        t0, t1 = round(r.t_start / speedup, 3), round(r.t_end / speedup, 3)
         bytes_s = max(1, int(r.rate if r.rate > 0 else default_rate_bps) // 8)
-        lines.append(f"a contact {t0} {t1} {r.a} {r.b} {bytes_s}")
-        lines.append(f"a contact {t0} {t1} {r.b} {r.a} {bytes_s}")
+        items += [Contact(t0, t1, r.a, r.b, bytes_s, 0), Contact(t0, t1, r.b, r.a, bytes_s, 0)]
         if r.delay_ms == r.delay_ms:  # not NaN
-            lines.append(f"a range {t0} {t1} {r.a} {r.b} {r.delay_ms / 1000.0:.6f}")
-    return "\n".join(lines) + "\n"
+            items.append(Range(t0, t1, r.a, r.b, r.delay_ms / 1000.0, 0))
+    return write_ion(items, header, decimals=3, owlt_decimals=6)
 
 
 def to_hdtn(plan: Plan, numbers: Optional[dict[str, int]] = None, *, speedup: float = 1.0,
-            default_rate_bps: int = DEFAULT_RATE_BPS) -> dict:
+            default_rate_bps: int = DEFAULT_RATE_BPS, origin: Optional[datetime] = None,
+            segments: bool = False) -> dict:
     """HDTN's contact plan JSON: {"contacts": [{contact, source, dest, startTime, endTime, rateBitsPerSec,
-    owlt}]}, one per direction; the owlt of a window is its largest whole-second light time."""
+    owlt}]}, one per pass and direction (per rate segment with `segments`); times from the router's start,
+    or Unix seconds given `origin` (HDTN's --use-unix-timestamp)."""
     num = node_numbers(plan, numbers)
-    contacts = []
-    w = _windows(plan, "rate", speedup, default_rate_bps)
-    for row in w.itertuples():
-        for src, dst in ((row.a, row.b), (row.b, row.a)):
-            contacts.append({"contact": len(contacts), "source": num[src], "dest": num[dst],
-                             "startTime": int(row.start), "endTime": int(row.end),
-                             "rateBitsPerSec": int(row.rate), "owlt": int(row.owlt_s)})
-    return {"contacts": contacts}
+    ts, frac = _shift(origin)
+    base = math.floor(ts) if ts is not None else 0
+    rows = _rows(plan, speedup, frac, default_rate_bps)
+    out = []
+    for w in _spans(rows, "rate" if segments else None).itertuples():
+        for src, dst in ((w.a, w.b), (w.b, w.a)):
+            out.append((num[src], num[dst], base + int(w.start), base + int(w.end), int(w.rate), int(w.owlt_s)))
+    return write_hdtn(out)
 
 
 def to_hdtn_json(plan: Plan, numbers: Optional[dict[str, int]] = None, **kw) -> str:
     return json.dumps(to_hdtn(plan, numbers, **kw), indent=1) + "\n"
 
 
-def parse_ion(text: str) -> list[tuple]:
-    """Read back `a contact` / `a range` lines (relative form; `@` and `#` lines skipped) as tokens:
-    ('contact', start, end, from, to, bytes_per_s) / ('range', start, end, a, b, owlt). For tests and for
-    the DTN side that wants the plan as data."""
-    out = []
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line or line.startswith("@"):
-            continue
-        tok = line.split()
-        if tok[0] != "a" or tok[1] not in ("contact", "range") or len(tok) not in (7, 8):
-            raise ValueError(f"not an ION contact/range command: {raw!r}")
-        if not (tok[2].startswith("+") and tok[3].startswith("+")):
-            raise ValueError(f"not a relative time: {raw!r}")
-        start, end = int(tok[2][1:]), int(tok[3][1:])
-        out.append((tok[1], start, end, int(tok[4]), int(tok[5]), int(tok[6])))
-    return out
-
-
-def check_ion_times(text: str) -> None:
-    """Every contact/range has end > start (what ionadmin refuses otherwise)."""
-    for kind, s, e, *_ in parse_ion(text):
-        if not e > s:
-            raise ValueError(f"{kind} ends ({e}) before it starts ({s})")
-
-
-__all__ = ["to_ion", "to_ion_exact", "to_hdtn", "to_hdtn_json", "parse_ion", "node_numbers"]
+__all__ = ["to_ion", "to_ion_exact", "to_hdtn", "to_hdtn_json", "node_numbers", "passes"]

@@ -1,7 +1,7 @@
 """What a live orbit run records (pure): column names of links.csv and probes.csv, the probe's ping argv,
 its parser, and the comparison of probe samples with the plan.
 
-links.csv (swarm.runtime.orbits): one row per link update the driver applied.
+links.csv (netem.runtime.orbits): one row per link update the driver applied.
 probes.csv: one row per ping of a probed pair: when it was sent (wall and plan time), whether it was
 answered, its RTT, and what the plan said at that time (up?, one-way delay).
 """

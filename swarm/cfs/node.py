@@ -20,6 +20,7 @@ import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from swarm.caps import BackendTraits
 from swarm.errors import SpecError
 from swarm.spec.model import NodePlan, SwarmSpec
 
@@ -74,16 +75,16 @@ def core_command(node: NodePlan) -> list[str]:
             "--reset", cfs.reset]
 
 
-def check_cfs(spec: SwarmSpec, nodes: list[NodePlan], backend: str) -> None:
+def check_cfs(spec: SwarmSpec, nodes: list[NodePlan], backend: BackendTraits) -> None:
     """Refuse, with one line naming the field and value, what cannot run: cFS on the netns backend, an
     install path without core-cpu1 or without cf/cfe_es_startup.scr. Reads the install paths only."""
     todo = cfs_nodes(nodes)
     if not todo:
         return
-    if backend != "compose":
+    if not backend.runs_cfs:
         raise SpecError(f"node {todo[0].name!r}: cfs runs only on the compose backend (netns nodes share the "
                         f"host's files and IPC namespace, so cFS instances would share their shared-memory "
-                        f"segments); got backend {backend!r}")
+                        f"segments); got backend {backend.name!r}")
     checked: set[str] = set()
     for node in todo:
         install = node.spec.cfs.install

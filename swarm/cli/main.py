@@ -25,9 +25,11 @@ from swarm.cli import cfs as cfs_commands, dtn as dtn_commands, links as link_co
 from swarm.cli.console import err, out, warn
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
-from netem.engines import choose_engine
+from netem.engines import ENGINES, choose_engine
 from swarm.mesh.spec import MeshSpec, choose_implementation
 from swarm.runtime.probe import capabilities
+from swarm.runtime.backends import REGISTRY, TRAITS
+from swarm.runtime.backends.compose import ComposeBackend
 from swarm.spec.model import check_swarm_name, json_schema, spec_from_dict
 
 
@@ -51,6 +53,17 @@ class ProgressBar:
         if self.task is None:
             self.task = self.bar.add_task(what, total=total)
         self.bar.update(self.task, completed=done, total=total, description=what)
+
+
+def _either(names: list[str]) -> str:
+    """'a, b or c': choices named in help text, from a registry."""
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
+
+
+# CLI choices and help come from the registries (backends, link engines): a new one shows up by itself
+BACKENDS = sorted(REGISTRY)
+ONE_HOST_BACKENDS = _either([n for n in BACKENDS if not TRAITS[n].multi_host])
+ENGINE_CHOICES = _either(list(ENGINES))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -87,7 +100,7 @@ networks:
 @cli.command()
 @click.argument("name")
 @click.option("--nodes", "-n", default=4, show_default=True, help="Number of spacecraft.")
-@click.option("--backend", type=click.Choice(["compose", "netns", "swarm"]), help="Pin a backend (default: chosen per host).")
+@click.option("--backend", type=click.Choice(BACKENDS), help="Pin a backend (default: chosen per host).")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def init(name: str, nodes: int, backend: str | None, force: bool) -> None:
     """Write NAME.yaml, a commented spec for a swarm of NODES spacecraft."""
@@ -102,18 +115,18 @@ def init(name: str, nodes: int, backend: str | None, force: bool) -> None:
 
 @cli.command()
 @click.argument("spec_file", type=click.Path())
-@click.option("--backend", help="compose or netns (default: the spec's, else compose where Docker runs).")
+@click.option("--backend", help=f"{ONE_HOST_BACKENDS} (default: the spec's, else compose where Docker runs).")
 @click.option("--keep-on-failure", is_flag=True, help="Leave a failed swarm in place for inspection.")
 @click.option("--timeout", type=float, help="Seconds to wait for readiness (default 60 + 0.5 per node).")
 @click.option("--check", is_flag=True, help="Only validate the spec.")
-@click.option("--engine", help="Pin the impairment engine: netem, userspace or nft (default: the spec's "
+@click.option("--engine", help=f"Pin the impairment engine: {ENGINE_CHOICES} (default: the spec's "
                                "`links.engine`, else kernel NetEm where it exists, else userspace, else nft).")
 def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: float | None, check: bool,
        engine: str | None) -> None:
     """Bring up the swarm in SPEC_FILE and wait until every node is ready."""
     if check:
         swarm = Swarm.from_yaml(spec_file, backend=backend, engine=engine)
-        check_cfs(swarm.spec, swarm.nodes, swarm.backend.name)
+        check_cfs(swarm.spec, swarm.nodes, swarm.backend.traits)
         engine = swarm.links.engine
         if swarm.spec.links:
             swarm.check_links()  # every condition possible with this host's impairment engine
@@ -274,7 +287,7 @@ def probe() -> None:
     """What this host can do (Docker, Compose, sch_netem, batman-adv, nftables, tools)."""
     caps = capabilities()
     facts = caps.as_dict()
-    facts["mesh_batman"] = choose_implementation(MeshSpec(protocol="batman"), caps, "compose")  # what `mesh: batman` runs
+    facts["mesh_batman"] = choose_implementation(MeshSpec(protocol="batman"), caps, ComposeBackend.traits)  # what `mesh: batman` runs
     facts["impairment_engine"] = choose_engine(caps).name  # what `links:` runs with (netns; compose: see README)
     click.echo(json.dumps(facts, indent=1))
 
@@ -282,7 +295,7 @@ def probe() -> None:
 @cli.command()
 @click.argument("experiment_file", required=False, type=click.Path())
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), help="Finish the interrupted run in this folder.")
-@click.option("--backend", help="compose or netns (default: the experiment's, else the host's default).")
+@click.option("--backend", help=f"{ONE_HOST_BACKENDS} (default: the experiment's, else the host's default).")
 @click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
 @click.option("--abort-on-error", is_flag=True, help="Stop at the first test with a failed flow.")
 @click.option("--report/--no-report", "make_report", default=True, show_default=True, help="Write the report at the end.")
@@ -297,7 +310,7 @@ def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, ma
 
 @cli.command("run")
 @click.argument("experiment_file", type=click.Path())
-@click.option("--backend", help="compose or netns (default: the experiment's, else the host's default).")
+@click.option("--backend", help=f"{ONE_HOST_BACKENDS} (default: the experiment's, else the host's default).")
 @click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
 @click.option("--report/--no-report", "make_report", default=True, show_default=True)
 @click.option("--check", is_flag=True, help="Only validate the experiment and its swarm; create nothing.")

@@ -90,7 +90,7 @@ def apply_cmd(name: str, file: str | None, speedup: float, out_dir: str | None, 
     from netem.orbits.planner import plan as make_plan
     from netem.orbits.spec import load_orbits_file, parse_orbits
     from netem.orbits.records import LINK_COLUMNS
-    from swarm.runtime.orbits import LinkTimelineDriver
+    from netem.runtime.orbits import LinkTimelineDriver
 
     if not speedup > 0:
         raise SpecError(f"--speedup {speedup:g}: must be positive")
@@ -113,7 +113,7 @@ def apply_cmd(name: str, file: str | None, speedup: float, out_dir: str | None, 
             w.writerows(new)
         rows.extend(new)
 
-    driver = LinkTimelineDriver(swarm, plan, speedup=speedup, on_rows=record, message=err.print)
+    driver = LinkTimelineDriver(swarm.links, plan, speedup=speedup, on_rows=record, message=err.print)
     err.print(f"swarm {name!r}: following {file or 'its orbits'} ({plan.duration:g} s of orbit at x{speedup:g}: "
               f"{plan.duration / speedup:.0f} s); Ctrl-C stops")
     try:

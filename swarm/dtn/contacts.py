@@ -16,14 +16,19 @@ direction is open (the emulated ISL is bidirectional: TCP-based CLAs need their 
 back) and cut otherwise, from time 0; pairs named in no contact stay as they are unless `others="down"`.
 A contact's rate becomes that direction's link rate and a range's light time that pair's one-way delay,
 where the experiment asks for them.
+
+This module is the project's one ION parser and one ION writer (`write_ion`; the orbit planner's exporter
+calls it), `ion_load` says what a real ionadmin keeps of a plan (ION's rules, checked against ionadmin's own
+output in tests/data/ion/), and `write_hdtn` / `parse_hdtn` do the same for HDTN's JSON contact plan.
 """
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, Union
 
 _ABS_RE = re.compile(r"^(\d{4})/(\d{2})/(\d{2})-(\d{2}):(\d{2}):(\d{2}(?:\.\d+)?)\Z")
 _REL_RE = re.compile(r"^\+(\d+(?:\.\d+)?)\Z")
@@ -60,6 +65,8 @@ class Range:
 class ContactPlan:
     contacts: tuple[Contact, ...]
     ranges: tuple[Range, ...]
+    #: Unix time of time 0: the `@` line's instant, else the earliest absolute time; None: relative only
+    epoch: Optional[float] = None
 
     def nodes(self) -> list[str]:
         seen: dict[str, None] = {}
@@ -98,12 +105,19 @@ def _number(token: str, what: str) -> float:
 def parse_contact_plan(text: str, source: str = "contact plan") -> ContactPlan:
     """Parse ION `a contact` / `a range` lines. Raises ValueError('<source> line N: ...') on the first bad line."""
     raw: list[tuple[str, int, tuple, tuple, str, str, float]] = []
+    reference: Optional[float] = None
     for number, line in enumerate(text.splitlines(), start=1):
         body = line.split("#", 1)[0].strip()
         if not body:
             continue
         words = body.split()
         try:
+            if words[0] == "@" and len(words) == 2 and _ABS_RE.match(words[1]):
+                at = _time(words[1])[1]  # ionadmin's reference time: `+N` counts from it
+                if reference is not None and at != reference:
+                    raise ValueError(f"a second '@' reference time ({words[1]})")
+                reference = at
+                continue
             if words[0] != "a":
                 if words[0] in _IGNORED:
                     continue
@@ -139,7 +153,7 @@ def parse_contact_plan(text: str, source: str = "contact plan") -> ContactPlan:
             raise ValueError(f"{source} line {number}: {exc}") from None
         raw.append((kind, number, t0, t1, a, b, value))
     absolute = [t[1] for r in raw for t in (r[2], r[3]) if t[0] == "abs"]
-    epoch = min(absolute) if absolute else 0.0
+    epoch = reference if reference is not None else (min(absolute) if absolute else 0.0)
     contacts, ranges = [], []
     for kind, number, t0, t1, a, b, value in raw:
         start = t0[1] - (epoch if t0[0] == "abs" else 0.0)
@@ -148,7 +162,7 @@ def parse_contact_plan(text: str, source: str = "contact plan") -> ContactPlan:
             contacts.append(Contact(start, end, a, b, value, number))
         else:
             ranges.append(Range(start, end, a, b, value, number))
-    return ContactPlan(tuple(contacts), tuple(ranges))
+    return ContactPlan(tuple(contacts), tuple(ranges), epoch if (absolute or reference is not None) else None)
 
 
 def resolve_nodes(plan: ContactPlan, swarm_nodes: Sequence[str], source: str = "contact plan") -> ContactPlan:
@@ -164,7 +178,123 @@ def resolve_nodes(plan: ContactPlan, swarm_nodes: Sequence[str], source: str = "
     contacts = tuple(Contact(c.start, c.end, name(c.a, c.line), name(c.b, c.line), c.rate, c.line)
                      for c in plan.contacts)
     ranges = tuple(Range(r.start, r.end, name(r.a, r.line), name(r.b, r.line), r.owlt, r.line) for r in plan.ranges)
-    return ContactPlan(contacts, ranges)
+    return ContactPlan(contacts, ranges, plan.epoch)
+
+
+def renamed(plan: ContactPlan, names: dict[str, str], shift: float = 0.0) -> ContactPlan:
+    """The plan with node tokens renamed (`names`: token -> name; others kept) and every time moved by
+    `shift` s (e.g. ION's `@` instant minus a run's release: times then count from the release)."""
+    def n(token: str) -> str:
+        return names.get(token, token)
+
+    return ContactPlan(tuple(Contact(c.start + shift, c.end + shift, n(c.a), n(c.b), c.rate, c.line)
+                             for c in plan.contacts),
+                       tuple(Range(r.start + shift, r.end + shift, n(r.a), n(r.b), r.owlt, r.line)
+                             for r in plan.ranges),
+                       None if plan.epoch is None else plan.epoch - shift)
+
+
+# ------------------------------------------------------------------------------------------- writers
+def _fmt(x: float, decimals: int) -> str:
+    return f"{x:.{decimals}f}" if decimals else str(int(round(x)))
+
+
+def write_ion(items: Iterable[Union[Contact, Range]], header: Sequence[str] = (), epoch: Optional[float] = None,
+              decimals: int = 0, owlt_decimals: int = 0) -> str:
+    """ionadmin text, in the order given: `# header` lines, `@ yyyy/mm/dd-hh:mm:ss` (UTC, whole seconds) when
+    `epoch` (Unix s) is given, then `a contact +FROM +UNTIL A B BYTES_PER_S` / `a range +FROM +UNTIL A B
+    OWLT_S`. `decimals`: digits of the times (0 = whole seconds, what ionadmin reads)."""
+    lines = [f"# {h}" for h in header]
+    if epoch is not None:
+        lines.append(f"@ {datetime.fromtimestamp(math.floor(epoch), timezone.utc):%Y/%m/%d-%H:%M:%S}")
+    for x in items:
+        t = f"+{_fmt(x.start, decimals)} +{_fmt(x.end, decimals)} {x.a} {x.b}"
+        if isinstance(x, Contact):
+            lines.append(f"a contact {t} {int(x.rate)}")
+        else:
+            lines.append(f"a range {t} {_fmt(x.owlt, owlt_decimals)}")
+    return "\n".join(lines) + "\n"
+
+
+HDTN_KEYS = ("contact", "source", "dest", "startTime", "endTime", "rateBitsPerSec", "owlt")
+
+
+def write_hdtn(rows: Iterable[tuple[int, int, int, int, int, int]]) -> dict:
+    """HDTN's contact plan document from (source, dest, startTime, endTime, rateBitsPerSec, owlt) rows, in
+    the order given: {"contacts": [{contact, source, dest, startTime, endTime, rateBitsPerSec, owlt}]}."""
+    return {"contacts": [dict(zip(HDTN_KEYS, (i, *(int(v) for v in row)))) for i, row in enumerate(rows)]}
+
+
+def parse_hdtn(doc: dict, source: str = "HDTN contact plan") -> ContactPlan:
+    """Read HDTN's JSON contact plan back: one Contact (rate in bytes/s: rateBitsPerSec / 8; 0, HDTN's
+    "unlimited", is infinite) and one Range (its owlt) per entry; `line` is the entry's index. Entries
+    HDTN could not use (a missing or non-integer field, node 0, end not after start) are a ValueError."""
+    contacts, ranges = [], []
+    for i, c in enumerate(doc.get("contacts", [])):
+        bad = [k for k in HDTN_KEYS if not isinstance(c.get(k), int) or isinstance(c.get(k), bool) or c[k] < 0]
+        if bad:
+            raise ValueError(f"{source} contact {i}: {bad[0]} {c.get(bad[0])!r}: expected a non-negative integer")
+        if c["source"] == 0 or c["dest"] == 0 or c["source"] == c["dest"]:
+            raise ValueError(f"{source} contact {i}: source {c['source']} dest {c['dest']}: "
+                             "nodes must be > 0 and differ")
+        if c["endTime"] <= c["startTime"]:
+            raise ValueError(f"{source} contact {i}: endTime {c['endTime']} is not after startTime {c['startTime']}")
+        a, b = str(c["source"]), str(c["dest"])
+        rate = c["rateBitsPerSec"] / 8 if c["rateBitsPerSec"] else math.inf
+        contacts.append(Contact(float(c["startTime"]), float(c["endTime"]), a, b, rate, i))
+        ranges.append(Range(float(c["startTime"]), float(c["endTime"]), a, b, float(c["owlt"]), i))
+    return ContactPlan(tuple(contacts), tuple(ranges))
+
+
+# ------------------------------------------------------------------------------- what ionadmin keeps
+ION_RATE_MAX = 2**32 - 1  # ION's xmitRate is an unsigned int (bytes/s): ~34.4 Gbit/s
+
+
+@dataclass(frozen=True)
+class IonLoad:
+    """What ionadmin keeps of a plan (`kept`, times as in the plan) and what it refuses, with ION's reason."""
+
+    kept: ContactPlan
+    refused: tuple[tuple[Union[Contact, Range], str], ...]
+
+
+def ion_load(plan: ContactPlan) -> IonLoad:
+    """Load a plan under ION's rules, in file order (ici/library/rfx.c, checked against a real ionadmin in
+    tests/unit/test_contact_export.py): nodes are integers > 0; times whole seconds; a contact's rate an
+    integer in 1..2^32-1 bytes/s; a contact is the CLOSED interval [from, until], so one that shares even
+    its first or last second with a kept contact of the same directed pair is refused ("Overlapping contact
+    ignored"); ranges are compared with strict inequality (touching ranges are kept)."""
+    kept_c: dict[tuple[str, str], list[Contact]] = {}
+    kept_r: dict[tuple[str, str], list[Range]] = {}
+    contacts, ranges, refused = [], [], []
+
+    def invalid(x: Union[Contact, Range]) -> Optional[str]:
+        for node in (x.a, x.b):
+            if not (node.isdigit() and int(node) > 0):
+                return f"node {node!r} is not an ION node number (integer > 0)"
+        if x.start != int(x.start) or x.end != int(x.end):
+            return "times are not whole seconds"
+        if isinstance(x, Contact) and not (x.rate == int(x.rate) and 1 <= x.rate <= ION_RATE_MAX):
+            return f"rate {x.rate:g} bytes/s is not an unsigned 32-bit integer"
+        return None
+
+    for c in plan.contacts:
+        why = invalid(c) or next(("Overlapping contact ignored" for k in kept_c.get((c.a, c.b), [])
+                                  if c.start <= k.end and k.start <= c.end), None)
+        if why:
+            refused.append((c, why))
+        else:
+            kept_c.setdefault((c.a, c.b), []).append(c)
+            contacts.append(c)
+    for r in plan.ranges:
+        why = invalid(r) or next(("Overlapping range ignored" for k in kept_r.get((r.a, r.b), [])
+                                  if r.start < k.end and k.start < r.end), None)
+        if why:
+            refused.append((r, why))
+        else:
+            kept_r.setdefault((r.a, r.b), []).append(r)
+            ranges.append(r)
+    return IonLoad(ContactPlan(tuple(contacts), tuple(ranges), plan.epoch), tuple(refused))
 
 
 # ------------------------------------------------------------------------------------------- schedule

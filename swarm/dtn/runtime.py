@@ -38,7 +38,7 @@ from swarm.runtime.runner import Runner
 from swarm.spec.model import NodePlan
 
 if TYPE_CHECKING:
-    from swarm.runtime.swarm import Swarm
+    from swarm.runtime.context import SwarmContext
 
 BUILD_SCRIPT = "images/dtn/build.sh"
 DOCKERFILE = "images/dtn/Dockerfile"
@@ -140,11 +140,11 @@ class AgentStatus:
 class DtnAgents:
     """The agents of one swarm (every node with a `dtn:` piece)."""
 
-    def __init__(self, swarm: "Swarm"):
-        self.swarm = swarm
+    def __init__(self, swarm: "SwarmContext"):
+        self.swarm = swarm  # the context, not the Swarm facade
         self.nodes = dtn_nodes(swarm.nodes)
         self.by_name = {n.name: n for n in self.nodes}
-        self.netns = swarm.backend.name == "netns"
+        self.netns = not swarm.backend.traits.containers  # the agents run the host's dtnd, in host folders
         self._bindir: Optional[Path] = None
 
     @property

@@ -35,7 +35,7 @@ and `swarm mesh`.
   timeout (200 s, BATADV_PURGE_TIMEOUT); `purge_timeout` is batmand's only.
 
 Convergence: a node has converged when it has a mesh route to every node it can reach through links that
-are up both ways (cuts and partitions from swarm.runtime.links; stopped nodes excluded), through a next hop it
+are up both ways (cuts and partitions from netem.runtime.links; stopped nodes excluded), through a next hop it
 hears directly, and no route to a node it cannot reach. The swarm has converged when every running node has.
 """
 from __future__ import annotations

@@ -15,16 +15,18 @@ from swarm.mesh.plan import (BATMAND_HOST_TABLE, POLL_S, MeshSnapshot, Originato
 from swarm.mesh.spec import MeshSpec, choose_implementation
 
 if TYPE_CHECKING:
-    from swarm.runtime.swarm import Swarm
+    from netem.runtime.links import LinkController
+    from swarm.runtime.context import SwarmContext
 
 
 class Mesh:
     """The mesh of one running swarm: start it, read its routes, wait for convergence."""
 
-    def __init__(self, swarm: "Swarm"):
-        self.swarm = swarm
+    def __init__(self, swarm: "SwarmContext", links: "LinkController"):
+        self.swarm = swarm  # the context, not the Swarm facade
+        self.links = links  # the ISL interface of each node, the link state (cuts, stopped nodes)
         self.spec: MeshSpec = swarm.spec.mesh
-        self.implementation = choose_implementation(self.spec, swarm.caps, swarm.backend.name)
+        self.implementation = choose_implementation(self.spec, swarm.caps, swarm.backend.traits)
         self.names = [n.name for n in swarm.nodes]
         # originators are named by ISL address under batmand, by the ISL interface's MAC under batman-adv
         self.by_addr = {n.isl_ip: n.name for n in swarm.nodes} | {n.isl_mac.lower(): n.name for n in swarm.nodes}
@@ -43,7 +45,7 @@ class Mesh:
     def start(self, nodes: list[str] | None = None) -> None:
         """Start the mesh on every (or the given) node."""
         todo = [n for n in self.swarm.nodes if nodes is None or n.name in nodes]
-        ctl = self.swarm.links
+        ctl = self.links
         with ThreadPoolExecutor(max(1, min(8, len(todo)))) as pool:
             list(pool.map(lambda node: self._start_node(node, ctl.isl_iface(node)), todo))
 
@@ -86,7 +88,7 @@ class Mesh:
 
     def link_state(self) -> tuple[set[tuple[str, str]], set[str]]:
         """Directed links that are down (cuts, partitions, `up: false`) and nodes stopped by faults."""
-        state = self.swarm.links.load()
+        state = self.links.load()
         down = {pair for pair, imp in state.effective().items() if imp.effective().down}
         stopped = {n for n, f in state.node_faults.items() if f in ("stop", "kill", "pause")}
         return down, stopped

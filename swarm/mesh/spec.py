@@ -6,7 +6,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from swarm.caps import Capabilities
+from swarm.caps import BackendTraits, Capabilities
 from swarm.errors import SpecError
 from swarm.units import parse_time_ms
 
@@ -45,7 +45,7 @@ class MeshSpec(BaseModel):
         return self.protocol != "none"
 
 
-def choose_implementation(mesh: MeshSpec, caps: Capabilities, backend: str) -> str | None:
+def choose_implementation(mesh: MeshSpec, caps: Capabilities, backend: BackendTraits) -> str | None:
     """'batman-adv', 'batmand' or None (no mesh) for this host; a pinned one this host cannot run is a SpecError."""
     if not mesh.enabled:
         return None
@@ -55,7 +55,7 @@ def choose_implementation(mesh: MeshSpec, caps: Capabilities, backend: str) -> s
     if impl == "batman-adv" and not caps.batman_adv:
         raise SpecError("mesh.implementation 'batman-adv': this kernel lacks the batman-adv module "
                         "(use batmand or auto)")
-    if impl == "batmand" and backend == "netns" and not caps.batmand:
+    if impl == "batmand" and not backend.containers and not caps.batmand:  # the host's batmand, not the image's
         raise SpecError("mesh.implementation 'batmand': batmand is not installed on this host "
                         "(the netns backend runs the host's; apt-get install batmand)")
     return impl

@@ -14,7 +14,7 @@ from functools import lru_cache
 from swarm.caps import Capabilities
 from swarm.errors import CommandError
 from swarm.runtime.runner import Runner
-from swarm.runtime.linkd import linkd_binary
+from netem.runtime.linkd import linkd_binary
 
 
 def _ok(runner: Runner, argv: list[str], timeout: float = 15) -> bool:

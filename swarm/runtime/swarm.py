@@ -28,13 +28,15 @@ from swarm.dtn.runtime import DtnAgents, ensure_dtn_image
 from swarm.errors import RuntimeFailure, SpecError
 from swarm.mesh.plan import STABLE_S
 from swarm.mesh.runtime import Mesh
+from swarm.mesh.spec import choose_implementation
 from swarm.runtime.host import ensure_neighbour_capacity
 from swarm.runtime.image import ensure_image
-from swarm.runtime.links import LinkController
+from netem.runtime.links import LinkController
 from swarm.runtime.locks import host_lock, swarm_operation
 from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
 from swarm.runtime.clocks import NodeClocks, node_clocks
+from swarm.runtime.context import SwarmContext
 from swarm.runtime.runner import Result, Runner
 from swarm.spec.model import NodePlan, SwarmSpec, check_swarm_name, load_spec, plan_nodes, spec_from_dict
 from netem.model import links_with_engine
@@ -111,7 +113,7 @@ class Swarm:
         self.caps = caps or capabilities()
         self.workdir = workdir or default_workdir()
         self.backend: Backend = get_backend(backend or spec.backend or ("swarm" if spec.hosts else None), self.runner, self.caps, self.workdir)
-        self.spec = spec = with_backend_defaults(spec, self.backend.name)
+        self.spec = spec = with_backend_defaults(spec, self.backend.traits)
         self.nodes: list[NodePlan] = plan_nodes(spec)
         self.progress = progress
         self.keep_on_failure = keep_on_failure
@@ -142,28 +144,39 @@ class Swarm:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def context(self) -> SwarmContext:
+        """What the swarm's services receive (swarm.runtime.context): a frozen view of this swarm."""
+        return SwarmContext(self.name, self.spec, tuple(self.nodes), self.backend, self.runner, self.workdir, self.caps,
+                            self.message, self.progress)
+
     def node(self, name: str) -> NodePlan:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise SpecError(f"node {name!r}: no such node in swarm {self.name!r} (nodes: {self.nodes[0].name}..{self.nodes[-1].name})")
+        return self.context.node(name)
 
     @property
-    def mesh(self):
+    def mesh(self) -> Mesh:
         """The swarm's mesh (swarm.mesh.Mesh): implementation, routes, convergence. SpecError if this host
         cannot run the implementation the spec pins."""
-        return Mesh(self)
+        return Mesh(self.context, self.links)
 
     @property
     def dtn(self) -> DtnAgents:
         """The swarm's DTN agents (swarm.dtn): start, stop, status, logs; `enabled` is False without `dtn:`."""
-        return DtnAgents(self)
+        return DtnAgents(self.context)
 
     @property
-    def links(self):
-        """The swarm's link conditions and faults (swarm.runtime.links.LinkController): impair, cut, heal, partition,
+    def links(self) -> LinkController:
+        """The swarm's link conditions and faults (netem.runtime.links.LinkController): impair, cut, heal, partition,
         node_action, rows (what is set now)."""
-        return LinkController(self)
+        return LinkController(self.context, on_node_restart=self._restart_services)
+
+    def _restart_services(self, node: str, timeout: float) -> None:
+        """A restarted node's processes were all ended: start its mesh daemon and its DTN agent again (an empty
+        bundle store unless dtn.storage is persistent)."""
+        if self.spec.mesh.enabled:
+            self.mesh.start([node])
+        if self.node(node).spec.dtn is not None:
+            self.dtn.start(timeout, nodes=[node])
 
     # ------------------------------------------------------------------------------------------ up/down
     def up(self, ready_timeout: float | None = None) -> float:
@@ -180,7 +193,7 @@ class Swarm:
         dtn.check()  # netns: the dtn7-rs binaries exist or are built now (SpecError without a Rust toolchain)
         started = time.monotonic()
         ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
-        if self.backend.name in ("compose", "swarm"):
+        if self.backend.traits.containers:
             self.image = self._ensure_images()
             if dtn.enabled:
                 self.image = ensure_dtn_image(self.runner, self.workdir, self.image, self.message)
@@ -216,14 +229,14 @@ class Swarm:
         name and subnets against what is up and the host's interfaces, the link conditions against this
         host's impairment engine, the mesh implementation. SpecError (naming `source`) on the first problem."""
         try:
-            check_cfs(self.spec, self.nodes, self.backend.name)
+            check_cfs(self.spec, self.nodes, self.backend.traits)
             self.backend.check_available()
             self.backend.check_spec(self.spec, self.nodes)  # on every host it will use, before creating anything
-            check_runnable(self.spec.apps, self.backend.name,
+            check_runnable(self.spec.apps, self.backend.traits,
                            lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
             self._check_conflicts()
             if self.spec.mesh.enabled:
-                _ = self.mesh  # an implementation this host lacks: SpecError here
+                choose_implementation(self.spec.mesh, self.caps, self.backend.traits)  # one this host lacks: SpecError
         except SpecError as exc:
             raise SpecError(f"{self.source}: {exc}" if self.source and not str(exc).startswith(self.source)
                             else str(exc)) from None
@@ -336,7 +349,7 @@ class Swarm:
 
     def _prober(self) -> NodePlan | None:
         """A node that can run fping: any node with netns (host tools), else one on the framework image."""
-        if self.backend.name == "netns":
+        if not self.backend.traits.containers:
             return self.nodes[0]
         return next((n for n in self.nodes if not n.spec.image), None)
 
@@ -407,13 +420,11 @@ class Swarm:
 
     def host_facts(self) -> list[dict]:
         """Facts about every host the swarm runs on (multi-host backends); [] on one host."""
-        describe = getattr(self.backend, "describe_hosts", None)
-        return describe(self.name) if describe else []
+        return self.backend.describe_hosts(self.name)
 
     def backend_facts(self) -> list[str]:
         """Lines about where the swarm runs (multi-host backends: hosts, node MTU, clocks); [] on one host."""
-        facts = getattr(self.backend, "facts", None)
-        return facts(self.name) if facts else []
+        return self.backend.facts(self.name)
 
     def exec(self, node: str, argv: list[str], *, check: bool = True, timeout: float | None = None) -> Result:
         """Run `argv` inside one node."""

@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from swarm.caps import BackendTraits
 from swarm.errors import SpecError
 
 KNOWN_APPS = {"swarm-app": "reference swarm app (flightsw/swarm_app.py)"}
@@ -91,20 +92,20 @@ def app_environment(apps: list[str], settings: AppSettings, node_names: list[str
             "SWARM_PEERS": ",".join(node_names), "SWARM_PEER_IPS": ",".join(isl_ips)}
 
 
-def with_backend_defaults(spec, backend: str):
+def with_backend_defaults(spec, backend: BackendTraits):
     """`spec` with the app settings left to the backend decided: multicast on the netns backend (Linux bridges
     pass it), unicast on compose (Docker's internal networks drop multicast with br_netfilter on)."""
     if not spec.apps or spec.app.multicast is not None:
         return spec
-    return spec.model_copy(update={"app": spec.app.model_copy(update={"multicast": backend not in ("compose", "swarm")})})
+    return spec.model_copy(update={"app": spec.app.model_copy(update={"multicast": backend.isl_multicast})})
 
 
-def check_runnable(apps: list[str], backend: str, image_exists: Callable[[str], bool]) -> None:
+def check_runnable(apps: list[str], backend: BackendTraits, image_exists: Callable[[str], bool]) -> None:
     """SpecError before anything starts: a user's app image on the netns backend, or one not present locally."""
     image = app_image(apps)
     if image is None:
         return
-    if backend not in ("compose", "swarm"):
-        raise SpecError(f"apps: image {image!r} needs the compose backend (backend {backend!r} runs no images)")
+    if not backend.containers:
+        raise SpecError(f"apps: image {image!r} needs the compose backend (backend {backend.name!r} runs no images)")
     if not image_exists(image):
         raise SpecError(f"apps: image {image!r} not found locally (no registry to pull from; build or load it first)")

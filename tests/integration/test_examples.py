@@ -21,7 +21,7 @@ from netem.orbits.spec import parse_orbits
 from swarm.spec.model import spec_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((REPO / "experiments").glob("*.yaml"))
+EXAMPLES = sorted((REPO / "experiments").glob("*.yaml")) + sorted((REPO / "bench").glob("*.yaml"))  # bench-only too
 SWARM = [sys.executable, "-m", "swarm"]
 ISS_TLE = ["1 25544U 98067A   08264.51782528 -.00002182  00000-0 -11606-4 0  2927",
            "2 25544  51.6416 247.4627 0006703 130.5360 325.0288 15.72125391563537"]

@@ -58,7 +58,7 @@ def netns_list():
 
 @pytest.mark.root
 def test_down_and_wipe_leave_a_namespace_the_framework_did_not_make(foreign_namespace, tmp_path):
-    from swarm.runtime.backends.netns import NetnsBackend
+    from swarm.runtime.backends.netns.backend import NetnsBackend
     from swarm.runtime.probe import capabilities
     from swarm.runtime.runner import Runner
 

@@ -23,8 +23,8 @@ import pytest
 from compose.render import container_name
 from netem.engines import LINKD_CHAIN
 from netem.model import impairment
-from swarm.runtime.backends.netns import node_ns, switch_ns
-from swarm.runtime.linkd import KERNEL_HOLD_ENV
+from swarm.runtime.backends.netns.backend import node_ns, switch_ns
+from netem.runtime.linkd import KERNEL_HOLD_ENV
 from swarm.runtime.probe import capabilities
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict
@@ -32,7 +32,7 @@ from swarm.spec.model import spec_from_dict
 from conftest import REPO, require
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-PROBE = REPO / "experiments" / "bench" / "udp_probe.py"
+PROBE = REPO / "bench" / "udp_probe.py"
 
 
 @pytest.fixture

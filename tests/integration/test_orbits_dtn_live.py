@@ -74,3 +74,9 @@ def test_bundles_wait_for_the_pass_and_cross_it_at_once(need_dtn7, tmp_path):
     assert meta["dtn"]["delivered_early"] == 0 and meta["dtn"]["missed"] == 0
     assert meta["dtn"]["last_hop_in_contact"] == meta["dtn"]["bundles_delivered"] > 0
     assert "DTN bundles against the contact plan" in (run / "report" / "report.md").read_text()
+
+    # what ION's routers would be given: nothing refused, the pass whole (whole seconds inside 11-24 s), and a
+    # router would plan the bundles created before the pass for its opening second
+    assert meta["dtn"]["router_plan_refused"] == 0
+    for b in before:
+        assert aos <= float(b["router_earliest_s"]) <= aos + 1.0 + max(light.values()) + 1.0, b

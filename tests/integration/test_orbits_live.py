@@ -9,7 +9,7 @@ import pytest
 
 from netem.orbits.planner import plan as make_plan
 from netem.orbits.spec import parse_orbits
-from swarm.runtime.orbits import LinkTimelineDriver
+from netem.runtime.orbits import LinkTimelineDriver
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict
 
@@ -51,7 +51,7 @@ def test_links_follow_the_plan_and_restore(orbit_swarm):
     plan = make_plan(parse_orbits(ORBITS))
     assert len(plan.links()) >= 2 and plan.timeline["t_start"].gt(0).any()
     rows: list[dict] = []
-    driver = LinkTimelineDriver(orbit_swarm, plan, speedup=60, on_rows=rows.extend)
+    driver = LinkTimelineDriver(orbit_swarm.links, plan, speedup=60, on_rows=rows.extend)
     summary = driver.run()
     driver.close()
     changes = plan.timeline[plan.timeline["t_start"] > 0]

@@ -17,7 +17,7 @@ from conftest import interruptible
 from hosts.fixtures import second_engine  # noqa: F401 - fixture
 from hosts.second_engine import SwarmPair
 from swarm.errors import RuntimeFailure, SpecError
-from swarm.runtime.backends.swarm import SwarmBackend
+from swarm.runtime.backends.multihost.backend import SwarmBackend
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict
 

@@ -11,7 +11,7 @@ each; `down` and nothing left. Prints progress on stderr and one line `KL-RESULT
 KL_WATCH=1 (the benchmark) also reads sat01's and sat02's tables continuously around each event (Watcher).
 
 tests/kernel_lab/test_kernel_batman_adv.py runs it for batman-adv (4 nodes, 1 round);
-experiments/bench/bench_kernel_lab_mesh.py for both implementations (8 nodes, several rounds, same OGM interval).
+bench/bench_kernel_lab_mesh.py for both implementations (8 nodes, several rounds, same OGM interval).
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """cFS nodes, pure parts: spec validation, per-node IDs, Compose rendering, ulimit clamping, image tag,
 and the CLI's bad-input lines (exit 2, nothing created)."""
+from swarm.runtime.backends import TRAITS
 import os
 import subprocess
 import sys
@@ -80,17 +81,17 @@ def test_groups_with_disjoint_bases_mix_with_plain_nodes(tmp_path):
 def test_check_cfs_needs_core_cpu1_and_startup_script_and_compose(tmp_path):
     s = spec(tmp_path / "empty")
     with pytest.raises(SpecError, match=r"node 'sat01': cfs.install '.*/empty': no core-cpu1 in it"):
-        check_cfs(s, plan_nodes(s), "compose")
+        check_cfs(s, plan_nodes(s), TRAITS["compose"])
     inst = fake_install(tmp_path / "cpu1")
     (inst / "cf" / "cfe_es_startup.scr").unlink()
     s = spec(inst)
     with pytest.raises(SpecError, match="no cf/cfe_es_startup.scr in it"):
-        check_cfs(s, plan_nodes(s), "compose")
+        check_cfs(s, plan_nodes(s), TRAITS["compose"])
     inst = fake_install(tmp_path / "ok")
     s = spec(inst)
-    check_cfs(s, plan_nodes(s), "compose")
+    check_cfs(s, plan_nodes(s), TRAITS["compose"])
     with pytest.raises(SpecError, match="cfs runs only on the compose backend .* got backend 'netns'"):
-        check_cfs(s, plan_nodes(s), "netns")
+        check_cfs(s, plan_nodes(s), TRAITS["netns"])
 
 
 def test_compose_service_of_a_cfs_node(tmp_path):

@@ -1,6 +1,7 @@
 """The `apps:` / `app:` spec keys and the app experiment: validation and the environment nodes get."""
 from __future__ import annotations
 
+from swarm.runtime.backends import TRAITS
 import pytest
 
 from experiments.app.parse import agreement_per_cycle
@@ -47,12 +48,12 @@ def test_bad_apps_are_one_line_errors(change, message):
 
 
 def test_image_app_must_exist_and_needs_compose():
-    check_runnable(["swarm-app"], "netns", lambda image: False)  # the built-in app needs no image
+    check_runnable(["swarm-app"], TRAITS["netns"], lambda image: False)  # the built-in app needs no image
     with pytest.raises(SpecError, match="apps: image 'x:1' not found locally"):
-        check_runnable(["x:1"], "compose", lambda image: False)
+        check_runnable(["x:1"], TRAITS["compose"], lambda image: False)
     with pytest.raises(SpecError, match="needs the compose backend"):
-        check_runnable(["x:1"], "netns", lambda image: True)
-    check_runnable(["x:1"], "compose", lambda image: image == "x:1")
+        check_runnable(["x:1"], TRAITS["netns"], lambda image: True)
+    check_runnable(["x:1"], TRAITS["compose"], lambda image: image == "x:1")
 
 
 def test_cli_bad_domain_id_exits_2_and_starts_nothing(tmp_path, capsys, monkeypatch):
@@ -99,11 +100,11 @@ def test_multicast_is_decided_by_the_backend_unless_given():
     from swarm.spec.apps import with_backend_defaults
 
     spec = spec_from_dict({**BASE, "apps": ["swarm-app"]})
-    assert with_backend_defaults(spec, "netns").resolved_nodes()[0].env["SWARM_APP_MULTICAST"] == "1"
-    assert with_backend_defaults(spec, "compose").resolved_nodes()[0].env["SWARM_APP_MULTICAST"] == "0"
+    assert with_backend_defaults(spec, TRAITS["netns"]).resolved_nodes()[0].env["SWARM_APP_MULTICAST"] == "1"
+    assert with_backend_defaults(spec, TRAITS["compose"]).resolved_nodes()[0].env["SWARM_APP_MULTICAST"] == "0"
     pinned = spec_from_dict({**BASE, "apps": ["swarm-app"], "app": {"multicast": False}})
-    assert with_backend_defaults(pinned, "netns").resolved_nodes()[0].env["SWARM_APP_MULTICAST"] == "0"
-    assert with_backend_defaults(spec_from_dict(BASE), "netns") == spec_from_dict(BASE)
+    assert with_backend_defaults(pinned, TRAITS["netns"]).resolved_nodes()[0].env["SWARM_APP_MULTICAST"] == "0"
+    assert with_backend_defaults(spec_from_dict(BASE), TRAITS["netns"]) == spec_from_dict(BASE)
 
 
 def test_sweep_dispatches_on_the_experiment_type(tmp_path, capsys):

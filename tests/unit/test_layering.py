@@ -23,6 +23,7 @@ LAYER_OF = [
     ("netem.orbits.spec", "spec"),  # the `orbits:` section of a swarm spec (pydantic only, like netem.model)
     ("netem", "plan"), ("compose", "plan"), ("swarm.mesh.plan", "plan"), ("swarm.cfs.node", "plan"),
     ("swarm.cfs.ground", "plan"),
+    ("netem.runtime", "runtime"),  # the link controller, the swarm-linkd driver, the live orbit driver
     ("swarm.runtime", "runtime"), ("swarm.mesh.runtime", "runtime"), ("swarm.cfs.image", "runtime"),
     ("swarm.dtn", "runtime"), ("swarm.dtn.spec", "spec"), ("swarm.dtn.contacts", "spec"), ("swarm.dtn.plan", "plan"),
     ("experiments", "experiments"),
@@ -41,7 +42,7 @@ ALLOWED = {
 PURE_EXPERIMENT_MODULES = {"experiments.traffic.iperf3", "experiments.traffic.muxresult", "experiments.app.parse", "experiments.dtn.parse",
                            "experiments.orbits.bundles",  # bundles judged against the contact plan
                            "experiments.orbits.model"}  # the orbits report re-plans from the stored experiment
-RUNTIME_PREFIXES = ("swarm.runtime", "swarm.mesh.runtime", "swarm.cfs.image", "swarm.cli")
+RUNTIME_PREFIXES = ("swarm.runtime", "netem.runtime", "swarm.mesh.runtime", "swarm.cfs.image", "swarm.cli")
 
 # Imports inside functions: only these, for the CLI's start-up time (pandas, matplotlib) and the package's
 # lazy `Swarm` attribute (PEP 562).
@@ -50,7 +51,7 @@ FUNCTION_LEVEL_OK = {("swarm.cli.main", "experiments.runs"), ("swarm.cli.main", 
                      # `swarm orbits`: the planner, its report and the driver load numpy/pandas/matplotlib
                      ("swarm.cli.orbits", "analysis.orbits"), ("swarm.cli.orbits", "netem.orbits.planner"),
                      ("swarm.cli.orbits", "netem.orbits.spec"), ("swarm.cli.orbits", "netem.orbits.records"),
-                     ("swarm.cli.orbits", "swarm.runtime.orbits")}
+                     ("swarm.cli.orbits", "netem.runtime.orbits")}
 
 
 def layer(module: str) -> str:
@@ -63,18 +64,16 @@ def modules() -> dict[str, Path]:
     for pkg in PACKAGES:
         for path in sorted((REPO / pkg).rglob("*.py")):
             rel = path.relative_to(REPO).with_suffix("")
-            if "bench" in rel.parts:  # scripts, not modules of the pipeline
-                continue
             name = ".".join(rel.parts).removesuffix(".__init__")
             out[name] = path
     return out
 
 
 def project_imports(tree: ast.Module, top_level: bool) -> set[str]:
-    """The project modules imported at the top of the module (`if TYPE_CHECKING:` blocks excluded: they are
-    for annotations only), or else inside its functions."""
+    """The project modules imported at the top of the module (`if TYPE_CHECKING:` blocks included: an import for
+    annotations is a dependency all the same, and it hid a cycle of six modules), or else inside its functions."""
     if top_level:
-        nodes = tree.body
+        nodes = [n for top in tree.body for n in ([top] + (top.body + top.orelse if isinstance(top, ast.If) else []))]
     else:
         funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         nodes = [n for f in funcs for n in ast.walk(f)]
@@ -170,3 +169,40 @@ def test_the_link_model_names_every_engine_of_the_registry():
     from netem.model import ENGINE_NAMES
 
     assert set(ENGINE_NAMES) == set(ENGINES)
+
+
+SERVICES = ("netem", "swarm.runtime", "swarm.mesh", "swarm.dtn", "swarm.cfs", "compose")
+
+
+def test_no_service_imports_the_swarm_facade(graph):
+    """Services receive a SwarmContext (swarm.runtime.context); only the CLI, the experiments and the package's
+    lazy attribute use the `Swarm` facade, so no service can call back into it."""
+    users = sorted(src for src, targets in graph.items() if "swarm.runtime.swarm" in targets
+                   and src != "swarm.runtime.swarm" and src.startswith(SERVICES))
+    assert users == []
+
+
+def test_no_module_outside_the_backends_compares_a_backend_name():
+    """What differs between backends is asked of their traits (swarm.caps.BackendTraits) or done by their own
+    methods (install_binary, start_daemon(at_hop=), describe_hosts, ...), never decided by comparing names."""
+    import re
+
+    from swarm.runtime.backends import REGISTRY
+
+    names = "|".join(REGISTRY)
+    compares = re.compile(rf"""backend\w*(\.name)?\s*(==|!=|\bnot in\b|\bin\b)\s*[(\[{{]?[^\n]*["']({names})["']"""
+                          rf"""|["']({names})["']\s*(==|!=)\s*[\w.]*backend""")
+    # the spec's own `backend:` field, validated against its `hosts:` section (input, not a running backend)
+    exempt = {"swarm.spec.model"}
+    hits = [f"{name}:{i}: {line.strip()}" for name, path in modules().items()
+            if not name.startswith("swarm.runtime.backends") and name not in exempt
+            for i, line in enumerate(path.read_text().splitlines(), 1) if compares.search(line)]
+    assert hits == []
+
+
+def test_every_backend_declares_its_traits():
+    from swarm.caps import BackendTraits
+    from swarm.runtime.backends import REGISTRY
+
+    assert {name: isinstance(getattr(cls, "traits", None), BackendTraits) for name, cls in REGISTRY.items()} == \
+        {name: True for name in REGISTRY}

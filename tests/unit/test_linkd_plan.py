@@ -16,8 +16,8 @@ from netem.engines import (LINKD_MAX_BYTES, LinkdHold, NodeCommands, UserspaceEn
 from netem.model import Impairment, LinksSpec, impairment, links_with_engine, resolve_links
 from swarm.caps import Capabilities
 from swarm.errors import SpecError
-from swarm.runtime.backends.netns import switch_port
-from swarm.runtime.linkd import (KERNEL_HOLD, KERNEL_HOLD_ENV, cache_dir, ctl_argv, ctl_body, ctl_socket, engine_argv,
+from swarm.runtime.backends.netns.backend import switch_port
+from netem.runtime.linkd import (KERNEL_HOLD, KERNEL_HOLD_ENV, cache_dir, ctl_argv, ctl_body, ctl_socket, engine_argv,
                                  jump_argv, kernel_hold_setting, linkd_binary, parse_kv)
 
 from conftest import REPO, golden

@@ -2,6 +2,7 @@
 parsers of recorded batmand / `ip route` output, and the convergence judgement."""
 from __future__ import annotations
 
+from swarm.runtime.backends import TRAITS
 import json
 from dataclasses import replace
 
@@ -67,20 +68,20 @@ def test_bad_mesh_exits_2_and_starts_nothing(tmp_path):
 # ------------------------------------------------------------------------------------------ choice
 def test_auto_takes_the_kernel_module_where_it_exists_else_batmand():
     batman = MeshSpec(protocol="batman")
-    assert choose_implementation(MeshSpec(), CAPS, "netns") is None
-    assert choose_implementation(batman, CAPS, "netns") == "batmand"
-    assert choose_implementation(batman, replace(CAPS, batman_adv=True), "compose") == "batman-adv"
+    assert choose_implementation(MeshSpec(), CAPS, TRAITS["netns"]) is None
+    assert choose_implementation(batman, CAPS, TRAITS["netns"]) == "batmand"
+    assert choose_implementation(batman, replace(CAPS, batman_adv=True), TRAITS["compose"]) == "batman-adv"
     pinned = MeshSpec(protocol="batman", implementation="batmand")
-    assert choose_implementation(pinned, replace(CAPS, batman_adv=True), "netns") == "batmand"
+    assert choose_implementation(pinned, replace(CAPS, batman_adv=True), TRAITS["netns"]) == "batmand"
 
 
 def test_pinned_implementation_this_host_cannot_run_is_a_spec_error():
     with pytest.raises(SpecError, match="mesh.implementation 'batman-adv': this kernel lacks the batman-adv module"):
-        choose_implementation(MeshSpec(protocol="batman", implementation="batman-adv"), CAPS, "compose")
+        choose_implementation(MeshSpec(protocol="batman", implementation="batman-adv"), CAPS, TRAITS["compose"])
     no_batmand = replace(CAPS, batmand=False)
     with pytest.raises(SpecError, match="batmand is not installed on this host"):
-        choose_implementation(MeshSpec(protocol="batman"), no_batmand, "netns")
-    assert choose_implementation(MeshSpec(protocol="batman"), no_batmand, "compose") == "batmand"  # the image has it
+        choose_implementation(MeshSpec(protocol="batman"), no_batmand, TRAITS["netns"])
+    assert choose_implementation(MeshSpec(protocol="batman"), no_batmand, TRAITS["compose"]) == "batmand"  # the image has it
 
 
 # ------------------------------------------------------------------------------------------- plans
@@ -100,7 +101,7 @@ def test_golden_batman_adv_plan():
 
 
 def test_netns_daemons_get_a_private_run(tmp_path):
-    from swarm.runtime.backends.netns import NetnsBackend
+    from swarm.runtime.backends.netns.backend import NetnsBackend
     from swarm.runtime.runner import Runner
 
     backend = NetnsBackend(Runner(), CAPS, tmp_path)

@@ -113,7 +113,7 @@ def test_resolution_and_correction():
 import yaml  # noqa: E402
 
 from swarm.caps import Capabilities  # noqa: E402
-from swarm.runtime.backends.swarm import HostCompose, SwarmBackend  # noqa: E402
+from swarm.runtime.backends.multihost.backend import HostCompose, SwarmBackend  # noqa: E402
 from swarm.runtime.runner import RecordingRunner, Result  # noqa: E402
 from swarm.spec.model import plan_nodes, spec_from_dict  # noqa: E402
 
@@ -193,7 +193,7 @@ def test_broadcast_needs_refused_across_hosts_before_any_host_is_asked(doc, mess
 def test_a_transient_overlay_attach_failure_is_tried_again_and_others_are_not(tmp_path, monkeypatch):
     """Seen in CI: `network connect` on a worker answered "attaching to network failed ... context deadline
     exceeded" once; the same request succeeds a moment later. Anything else fails at once."""
-    import swarm.runtime.backends.swarm as sb
+    import swarm.runtime.backends.multihost.backend as sb
     monkeypatch.setattr(sb.time, "sleep", lambda s: None)
     spec = swarm_spec()
     host = spec.hosts[1]
@@ -236,7 +236,7 @@ def test_a_node_not_ready_across_hosts_is_reported_with_each_hosts_overlay_peers
 def test_leaving_the_swarm_is_asked_again_until_the_engine_says_inactive(tmp_path, monkeypatch):
     """Seen here: a worker answered `swarm leave --force` with "context deadline exceeded" and stayed active
     (no node ID); asked again it left at once. A leave that never takes is reported with Docker's words."""
-    import swarm.runtime.backends.swarm as sb
+    import swarm.runtime.backends.multihost.backend as sb
     monkeypatch.setattr(sb.time, "sleep", lambda s: None)
     state = {"left": False, "fails": 1}
 
@@ -265,7 +265,7 @@ def test_a_leave_waits_for_the_engines_ingress_sandbox_and_gwbridge_removal_outl
     """Seen in CI: leaving 0.4 s after `swarm init`, while the engine was still setting up the ingress network,
     left a stale `ingress` and a docker_gwbridge held by `ingress-sbox`. The leave is asked only once the
     sandbox exists; docker_gwbridge removal is retried while the sandbox still holds it, and not otherwise."""
-    import swarm.runtime.backends.swarm as sb
+    import swarm.runtime.backends.multihost.backend as sb
     monkeypatch.setattr(sb.time, "sleep", lambda s: None)
     polls = {"n": 0, "rm": 0}
 
@@ -298,7 +298,7 @@ def test_a_leave_waits_for_the_engines_ingress_sandbox_and_gwbridge_removal_outl
 def test_overlays_are_attached_host_by_host_manager_first_each_after_the_peers_agree(tmp_path, monkeypatch):
     """Engines joining a new overlay at once timed out in CI; the anchors go one host at a time, and a host
     is attached only once the ones before it list each other as the overlay's gossip peers."""
-    import swarm.runtime.backends.swarm as sb
+    import swarm.runtime.backends.multihost.backend as sb
     monkeypatch.setattr(sb.time, "sleep", lambda s: None)
     spec = swarm_spec()
     attached: list[str] = []
@@ -325,7 +325,7 @@ def test_a_host_whose_overlay_agent_never_starts_stops_up_with_its_name(tmp_path
     """Seen in CI: the second host listed no gossip peers at all (not even itself) and every node there was
     'not ready after 62 s'. When a host still lists nobody once the wait for peers is over, `up` stops at once
     and names the host; a host that lists only itself is merely late (readiness judges it)."""
-    import swarm.runtime.backends.swarm as sb
+    import swarm.runtime.backends.multihost.backend as sb
     monkeypatch.setattr(sb.time, "sleep", lambda s: None)
     monkeypatch.setattr(sb, "PEER_WAIT_S", 0.0)
     spec = swarm_spec()

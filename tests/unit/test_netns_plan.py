@@ -3,7 +3,7 @@
 import pytest
 
 from swarm.runtime.backends import REGISTRY, default_backend_name, get_backend
-from swarm.runtime.backends.netns import host_link, plan_node, plan_switch
+from swarm.runtime.backends.netns.backend import host_link, plan_node, plan_switch
 from swarm.errors import SpecError
 from swarm.caps import Capabilities
 from swarm.runtime.runner import RecordingRunner

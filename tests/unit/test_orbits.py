@@ -8,10 +8,11 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from netem.orbits.export import parse_ion, to_hdtn, to_ion
+from netem.orbits.export import to_hdtn, to_ion
 from netem.orbits.planner import plan
 from netem.orbits.spec import parse_orbits
 from netem.orbits.spec import tle_epoch
+from swarm.dtn.contacts import parse_contact_plan
 from swarm.errors import SpecError
 
 # The ISS element set used as the example in the TLE format's own documentation (checksums valid).
@@ -222,6 +223,13 @@ def _walker_plan():
                                                            "inclination": 53}}],
                  ground_stations=[{"name": "gs01", "lat": 30, "lon": 20}],
                  links={"isl": {"rate": "100Mbit", "max_range": "6000km"}, "ground": {"min_elevation": 5}})
+
+
+def parse_ion(text: str) -> list[tuple]:
+    """The project's one ION parser, as (kind, start, end, from, to, rate or owlt) with integer fields."""
+    cp = parse_contact_plan(text, "test")
+    return ([("contact", int(c.start), int(c.end), int(c.a), int(c.b), int(c.rate)) for c in cp.contacts]
+            + [("range", int(r.start), int(r.end), int(r.a), int(r.b), int(r.owlt)) for r in cp.ranges])
 
 
 def test_ion_contact_plan_matches_the_timeline():

@@ -7,9 +7,9 @@ from swarm.errors import SpecError
 from swarm.caps import Capabilities
 from swarm.runtime.runner import Runner
 from swarm.runtime.backends.base import Backend, Progress, no_progress, swarm_dir
-from swarm.runtime.backends.compose import ComposeBackend
-from swarm.runtime.backends.netns import NetnsBackend
-from swarm.runtime.backends.swarm import SwarmBackend
+from swarm.runtime.backends.compose.backend import ComposeBackend
+from swarm.runtime.backends.netns.backend import NetnsBackend
+from swarm.runtime.backends.multihost.backend import SwarmBackend
 
 # `wipe` visits them in this order: swarm first, so a multi-host swarm is taken down host by host (its
 # overlays released by the manager) before the compose backend sweeps this engine's labelled leftovers.
@@ -18,6 +18,8 @@ REGISTRY: dict[str, type[Backend]] = {
     ComposeBackend.name: ComposeBackend,
     NetnsBackend.name: NetnsBackend,
 }
+#: What each backend is (swarm.caps.BackendTraits), by name.
+TRAITS = {name: cls.traits for name, cls in REGISTRY.items()}
 
 
 def default_backend_name(caps: Capabilities) -> str:
@@ -35,4 +37,4 @@ def get_backend(name: str | None, runner: Runner, caps: Capabilities, workdir: P
     return cls(runner, caps, workdir)
 
 
-__all__ = ["Backend", "Progress", "REGISTRY", "get_backend", "default_backend_name", "no_progress", "swarm_dir"]
+__all__ = ["Backend", "Progress", "REGISTRY", "TRAITS", "get_backend", "default_backend_name", "no_progress", "swarm_dir"]

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Callable, ClassVar
 
-from swarm.caps import Capabilities
+from swarm.caps import BackendTraits, Capabilities
 from swarm.runtime.runner import Result, Runner
 from swarm.errors import SpecError
 from swarm.spec.model import NodePlan, SwarmSpec, check_swarm_name
@@ -40,6 +40,8 @@ class Backend(ABC):
     """Runtime backend: creates, inspects, enters and removes the nodes of swarms."""
 
     name: ClassVar[str]
+    #: What this backend is (containers, multi_host, runs_cfs, isl_multicast): asked instead of its name.
+    traits: ClassVar[BackendTraits]
 
     def __init__(self, runner: Runner, caps: Capabilities, workdir: Path):
         self.runner = runner
@@ -98,7 +100,7 @@ class Backend(ABC):
     @abstractmethod
     def node_action(self, swarm: str, node: str, action: str) -> None:
         """Fault on one node, one of NODE_ACTIONS: stop (graceful), kill, pause, unpause, restart (the node
-        comes back with its addresses and main process; link conditions are re-applied by swarm.runtime.links)."""
+        comes back with its addresses and main process; link conditions are re-applied by netem.runtime.links)."""
 
     @abstractmethod
     def wipe(self) -> list[str]:
@@ -131,9 +133,27 @@ class Backend(ABC):
         return None
 
     @abstractmethod
-    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str) -> None:
+    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str, at_hop: bool = False) -> None:
         """Start a long-running process (e.g. the mesh daemon) in `node`, with private_run_prefix's /run; it
-        is removed with the node and its output goes to the node's logs."""
+        is removed with the node and its output goes to the node's logs. `at_hop`: at the node's forwarding
+        hop instead (only where forwarding_hop names one)."""
+
+    def node_binary(self, host_path: str) -> str:
+        """Where a host binary installed with install_binary is found inside a node: at its host path where the
+        node sees the host's files."""
+        return host_path
+
+    def install_binary(self, swarm: str, node: str, host_path: str) -> str:
+        """Make a host binary runnable inside `node`; returns its path there (node_binary)."""
+        return self.node_binary(host_path)
+
+    def describe_hosts(self, swarm: str) -> list[dict]:
+        """Facts about every host the swarm runs on (multi-host backends); [] on one host."""
+        return []
+
+    def facts(self, swarm: str) -> list[str]:
+        """Lines about where the swarm runs (multi-host backends: hosts, node MTU, clocks); [] on one host."""
+        return []
 
     def exec(self, swarm: str, node: str, argv: list[str], *, check: bool = True, timeout: float | None = None) -> Result:
         """Run `argv` inside `node` and return its result."""

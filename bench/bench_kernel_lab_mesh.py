@@ -9,7 +9,7 @@ project's own judgement (swarm.mesh: every node has a route to every reachable n
 hears, and a healed link carries its direct route), polled as `swarm fault` does; its resolution is the span
 between the last unconverged and the first converged snapshot. Prints a Markdown table for BENCHMARKS.md.
 
-    python experiments/bench/bench_kernel_lab_mesh.py [--nodes 8] [--ogm 1000] [--rounds 2]
+    python bench/bench_kernel_lab_mesh.py [--nodes 8] [--ogm 1000] [--rounds 2]
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "kernel_lab"))
 import klab  # noqa: E402  (the harness lives with the tests that use it)
 

@@ -17,9 +17,9 @@ PREROUTING queues them to an engine in the receiver.
   counter after the delay).
 - TCP goodput over 600 ms RTT (300 ms each way, an engine on each side) with BDP-sized buffers (iperf3).
 - the engine's CPU share (of one core) and peak memory during the UDP runs.
-The Python prototype (experiments/bench/nfq_proto.py, constant delay only) runs the delay, UDP and TCP parts.
+The Python prototype (bench/nfq_proto.py, constant delay only) runs the delay, UDP and TCP parts.
 
-usage: sudo python3 experiments/bench/bench_linkd.py [--quick] [--hold switch|ingress] [--json out.json]
+usage: sudo python3 bench/bench_linkd.py [--quick] [--hold switch|ingress] [--json out.json]
 Needs root, iptables with NFQUEUE, iperf3, the swarm-linkd binary (`make setup`); the prototype part
 needs `pip install NetfilterQueue` (skipped with a note otherwise). Leaves nothing behind (namespaces are
 removed at the end, also after Ctrl-C).
@@ -37,9 +37,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE.parent))
 
-from swarm.runtime.linkd import linkd_binary  # noqa: E402
+from netem.runtime.linkd import linkd_binary  # noqa: E402
 
 NS_S, NS_R, NS_W = "le-bench-s", "le-bench-r", "le-bench-w"
 IF_S, IF_R = "le-bench0", "le-bench1"

@@ -21,11 +21,12 @@ from analysis.pages import markdown_table
 from experiments.store import ResultsStore, host_facts
 from experiments.traffic.run import run_sweep
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(name: str, backend: str, out: Path) -> Path:
-    exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
+    path = ROOT / "bench" / f"{name}.yaml"  # the bench-only experiments; any other name: experiments/
+    exp = load_experiment(path if path.exists() else ROOT / "experiments" / f"{name}.yaml")
     store = ResultsStore.create(out / backend, exp, host_facts())
     t = time.monotonic()
     run_sweep(exp, store, backend=backend, message=lambda m: print(f"  {m}", flush=True),

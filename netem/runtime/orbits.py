@@ -1,7 +1,7 @@
 """The link-timeline driver: a running swarm's links follow an orbit plan (netem.orbits) live.
 
 At each step of the plan only the links whose state changed are updated, through the swarm's link engine
-(swarm.runtime.links.LinkController's per-node apply of the engine's plan: kernel NetEm, nftables + HTB
+(netem.runtime.links.LinkController's per-node apply of the engine's plan: kernel NetEm, nftables + HTB
 where sch_netem is missing, or any other engine of the registry), in parallel across the nodes concerned. A node whose
 tc tree keeps its shape (a rate or delay moved) gets `tc class/qdisc change` lines (netem.incremental)
 instead of a rebuild, so a delay update does not flush the packets queued in the link. A link's new conditions are the swarm's
@@ -40,7 +40,7 @@ from netem.state import node_links, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 
 if TYPE_CHECKING:
-    from swarm.runtime.swarm import Swarm
+    from netem.runtime.links import LinkController
 
 __all__ = ["LinkTimelineDriver", "LINK_COLUMNS", "check_plan_nodes"]
 DOWN = Impairment(up=False)
@@ -58,15 +58,17 @@ def check_plan_nodes(plan: Plan, swarm_nodes: list[str], where: str = "orbits") 
 
 
 class LinkTimelineDriver:
-    """Drives one running swarm's links from a Plan. `on_rows(rows)` receives each step's links.csv rows."""
+    """Drives one running swarm's links from a Plan, through its link controller (`swarm.links`).
+    `on_rows(rows)` receives each step's links.csv rows."""
 
-    def __init__(self, swarm: "Swarm", plan: Plan, *, speedup: float = 1.0, workers: int = 16,
+    def __init__(self, links: "LinkController", plan: Plan, *, speedup: float = 1.0, workers: int = 16,
                  on_rows: Callable[[list[dict]], None] = lambda rows: None,
                  message: Callable[[str], None] = lambda m: None, run_id: str = ""):
         if not speedup > 0:
             raise SpecError(f"speedup {speedup!r}: must be positive")
-        self.swarm, self.plan, self.speedup = swarm, plan, float(speedup)
-        self.ctl = swarm.links
+        self.plan, self.speedup = plan, float(speedup)
+        self.ctl = links
+        swarm = links.swarm  # the swarm's context: its nodes
         self.engine = self.ctl.engine
         self.workers, self.on_rows, self.message, self.run_id = workers, on_rows, message, run_id
         names = [n.name for n in swarm.nodes]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The Python prototype of a userspace delay engine (NetfilterQueue from PyPI), kept ONLY as the baseline of
-experiments/bench/bench_linkd.py: the design the issue measured first (constant delay, packets retained and
+bench/bench_linkd.py: the design the issue measured first (constant delay, packets retained and
 accepted after the delay without blocking the receive loop). The framework's engine is netem/linkd (Rust).
 
 usage: nfq_proto.py QUEUE_NUM DELAY_MS [MAXLEN]

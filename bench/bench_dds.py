@@ -25,7 +25,7 @@ from analysis.ddsperf import summary_table
 from analysis.pages import markdown_table
 from experiments.store import HostSampler, ResultsStore, host_facts
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 NETS = {"isl": {"subnet": "10.150.0.0/24"}, "ground": {"subnet": "10.151.0.0/24"}}
 
 

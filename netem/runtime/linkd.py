@@ -24,13 +24,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compose.render import container_name
 from netem.engines import LINKD_CONTROL, LINKD_MAX_BYTES, LINKD_QUEUE, LINKD_STATE, LinkdHold
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.runtime.runner import Result
 
 if TYPE_CHECKING:
-    from swarm.runtime.swarm import Swarm
+    from swarm.runtime.context import SwarmContext
     from swarm.spec.model import NodePlan
 
 LINKD_ENV = "SWARM_LINKD"
@@ -138,7 +137,7 @@ def jump_argv(op: str, iface: str, hold: LinkdHold, hop_port: str | None = None)
 class Linkd:
     """One swarm's userspace engines, one per node, through the swarm's backend and runner."""
 
-    def __init__(self, swarm: "Swarm"):
+    def __init__(self, swarm: "SwarmContext"):
         self.swarm = swarm
         self.backend = swarm.backend
         self.host_binary = swarm.caps.linkd or linkd_binary() or ""
@@ -153,7 +152,7 @@ class Linkd:
         return LinkdHold(cut_frames=cut_frames)
 
     def binary(self) -> str:
-        return IN_CONTAINER if self.backend.name == "compose" else self.host_binary
+        return self.backend.node_binary(self.host_binary or IN_CONTAINER)
 
     def _ctl(self, node: str, request: str, config: str | None = None, timeout: float = 30) -> Result:
         """One control request to the node's engine: straight over its socket where the node's /run is a host
@@ -179,16 +178,11 @@ class Linkd:
             return
         if not self.host_binary:
             raise RuntimeFailure("userspace link engine: no swarm-linkd binary (run `make setup`, or set $SWARM_LINKD)")
-        if self.backend.name == "compose":
-            self.swarm.runner.run(["docker", "cp", self.host_binary, f"{container_name(self.swarm.name, node)}:{IN_CONTAINER}"],
-                                  timeout=60)
+        binary = self.backend.install_binary(self.swarm.name, node, self.host_binary)
         hop = self.hop(plan, iface)
-        argv = engine_argv(self.binary(), self.hold(plan, iface).queue, (hop[1], plan.isl_mac) if hop else None,
+        argv = engine_argv(binary, self.hold(plan, iface).queue, (hop[1], plan.isl_mac) if hop else None,
                            kernel_hold_setting())
-        if hop:
-            self.backend.start_daemon(self.swarm.name, node, argv, "linkd", at_hop=True)
-        else:
-            self.backend.start_daemon(self.swarm.name, node, argv, "linkd")
+        self.backend.start_daemon(self.swarm.name, node, argv, "linkd", at_hop=bool(hop))
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             answer = self.ping(node)

@@ -6,8 +6,8 @@ Default case (issue 15): a Walker delta 100/10/1 at 550 km, 53 deg, 4 ground sta
 fresh child process so its peak RSS is its own; tracemalloc's peak (numpy's buffers included) is reported
 beside it. Prints a Markdown table for BENCHMARKS.md.
 
-    python experiments/bench/bench_orbits.py                 # 100 satellites (+ 25, 50, 200 with --sweep)
-    python experiments/bench/bench_orbits.py --sizes 100 200 --duration 95min
+    python bench/bench_orbits.py                 # 100 satellites (+ 25, 50, 200 with --sweep)
+    python bench/bench_orbits.py --sizes 100 200 --duration 95min
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def spec(total: int, duration: str, step: str) -> dict:

@@ -40,7 +40,7 @@ from swarm.errors import SpecError
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SEED001 = ROOT / "analysis" / "reference" / "dtn" / "seed001_hdtn_rpi4_table1.csv"
 
 

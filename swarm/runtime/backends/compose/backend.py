@@ -15,6 +15,7 @@ from swarm.cfs.node import CfsRuntime
 from compose.render import AGENT_COMMAND, GENERATED_HEADER, LABEL_NODE, LABEL_SWARM, compose_yaml, container_name, project_name, render_compose
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.spec.model import NodePlan, SwarmSpec
+from swarm.caps import BackendTraits
 from swarm.runtime.backends.base import Backend, Progress, swarm_dir
 
 RM_BATCH = 10  # containers per `docker rm`: bounded concurrent endpoint releases in the daemon
@@ -26,6 +27,7 @@ class ComposeBackend(Backend):
     """Docker Compose on one host."""
 
     name = "compose"
+    traits = BackendTraits("compose", containers=True, runs_cfs=True)
     #: The docker CLI and its global options: the swarm backend aims one instance at each of its hosts.
     docker: tuple[str, ...] | list[str] = ("docker",)
     up_log = "compose-up.log"  # in the swarm's state folder
@@ -132,9 +134,19 @@ class ComposeBackend(Backend):
     def exec_prefix(self, swarm: str, node: str, interactive: bool = False) -> list[str]:
         return [*self.docker, "exec", *(["-i"] if interactive else []), container_name(swarm, node)]
 
-    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str) -> None:
+    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str, at_hop: bool = False) -> None:
         """`docker exec -d`: the process lives in the container and goes with it (also on `docker restart`)."""
         self.runner.run([*self.docker, "exec", "-d", container_name(swarm, node), *argv], timeout=60)
+
+    def node_binary(self, host_path: str) -> str:
+        """A container does not see the host's files: binaries are copied to /usr/local/bin."""
+        return f"/usr/local/bin/{Path(host_path).name}"
+
+    def install_binary(self, swarm: str, node: str, host_path: str) -> str:
+        """`docker cp` the binary into the container (gone with it)."""
+        self.runner.run([*self.docker, "cp", host_path, f"{container_name(swarm, node)}:{self.node_binary(host_path)}"],
+                        timeout=60)
+        return self.node_binary(host_path)
 
     def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
         return self.exec_prefix(swarm, node, interactive=True) + [*AGENT_COMMAND[:2], *args]

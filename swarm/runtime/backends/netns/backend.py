@@ -27,6 +27,7 @@ from pathlib import Path
 from compose.render import NODE_SYSCTLS, node_environment
 from swarm.errors import SpecError
 from swarm.spec.model import NodePlan, SwarmSpec, gateway_address
+from swarm.caps import BackendTraits
 from swarm.runtime.backends.base import Backend, Progress, swarm_dir
 
 NS_PREFIX = "swarm-emu_"
@@ -120,6 +121,7 @@ class NetnsBackend(Backend):
     """Network namespaces on this host, no container runtime."""
 
     name = "netns"
+    traits = BackendTraits("netns", containers=False, isl_multicast=True)
 
     def check_available(self) -> None:
         if not self.caps.root:

@@ -41,8 +41,9 @@ from typing import Any
 from compose.render import AGENT_COMMAND, LABEL_NET, LABEL_SWARM, compose_yaml, container_name, network_name, render_compose
 from swarm.cfs.node import CfsRuntime
 from swarm.errors import CommandError, RuntimeFailure, SpecError
+from swarm.caps import BackendTraits
 from swarm.runtime.backends.base import Backend, Progress, swarm_dir
-from swarm.runtime.backends.compose import ComposeBackend
+from swarm.runtime.backends.compose.backend import ComposeBackend
 from swarm.runtime.clocks import PROBE_ARGV, ClockOffset, estimate
 from swarm.spec.hosts import HostSpec, dynamic_range, node_mtu, overlay_driver_mtu, place, placeables
 from swarm.spec.model import NodePlan, SwarmSpec, gateway_address
@@ -131,6 +132,7 @@ class SwarmBackend(Backend):
     """Docker Swarm overlays over several hosts; each host's share is a Compose project."""
 
     name = "swarm"
+    traits = BackendTraits("swarm", containers=True, multi_host=True)
     #: The orchestrator is on no overlay: ground addresses are probed from a node, not from the host.
     host_reaches_ground = False
     #: Images and ulimits of cFS nodes (unused: the swarm backend refuses cFS nodes at check_spec).
@@ -500,7 +502,7 @@ class SwarmBackend(Backend):
     def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
         return self.exec_prefix(swarm, node, interactive=True) + [*AGENT_COMMAND[:2], *args]
 
-    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str) -> None:
+    def start_daemon(self, swarm: str, node: str, argv: list[str], name: str, at_hop: bool = False) -> None:
         self.runner.run([*self._docker(self._host_of(swarm, node)), "exec", "-d", container_name(swarm, node), *argv], timeout=60)
 
     def logs(self, swarm: str, node: str, tail: int = 50) -> str:

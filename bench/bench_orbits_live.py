@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: a netns swarm's links following an orbit plan live (swarm.runtime.orbits.LinkTimelineDriver).
+"""Benchmark: a netns swarm's links following an orbit plan live (netem.runtime.orbits.LinkTimelineDriver).
 
 Per size N: a Walker delta of N - G satellites at 550 km / 53 deg plus G ground stations (G = 1 for N < 32,
 2 below 100, 4 from 100), ISLs within 5000 km, nearest 4 (mutual), ISL rate from a link budget (so links
@@ -11,8 +11,8 @@ step applied on both its nodes) p50/p99/max, the share of steps finished before 
 coalesced steps, per-update lag p50/p99. Prints a Markdown table for BENCHMARKS.md; links.csv of each size
 goes to results/bench-orbits-live-<time>/.
 
-    python experiments/bench/bench_orbits_live.py --sizes 16 32 --duration 120s
-    python experiments/bench/bench_orbits_live.py --sizes 100 --duration 120s
+    python bench/bench_orbits_live.py --sizes 16 32 --duration 120s
+    python bench/bench_orbits_live.py --sizes 100 --duration 120s
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import pandas as pd  # noqa: E402
@@ -33,7 +33,7 @@ from analysis.orbits import lag_summary  # noqa: E402
 from netem.orbits.planner import plan as make_plan  # noqa: E402
 from netem.orbits.spec import parse_orbits  # noqa: E402
 from netem.orbits.records import LINK_COLUMNS  # noqa: E402
-from swarm.runtime.orbits import LinkTimelineDriver  # noqa: E402
+from netem.runtime.orbits import LinkTimelineDriver  # noqa: E402
 from swarm.runtime.swarm import Swarm  # noqa: E402
 from swarm.spec.model import spec_from_dict  # noqa: E402
 
@@ -79,7 +79,7 @@ def bench(n: int, duration: str, speedup: float, out: Path, workers: int, third:
         rows.extend(new)
 
     try:
-        driver = LinkTimelineDriver(swarm, plan, speedup=speedup, workers=workers, on_rows=record,
+        driver = LinkTimelineDriver(swarm.links, plan, speedup=speedup, workers=workers, on_rows=record,
                                     message=lambda m: print(m, file=sys.stderr))
         load0 = os.getloadavg()[0]
         summary = driver.run()

@@ -15,7 +15,7 @@ started here if none runs, joined to the main Engine's Swarm by the backend. Mea
 5. per-node CPU and memory of an idle node (docker stats), for the placement estimate on paper.
 Prints a Markdown summary for BENCHMARKS.md and writes the raw figures as JSON.
 
-Usage (root): python experiments/bench/bench_multihost.py [--nodes 16] [--sweep-seconds 10] [--out FILE]
+Usage (root): python bench/bench_multihost.py [--nodes 16] [--sweep-seconds 10] [--out FILE]
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from hosts.second_engine import SecondEngine  # noqa: E402

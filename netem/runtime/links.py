@@ -3,7 +3,7 @@ link engines (netem/engines.py) to the running nodes and keeps their state (nete
 
 Everything applied lives inside the nodes (a root qdisc with handle 5eed: on the ISL interface, an nft table
 `netdev swarm_emu`; with the userspace engine its process, the chain SWARM_EMU_LINKS in the mangle table and
-PREROUTING's jump to it, see swarm.runtime.linkd): removing a namespace or container removes it; `clear`
+PREROUTING's jump to it, see netem.runtime.linkd): removing a namespace or container removes it; `clear`
 removes exactly those and nothing else (a root qdisc with another handle is left alone); the engine process
 stays, idle, until the node goes.
 """
@@ -14,7 +14,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import Callable, Iterator
 
 from netem.engines import TC_MAJOR, Engine, choose_engine, nft_clear_script, tcp_buffer_bytes, tcp_buffer_sysctls
 from netem.model import NONE, DirectedLinks, Impairment, LinkOverride, resolve_links
@@ -24,10 +24,8 @@ from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.mesh.plan import BATADV_IF, enslaved_interfaces
 from swarm.runtime.backends import swarm_dir
 from swarm.runtime.backends.base import NODE_ACTIONS
-from swarm.runtime.linkd import KERNEL_HELD_PACKETS, Linkd
-
-if TYPE_CHECKING:
-    from swarm.runtime.swarm import Swarm
+from netem.runtime.linkd import KERNEL_HELD_PACKETS, Linkd
+from swarm.runtime.context import SwarmContext
 
 DEFAULT_QDISCS = {"noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "pfifo", "bfifo", "sfq", "cake"}
 EXEC_TIMEOUT = 60
@@ -36,13 +34,16 @@ EXEC_TIMEOUT = 60
 class LinkController:
     """Applies link conditions and faults to one running swarm."""
 
-    def __init__(self, swarm: "Swarm", workers: int = 8):
-        self.swarm = swarm
+    def __init__(self, swarm: SwarmContext, workers: int = 8,
+                 on_node_restart: Callable[[str, float], None] = lambda node, timeout: None):
+        self.swarm = swarm  # the context, not the Swarm facade: name, spec, nodes, backend, runner, workdir, caps
+        # what else a restarted node needs back (its mesh daemon, its DTN agent): the caller's add-ons
+        self.on_node_restart = on_node_restart
         links = swarm.spec.links
         # container backends (compose, swarm): the userspace engine runs there only when pinned (`engine:
         # userspace`); its binary is copied into each container and the node image needs iptables, which has
         # been exercised on netns (and pinned on compose) only
-        skip = () if swarm.backend.name == "netns" else ("userspace",)
+        skip = ("userspace",) if swarm.backend.traits.containers else ()
         self.engine: Engine = choose_engine(swarm.caps, links.engine if links else None, skip)
         self.workers = workers
         self.dir = swarm_dir(swarm.workdir, swarm.name)
@@ -195,10 +196,8 @@ class LinkController:
             rec["stale"] = True
             self._wait_running(node, ready_timeout)
             self._push(state, nodes=[node], force=True)
-            if action == "restart" and self.swarm.spec.mesh.enabled:  # the node's processes were all ended
-                self.swarm.mesh.start([node])
-            if action == "restart" and self.swarm.node(node).spec.dtn is not None:  # its DTN agent too (an
-                self.swarm.dtn.start(ready_timeout, nodes=[node])  # empty store unless dtn.storage is persistent)
+            if action == "restart":  # the node's processes were all ended: its mesh daemon, DTN agent, ...
+                self.on_node_restart(node, ready_timeout)
 
     def restore(self) -> None:
         """Back to the spec's conditions: heal everything, drop run-time changes, bring faulted nodes back."""
