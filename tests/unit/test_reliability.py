@@ -254,3 +254,21 @@ def test_a_directory_as_the_spec_file_is_one_line(tmp_path):
     (tmp_path / "d").mkdir()
     code, _, err = cli("up", "--check", str(tmp_path / "d"))
     assert code == 2 and "directory" in one_line(err)
+
+
+def test_the_dtn_status_table_is_readable_at_80_columns():
+    from rich.console import Console
+
+    from swarm.cli.dtn import status_table
+    from swarm.dtn.runtime import AgentStatus
+
+    rows = [AgentStatus(f"sat{i:02d}", f"dtn://sat{i:02d}/", "tcp", "epidemic", ["sat01", "sat02", "ground"],
+                        12, 345, 6789, 1011, 0, "ok") for i in range(1, 4)]
+    rows.append(AgentStatus("ground", "dtn://ground/", "tcp", "epidemic", ["sat03"], 0, 1, 0, 1, 0, "ok"))
+    console = Console(width=80, record=True, force_terminal=False)
+    console.print(status_table("reldtn", rows, 80))
+    text = console.export_text()
+    assert "…" not in text, text
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    for r in rows:  # every name and number whole, on one line
+        assert r.node in text and "epidemic" in text and str(r.forwarded) in text, text
