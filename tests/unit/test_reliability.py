@@ -272,3 +272,78 @@ def test_the_dtn_status_table_is_readable_at_80_columns():
     assert all(len(line) <= 80 for line in text.splitlines()), text
     for r in rows:  # every name and number whole, on one line
         assert r.node in text and "epidemic" in text and str(r.forwarded) in text, text
+
+
+# ---- fuzzers for contact plans and `orbits:` sections (fixed seeds, bounded counts): every case is either
+# accepted or one SpecError/ValueError line; never another exception
+FUZZ_SEED = 20261125
+TOKENS = ["a", "contact", "range", "+0", "+60", "+5", "-1", "2026/03/20-12:00:00", "sat01", "sat02", "ground", "1",
+          "0", "1e400", "9" * 60, "nan", "inf", "#", "\t", "é", "a contact", "\x00", ":", "+1.5", "0.5", "2"]
+
+
+def _mutate_line(rng, line: str) -> str:
+    words = line.split()
+    op = rng.randrange(4)
+    if op == 0 and words:
+        words[rng.randrange(len(words))] = rng.choice(TOKENS)
+    elif op == 1 and words:
+        del words[rng.randrange(len(words))]
+    elif op == 2:
+        words.insert(rng.randrange(len(words) + 1), rng.choice(TOKENS))
+    else:
+        words = words * 2
+    return " ".join(words)
+
+
+def test_fuzzed_contact_plans_are_accepted_or_one_line():
+    import random
+    from swarm.dtn.contacts import parse_contact_plan, resolve_nodes
+    base = (REPO / "experiments" / "contacts" / "chain-gap.txt").read_text().splitlines()
+    rng = random.Random(FUZZ_SEED)
+    for case in range(400):
+        lines = list(base)
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(lines))
+            lines[i] = _mutate_line(rng, lines[i])
+        try:
+            resolve_nodes(parse_contact_plan("\n".join(lines), "plan.txt"), ["sat01", "sat02", "ground"], "plan.txt")
+        except (ValueError, SpecError) as exc:
+            assert "\n" not in str(exc) and str(exc).startswith("plan.txt"), (case, str(exc))
+
+
+def test_fuzzed_orbits_sections_are_accepted_or_one_line():
+    import copy
+    import random
+
+    import yaml
+    from netem.orbits.spec import parse_orbits
+    base = yaml.safe_load((REPO / "experiments" / "walker-dtn.yaml").read_text())["orbits"]
+    values = [None, 0, -1, 10 ** 50, 1e400, "", "x", [], {}, "1e400km", "9" * 60 + "s", "10min", True, 10001,
+              "0s", "-5deg", {"walker": {}}, [{"name": "gs\n"}]]
+    rng = random.Random(FUZZ_SEED)
+
+    def paths(node, prefix=()):
+        yield prefix
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from paths(v, prefix + (k,))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                yield from paths(v, prefix + (i,))
+
+    all_paths = [p for p in paths(base) if p]
+    for case in range(300):
+        data = copy.deepcopy(base)
+        for _ in range(rng.randint(1, 2)):
+            path = rng.choice(all_paths)
+            cur = data
+            try:
+                for key in path[:-1]:
+                    cur = cur[key]
+                cur[path[-1]] = rng.choice(values)
+            except (KeyError, IndexError, TypeError):
+                continue
+        try:
+            parse_orbits(data, "o.yaml")
+        except SpecError as exc:
+            assert "\n" not in str(exc), (case, str(exc))
