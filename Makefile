@@ -9,14 +9,18 @@ SWARM  := $(VENV)/bin/swarm
 # qemu-utils from backports, installing Debian's qemu-system-x86 replaces it (harmless for this project).
 APT_PACKAGES := iperf3 iproute2 nftables fping iputils-ping traceroute procps util-linux \
                 batmand batctl cyclonedds-tools debootstrap python3-venv qemu-system-x86 kmod \
-                chromium  # headless, for the report's browser test (tests/integration/test_report_browser.py)
+                chromium  # headless, for the browser tests (test_report_browser.py, test_observe_live.py)
+# tshark (pulls wireshark-common: dumpcap, mergecap, editcap, capinfos): `swarm capture` runs dumpcap from the host in
+# a node's namespace (pcapng, ring buffer, duration stop), mergecap joins a link's two ends; tshark reads them back
+APT_PACKAGES += tshark
 
-.PHONY: setup linkd linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn wipe clean help
+.PHONY: setup linkd linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn wipe clean help lint lint-py lint-rust
 
 help:
 	@echo "make demo   - bring up a small swarm, status + ISL reachability, short TCP/UDP sweep, report, tear down"
 	@echo "make test   - unit and integration tests (real Docker / netns / iperf3 where present)"
 	@echo "make unit | integration | image | bench-up | bench-sweep | wipe | clean"
+	@echo "make lint   - ruff + mypy (pyproject.toml) on the five packages; cargo fmt --check + clippy -D warnings on netem/linkd"
 
 setup: $(VENV)/.installed linkd dtn7
 
@@ -93,6 +97,19 @@ bench-sweep: setup
 
 bench-dtn: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) bench/bench_dtn.py
+
+# lint: the Python packages (ruff: pyflakes, pycodestyle, bugbear, mccabe <= 20; mypy with pydantic's plugin and
+# a baseline of modules still to clean, see pyproject.toml) and the Rust crate (rustfmt, clippy with warnings as
+# errors; its build dir under ~/.cache/swarm-emu like the release build's).
+lint: lint-py lint-rust
+
+lint-py: setup
+	$(VENV)/bin/ruff check swarm netem compose experiments analysis
+	$(VENV)/bin/mypy
+
+lint-rust:
+	cargo fmt --check --manifest-path netem/linkd/Cargo.toml
+	CARGO_TARGET_DIR="$(LINKD_TARGET)-clippy" nice -n 10 cargo clippy -q --release --locked --manifest-path netem/linkd/Cargo.toml -- -D warnings
 
 wipe: setup
 	$(SWARM) wipe --yes

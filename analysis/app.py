@@ -104,7 +104,8 @@ def write_app_report(run_dir: Path) -> dict[str, Path]:
     fig.tight_layout()
     fig.savefig(paths["plot"], format="png")
     host = json.loads((run_dir / "host.json").read_text()) if (run_dir / "host.json").exists() else {}
-    sections = [("Phases (between the faults; windows overlapping a fault's application, at_s to offset_s, are in none)", [("table", phases)]),
+    sections = [("Phases (between the faults; windows overlapping a fault's application, at_s to offset_s, "
+                 "are in none)", [("table", phases)]),
                 ("Delivery ratio and plan agreement over time", [("figure", (paths["plot"], "delivery and agreement"))])]
     if len(faults):
         sections.append(("Faults (planned at_s, took effect at offset_s)", [("table", faults)]))
@@ -115,6 +116,7 @@ def write_app_report(run_dir: Path) -> dict[str, Path]:
                 "samples were never sent, and are counted as unsent, not as lost"] if skipped else []
     title = f"Swarm app report: {run_dir.resolve().name}"
     intro = ("Delivery ratio: samples received / samples the peers sent (two topics per cycle, less the cycles a "
-             "late peer skipped: `unsent`), per directed pair and window of send cycles. Agreement: per cycle, the share of nodes whose plan equals "
+             "late peer skipped: `unsent`), per directed pair and window of send cycles. Agreement: per cycle, "
+             "the share of nodes whose plan equals "
              "the most common plan. Latency: receive minus send time on the shared host clock.")
     return {**paths, **write_report_pages(out, title, intro, host, warnings, sections)}

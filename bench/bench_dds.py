@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.app.run import experiment_from_dict as app_experiment
+from experiments.app.model import experiment_from_dict as app_experiment
 from experiments.app.run import run_app_experiment
 from swarm.runtime.swarm import NodeFailed
-from experiments.ddsperf.sweep import experiment_from_dict as ddsperf_experiment
-from experiments.ddsperf.sweep import run_ddsperf_sweep
+from experiments.ddsperf.model import experiment_from_dict as ddsperf_experiment
+from experiments.ddsperf.run import run_ddsperf_sweep
 from analysis.ddsperf import summary_table
 from analysis.pages import markdown_table
 from experiments.store import HostSampler, ResultsStore, host_facts

@@ -20,7 +20,8 @@ import platform
 import subprocess
 import time
 
-from swarm.runtime.swarm import Swarm, default_workdir
+from swarm.runtime.state import default_workdir
+from swarm.runtime.swarm import Swarm
 from netem.model import impairment
 from experiments.traffic.iperf3 import parse_client_json
 from swarm.runtime.probe import capabilities

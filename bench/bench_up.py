@@ -13,7 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from swarm.runtime.swarm import Swarm, default_workdir
+from swarm.runtime.state import default_workdir
+from swarm.runtime.swarm import Swarm
 from swarm.runtime.probe import capabilities
 from swarm.spec.model import spec_from_dict
 

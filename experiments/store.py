@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from swarm.runtime.swarm import Swarm
 
 FLOW_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "src", "dst", "port", "start_ts",
-                "release_ts", "exit_ts", "ok", "error", "bits_per_second", "sent_bits_per_second", "lost_percent", "lost_packets", "packets", "jitter_ms",
+                "release_ts", "exit_ts", "ok", "error", "bits_per_second", "sent_bits_per_second", "lost_percent",
+                "lost_packets", "packets", "jitter_ms",
                 "window_bits_per_second", "window_lost_percent", "skew_s", "window_s", "duration_s",
                 "receiver_s", "sender_s"]
 TEST_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "flows", "flows_ok", "duration_s",

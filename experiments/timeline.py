@@ -13,6 +13,7 @@ from netem.model import LinkOverride
 from netem.state import check_partition, span
 from swarm.errors import SpecError
 from swarm.mesh.plan import healed_pairs
+from swarm.observe.events import caused_by
 from netem.runtime.links import LinkController
 from swarm.units import parse_duration
 
@@ -104,7 +105,12 @@ def check_timeline(events: list[FaultEvent], nodes: list[str], duration: float, 
 
 
 def apply_event(ctl: LinkController, ev: FaultEvent) -> None:
-    """Apply one timeline entry now."""
+    """Apply one timeline entry now (its events in the swarm's log say the fault timeline caused them)."""
+    with caused_by("fault timeline"):
+        _apply_event(ctl, ev)
+
+
+def _apply_event(ctl: LinkController, ev: FaultEvent) -> None:
     if ev.cut is not None:
         ctl.cut(*ev.cut)
     elif ev.heal is not None:

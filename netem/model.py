@@ -321,7 +321,7 @@ def resolve_links(links: Optional[LinksSpec], nodes: list[str], profiles: dict[s
         if base.values():
             out = {(s, d): base for s in nodes for d in nodes if s != d}
     for i, ov in enumerate(links.overrides):
-        imp = _with_where(lambda: ov.impairment(profiles), f"{where}.overrides[{i}]")
+        imp = _with_where(lambda ov=ov: ov.impairment(profiles), f"{where}.overrides[{i}]")
         for pair in ov.targets(nodes):
             out[pair] = out.get(pair, NONE).merge(imp)
     for (s, d), imp in out.items():

@@ -65,3 +65,12 @@ class CommandError(RuntimeFailure):
         tail = (stderr or stdout).strip().splitlines()
         detail = tail[-1] if tail else "no output"
         super().__init__(f"command failed (exit {returncode}): {shlex.join(self.argv)}: {detail}")
+
+
+class NodeFailed(RuntimeFailure):
+    """A node did not become ready; carries its logs."""
+
+    def __init__(self, node: str, reason: str, logs: str):
+        self.node = node
+        self.logs = logs
+        super().__init__(f"node {node!r} failed to start: {reason}")

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from analysis.app import write_app_report
-from experiments.app.run import experiment_from_dict, run_app_experiment
+from experiments.app.model import experiment_from_dict
+from experiments.app.run import run_app_experiment
 from experiments.kind import ExperimentType
 
 

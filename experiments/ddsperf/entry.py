@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from analysis.ddsperf import write_ddsperf_report
-from experiments.ddsperf.sweep import experiment_from_dict, plan_tests, run_ddsperf_sweep
+from experiments.ddsperf.model import experiment_from_dict
+from experiments.ddsperf.plan import plan_tests
+from experiments.ddsperf.run import run_ddsperf_sweep
 from experiments.kind import ExperimentType
 
 

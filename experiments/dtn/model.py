@@ -38,8 +38,9 @@ from experiments.timeline import FaultEvent, check_timeline
 from swarm.dtn.contacts import ContactPlan, LinkEvent, link_schedule, parse_contact_plan, periodic_plan, resolve_nodes
 from swarm.dtn.spec import CLAS, ROUTINGS, DtnSpec, parse_seconds, parse_size
 from swarm.errors import SpecError
+from experiments.base import ExperimentModel
 from swarm.spec.safe_yaml import PLAN_LIMIT, read_text
-from swarm.spec.model import _check_name, read_yaml, spec_from_dict, validate_document
+from swarm.spec.model import read_yaml, spec_from_dict, validate_document
 from swarm.spec.model import SwarmSpec
 
 PATTERNS = ("chain", "all-to-ground", "all-to-all")
@@ -117,10 +118,8 @@ class DtnTest:
     repeat: int
 
 
-class DtnExperiment(BaseModel):
+class DtnExperiment(ExperimentModel):
     """A DTN sweep (see the module text)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["dtn"] = "dtn"
     name: str
@@ -143,11 +142,6 @@ class DtnExperiment(BaseModel):
     ip_probe: Optional[bool] = None
     ip_probe_rate: float = Field(10.0, gt=0, le=10_000)
     swarm: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _check_name("experiment", v)
 
     @field_validator("pattern")
     @classmethod
@@ -219,7 +213,8 @@ class DtnExperiment(BaseModel):
             raise ValueError("swarm.defaults.dtn: set by the experiment (top-level `dtn`, `clas`, `routings`)")
         for key in ("cla", "routing", "static_peers"):
             if key in self.dtn:
-                raise ValueError(f"dtn.{key}: set by the experiment ({'clas' if key == 'cla' else 'routings' if key == 'routing' else 'pattern'})")
+                which = "clas" if key == "cla" else "routings" if key == "routing" else "pattern"
+                raise ValueError(f"dtn.{key}: set by the experiment ({which})")
         for cla in self.clas:  # every DtnSpec field checked once, and the largest bundle against the limits
             try:
                 piece = DtnSpec(**{**self.dtn, "cla": cla, "routing": self.routings[0]})

@@ -28,6 +28,8 @@ from experiments.dtn.parse import (BUNDLE_COLUMNS, STORE_COLUMNS, bundle_rows, f
                                    store_rows)
 from experiments.store import HostSampler, ResultsStore, host_facts
 from experiments.timeline import FaultEvent, FaultTimeline
+from swarm.dtn.plan import node_rtts
+from swarm.dtn.runtime import link_delays_ms
 from swarm.errors import RuntimeFailure
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 from swarm.spec.model import SwarmSpec
@@ -47,8 +49,12 @@ DTN_TEST_COLUMNS = ["run_id", "test_id", "pattern", "size", "nodes", "cla", "rou
 BUNDLE_OVERHEAD = 82
 
 
-def traffic_plans(exp: DtnExperiment, test: DtnTest, isl_ips: dict[str, str], release: float, web_port: int) -> dict[str, dict]:
-    """{node: the plan its traffic program reads} (pure)."""
+def traffic_plans(exp: DtnExperiment, test: DtnTest, isl_ips: dict[str, str], release: float, web_port: int,
+                  rtt: float = 0.0) -> dict[str, dict]:
+    """{node: the plan its traffic program reads} (pure). `rtt`: the swarm's longest round trip (s): a
+    max-rate receiver waits six round trips longer before it calls the link quiet: a TCPCL session's set-up
+    takes three (TCP handshake, contact headers, session init) and its first bundle about three more (TCP slow
+    start from a small socket buffer); then it carries one bundle per round trip."""
     nodes = swarm_nodes(test.size)
     pairs = flows(exp.pattern, nodes)
     count = exp.flow_counts(test)
@@ -67,7 +73,7 @@ def traffic_plans(exp: DtnExperiment, test: DtnTest, isl_ips: dict[str, str], re
             if count is not None:
                 plan["expect"] = expect[n]
             else:
-                plan["quiet"] = min(QUIET_MAX_S, exp.drain)
+                plan["quiet"] = min(QUIET_MAX_S + 6 * rtt, exp.drain)
     if exp.probe_ip():
         probes = probe_pairs(exp.pattern, nodes)
         for n, plan in plans.items():
@@ -153,7 +159,8 @@ def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Op
         release = time.time() + RELEASE_LEAD_S
         isl = {n.name: n.isl_ip for n in swarm.nodes}
         port = agents.piece(nodes[0]).web_port
-        plans = traffic_plans(exp, test, isl, release, port)
+        rtt = max(node_rtts(nodes, link_delays_ms(swarm.spec.links, nodes)).values(), default=0.0)
+        plans = traffic_plans(exp, test, isl, release, port, rtt)
         readers = {}
         for node, plan in plans.items():
             if not plan["flows"] and not plan["receive"] and not exp.store_interval:

@@ -7,7 +7,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from netem.orbits.spec import parse_orbits
 from swarm.dtn.spec import DtnSpec, parse_size
-from swarm.spec.model import SwarmSpec, _check_name, spec_from_dict, validate_document
+from experiments.base import ExperimentModel
+from swarm.spec.model import SwarmSpec, spec_from_dict, validate_document
 from swarm.units import parse_duration
 
 
@@ -80,8 +81,8 @@ class OrbitsDtn(BaseModel):
         return out
 
 
-class OrbitsExperiment(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class OrbitsExperiment(ExperimentModel):
+    """A swarm whose links follow an orbit plan live, with probes and DTN flows."""
 
     type: Literal["orbits"] = "orbits"
     name: str
@@ -94,11 +95,6 @@ class OrbitsExperiment(BaseModel):
     contact_plan_numbers: Optional[dict[str, int]] = None
     workers: int = Field(16, ge=1, le=256)
     dtn: Optional[OrbitsDtn] = None
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _check_name("experiment", v)
 
     @field_validator("probe_interval", mode="before")
     @classmethod

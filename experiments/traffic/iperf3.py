@@ -102,7 +102,8 @@ def parse_client_json(text: str, spawn_ts: float | None = None) -> FlowResult:
     """Parse one client's `iperf3 -c ... -J --get-server-output` stdout; never raises on bad input.
 
     Invalid or truncated JSON (e.g. a killed client, which prints nothing) gives ok=False and
-    error 'invalid JSON: ...'; JSON missing expected fields gives 'unexpected iperf3 JSON: ...'. iperf3's own top-level "error" (or the embedded server report's)
+    error 'invalid JSON: ...'; JSON missing expected fields gives 'unexpected iperf3 JSON: ...'. iperf3's own
+    top-level "error" (or the embedded server report's)
     gives ok=False with that message; figures present in the partial report are still filled in.
     """
     if not text.strip():

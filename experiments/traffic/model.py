@@ -18,7 +18,8 @@ from swarm.errors import SpecError
 from swarm.units import parse_duration
 from experiments.timeline import FaultEvent, check_timeline
 from netem.model import LinksSpec
-from swarm.spec.model import (MAX_NODES, NodePlan, SwarmSpec, _check_name, _Strict, read_yaml, swarm_from_template, unique,
+from experiments.base import ExperimentModel
+from swarm.spec.model import (MAX_NODES, NodePlan, SwarmSpec, _Strict, read_yaml, swarm_from_template, unique,
                               validate_document)
 
 PATTERNS = ("full-mesh", "ring", "pairs", "one-to-all")
@@ -41,7 +42,7 @@ class IperfOptions(_Strict):
         return None if v is None else str(v)
 
 
-class ExperimentSpec(_Strict):
+class ExperimentSpec(ExperimentModel):
     """A bandwidth/loss sweep."""
 
     type: Literal["traffic"] = "traffic"  # bandwidth/loss sweep; `ddsperf` and `app` are experiments.ddsperf / experiments.app
@@ -63,11 +64,6 @@ class ExperimentSpec(_Strict):
     swarm: dict[str, Any] = Field(default_factory=dict)  # swarm spec fields (networks, defaults, ...)
     links: Optional[LinksSpec] = None  # link conditions of every test's swarm (netem.model)
     faults: list[FaultEvent] = Field(default_factory=list)  # timeline per test, from the traffic's release
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _check_name("experiment", v)
 
     @field_validator("duration", mode="before")
     @classmethod

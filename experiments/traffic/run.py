@@ -351,7 +351,7 @@ class MuxTestRunner(TestRunner):
             step_start = time.monotonic()
             connected = self._step(procs, failed, {n: "connect" for n in procs}, "connected")
             slowest_step = max(slowest_step, time.monotonic() - step_start)
-            for node, reply in connected.items():
+            for reply in connected.values():
                 for fid, error in (reply.get("errors") or {}).items():
                     self.message(f"{fid}: {error}")
             setup_s = time.monotonic() - t_start

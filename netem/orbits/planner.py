@@ -171,10 +171,14 @@ def plan(spec: OrbitsSpec, chunk_elements: int = _CHUNK_ELEMENTS) -> Plan:
         up_parts, dist_parts, rate_parts = [], [], []
         if n_isl:
             up, dist, rate = _isl_chunk(pos[c0:c1], iu, ju, r_block2, pol)
-            up_parts.append(up); dist_parts.append(dist); rate_parts.append(rate)
+            up_parts.append(up)
+            dist_parts.append(dist)
+            rate_parts.append(rate)
         if n_gnd:
             up, dist, rate = _ground_chunk(pos[c0:c1], gpos[c0:c1], gup[c0:c1], sin_min_el, pol)
-            up_parts.append(up); dist_parts.append(dist); rate_parts.append(rate)
+            up_parts.append(up)
+            dist_parts.append(dist)
+            rate_parts.append(rate)
         if not up_parts:
             continue
         up = np.concatenate(up_parts, axis=1)

@@ -2,10 +2,12 @@
 a restart loop), handing it its configuration, and its iptables rules.
 
 Where the packets are held (LinkdHold): on the netns backend at a forwarding hop, the swarm's switch namespace,
-where iptables sees every bridged frame (br_netfilter): the engine of node N runs there with node N's /run,
-on queue N+1, fed by the chain SWARM_EMU_LINKS_N that mangle FORWARD jumps to for frames leaving through N's
-bridge port. Held there, a packet no longer counts against its sender's socket, and the receiver's kernel
-stamps it when it really arrives, so plain `ping` shows the whole round trip (2 x 1.3 s = 2.6 s to the Moon).
+where iptables sees every bridged frame (br_netfilter): one engine for the whole swarm runs there, serving
+node N's queue N+1 (fed by the chain SWARM_EMU_LINKS_N that mangle FORWARD jumps to for frames leaving through
+N's bridge port) with node N's control socket and saved configuration (host paths under N's run/): one
+process and, under load, one wake-up per tick for all nodes instead of a process and a wake-up per packet each.
+Held there, a packet no longer counts against its sender's socket, and the receiver's kernel stamps it when it
+really arrives, so plain `ping` shows the whole round trip (2 x 1.3 s = 2.6 s to the Moon).
 Elsewhere (compose, the swarm backend, a kernel without br_netfilter) everything lives inside the node: the
 engine (`docker exec -d` in the container, the binary copied in) and the chain SWARM_EMU_LINKS that the node's
 mangle PREROUTING jumps to; there the receiver's kernel stamps a packet before the engine holds it (`ping -U`
@@ -20,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,6 +78,21 @@ def engine_argv(binary: str, queue: int = LINKD_QUEUE, inject: tuple[str, str] |
         extra += ["--kernel-hold", str(kernel_hold)]
     return ["sh", "-c", SUPERVISE, binary, "run", "--queue", str(queue), *extra, "--control", LINKD_CONTROL,
             "--state", LINKD_STATE, "--max-bytes", str(LINKD_MAX_BYTES), "--max-packets", str(MAX_PACKETS), "--realtime"]
+
+
+def instance_spec(queue: int, control: str, state: str, inject: tuple[str, str] | None = None) -> str:
+    """One queue of a swarm's engine (pure): `swarm-linkd run --instance` (paths without blanks)."""
+    spec = f"queue={queue} control={control} state={state}"
+    return spec + (f" inject-dev={inject[0]} inject-mac={inject[1].lower()}" if inject else "")
+
+
+def swarm_engine_argv(binary: str, instances: list[str], kernel_hold: int = KERNEL_HOLD) -> list[str]:
+    """The supervised engine serving many nodes' queues from one process (pure): one wake-up takes the
+    packets waiting for every node and releases those due for every node (batched per queue)."""
+    extra = ["--kernel-hold", str(kernel_hold)] if kernel_hold != KERNEL_HOLD else []
+    inst = [a for spec in instances for a in ("--instance", spec)]
+    return ["sh", "-c", SUPERVISE, binary, "run", *inst, *extra, "--max-bytes", str(LINKD_MAX_BYTES),
+            "--max-packets", str(MAX_PACKETS), "--realtime"]
 
 
 def kernel_hold_setting() -> int:
@@ -141,6 +159,7 @@ class Linkd:
         self.swarm = swarm
         self.backend = swarm.backend
         self.host_binary = swarm.caps.linkd or linkd_binary() or ""
+        self._start_lock = threading.Lock()  # nodes are configured in parallel; the swarm's engine starts once
 
     def hop(self, node: "NodePlan", iface: str) -> tuple[list[str], str] | None:
         """The forwarding hop where this node's packets are held (argv prefix, bridge port), or None: in the node."""
@@ -180,9 +199,55 @@ class Linkd:
             raise RuntimeFailure("userspace link engine: no swarm-linkd binary (run `make setup`, or set $SWARM_LINKD)")
         binary = self.backend.install_binary(self.swarm.name, node, self.host_binary)
         hop = self.hop(plan, iface)
+        if hop and self._start_swarm_engine(plan, iface, binary):
+            return self._wait_answer(node, rec)
         argv = engine_argv(binary, self.hold(plan, iface).queue, (hop[1], plan.isl_mac) if hop else None,
                            kernel_hold_setting())
         self.backend.start_daemon(self.swarm.name, node, argv, "linkd", at_hop=bool(hop))
+        self._wait_answer(node, rec)
+
+    def _engine_list(self) -> Path | None:
+        """The nodes whose queues the swarm's engine serves (written when it starts), or None without a hop."""
+        sd = getattr(self.backend, "state_dir", None)
+        return sd(self.swarm.name) / "linkd-swarm-engine.txt" if sd else None
+
+    def _start_swarm_engine(self, plan: "NodePlan", iface: str, binary: str) -> bool:
+        """At the hop: one engine for every node of the swarm whose engine does not answer yet (their queues
+        are free), started once; True when the node's queue is (or is being) served by it. When a node it lists
+        does not answer within START_TIMEOUT (the engine and its restart loop were killed), a new one is started
+        for every node that does not answer."""
+        listing = self._engine_list()
+        with self._start_lock:
+            if self.ping(plan.name):
+                return True
+            served = set(listing.read_text().split()) if listing and listing.exists() else set()
+            if plan.name in served:
+                deadline = time.monotonic() + START_TIMEOUT
+                while time.monotonic() < deadline:
+                    if self.ping(plan.name):
+                        return True
+                    time.sleep(0.1)
+                # the swarm's engine and its restart loop are gone (killed): a new one for every silent node
+                served = set()
+            specs, names = [], []
+            for n in self.swarm.nodes:
+                if n.name in served or (n.name != plan.name and self.ping(n.name)):
+                    continue
+                hop = self.hop(n, iface)
+                control = self.backend.run_path_on_host(self.swarm.name, n.name, LINKD_CONTROL)
+                state = self.backend.run_path_on_host(self.swarm.name, n.name, LINKD_STATE)
+                if not hop or control is None or state is None or len(str(control)) >= 100 or " " in str(control):
+                    return False
+                control.parent.mkdir(parents=True, exist_ok=True)
+                specs.append(instance_spec(self.hold(n, iface).queue, str(control), str(state), (hop[1], n.isl_mac)))
+                names.append(n.name)
+            argv = swarm_engine_argv(binary, specs, kernel_hold_setting())
+            if listing is None or not self.backend.start_hop_daemon(self.swarm.name, argv, "linkd"):
+                return False
+            listing.write_text("".join(f"{n}\n" for n in sorted(served | set(names))))
+            return True
+
+    def _wait_answer(self, node: str, rec: dict) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             answer = self.ping(node)
@@ -191,7 +256,7 @@ class Linkd:
                 return
             time.sleep(0.1)
         raise RuntimeFailure(f"node {node!r}: the userspace link engine did not answer within {START_TIMEOUT:.0f} s "
-                             f"(see its log: swarm logs / .swarm/<name>/logs/{node}.linkd.log)")
+                             f"(see its log: .swarm/<name>/logs/hop.linkd.log for the swarm's engine, else {node}.linkd.log)")
 
     def configure(self, node: str, config: str | None) -> dict[str, str]:
         """Hand the engine its whole configuration (replacing the previous one); returns its reply

@@ -26,9 +26,11 @@ from swarm.runtime.backends import swarm_dir
 from swarm.runtime.backends.base import NODE_ACTIONS
 from netem.runtime.linkd import KERNEL_HELD_PACKETS, Linkd
 from swarm.runtime.context import SwarmContext
+from swarm.observe.events import emit, link_changes, link_view
 
 DEFAULT_QDISCS = {"noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "pfifo", "bfifo", "sfq", "cake"}
 EXEC_TIMEOUT = 60
+NODE_STATE_AFTER = {"stop": "stopped", "kill": "killed", "pause": "paused", "unpause": "running", "restart": "running"}
 
 
 class LinkController:
@@ -77,6 +79,7 @@ class LinkController:
         with open(self.dir / "links.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             state = self.load()
+            before = link_view(state.base, state.cuts)
             try:
                 yield state
             except SpecError:
@@ -85,6 +88,8 @@ class LinkController:
                 self._save(state)
                 raise
             self._save(state)
+            for change in link_changes(before, link_view(state.base, state.cuts)):  # the event log (swarm.observe)
+                emit(self.dir, "link", **change)
 
     # ------------------------------------------------------------------------------- conditions
     def spec_links(self) -> DirectedLinks:
@@ -153,6 +158,7 @@ class LinkController:
         with self._transaction() as state:
             cuts = state.cuts | {(a, b), (b, a)}
             self.engine.check(with_cuts(state.base, cuts), "cut")
+            emit(self.dir, "fault", kind="cut", args=[a, b])
             state.cuts = cuts
             self._push(state)
 
@@ -163,6 +169,7 @@ class LinkController:
         if a is not None:
             self._check_pair(a, b, "heal")
         with self._transaction() as state:
+            emit(self.dir, "fault", kind="heal", args=[a, b] if a is not None else [])
             state.cuts = set() if a is None else state.cuts - {(a, b), (b, a)}
             self._push(state)
 
@@ -174,6 +181,7 @@ class LinkController:
         with self._transaction() as state:
             cuts |= state.cuts
             self.engine.check(with_cuts(state.base, cuts), "partition")
+            emit(self.dir, "fault", kind="partition", args=[",".join(g) for g in groups])
             state.cuts = cuts
             self._push(state)
 
@@ -183,6 +191,7 @@ class LinkController:
         if action not in NODE_ACTIONS:
             raise SpecError(f"node action {action!r}: expected one of {', '.join(NODE_ACTIONS)}")
         self.swarm.backend.node_action(self.swarm.name, node, action)
+        emit(self.dir, "node", node=node, state=NODE_STATE_AFTER.get(action, action), action=action)
         with self._transaction() as state:
             rec = state.nodes.setdefault(node, {})
             if action in ("stop", "kill", "pause"):
@@ -265,8 +274,8 @@ class LinkController:
             if not answer:
                 self._not_answering.add(node)
                 notes.append(f"{node}: its userspace link engine is not answering: the links into {node} drop every "
-                             "packet (fail closed) until it restarts (see its log, .swarm/<name>/logs/"
-                             f"{node}.linkd.log)")
+                             "packet (fail closed) until it restarts (see its log, .swarm/<name>/logs/hop.linkd.log "
+                             f"for the swarm's engine, else {node}.linkd.log)")
                 continue
             if answer.get("restarted") == "1":
                 notes.append(f"{node}: its userspace link engine died and was restarted with its configuration; "
@@ -298,7 +307,25 @@ class LinkController:
                 out[node] = int(head.get("first_packet_at_ns", 0))
         return out
 
-    # ------------------------------------------------------------------------------------ applying
+    # ------------------------------------------------------------------- applying (public: the orbit driver)
+    def transaction(self):
+        """The link state (links.json), locked against other writers and saved on exit (see _transaction)."""
+        return self._transaction()
+
+    def apply(self, node, rec: dict, links: DirectedLinks, *, force: bool = False, cut_frames: bool = True):
+        """Make one running node match `links` (the effective conditions of the directed links touching it),
+        changing only the parts whose plan changed; `rec` is the node's record in the link state, updated in
+        place. Returns the engine's plan (None: nothing to visit). The orbit driver calls this per node and
+        step, holding the whole swarm's state in memory between saves."""
+        by_mac = {n.name: n.isl_mac for n in self.swarm.nodes}
+        return self._apply_node(node, rec, links, by_mac, force, cut_frames=cut_frames)
+
+    def change_tc(self, node: str, changes: list[list[str]]) -> None:
+        """Apply in-place tc changes (netem.incremental.tc_changes: `tc class/qdisc change` argvs) to a node's tree,
+        so a changed delay or rate does not flush the packets queued in the link."""
+        if changes:
+            self._run(node, ["tc", "-batch", "-"], input="\n".join(" ".join(a[1:]) for a in changes) + "\n")
+
     def _push(self, state: LinkState, nodes: list[str] | None = None, force: bool = False,
               clearing: bool = False) -> list[str]:
         """Make every (or the given) running node's qdiscs and nft table match the state. Nodes whose plan is

@@ -38,6 +38,7 @@ from netem.orbits.planner import Plan
 from netem.orbits.records import LINK_COLUMNS
 from netem.state import node_links, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
+from swarm.observe.events import emit
 
 if TYPE_CHECKING:
     from netem.runtime.links import LinkController
@@ -140,22 +141,30 @@ class LinkTimelineDriver:
             if rec.get("tc") == signature(prev) and rec.get("tc") != signature(tc):
                 changes = tc_changes(prev, tc)
                 if changes:
-                    self.ctl._run(node.name, ["tc", "-batch", "-"],
-                                  input="\n".join(" ".join(a[1:]) for a in changes) + "\n")
+                    self.ctl.change_tc(node.name, changes)
                     rec["tc"] = signature(tc)
                     with self._count_lock:
                         self.counts["tc_in_place"] += 1
         tc_before, nft_before = rec.get("tc"), rec.get("nft")
-        cmds = self.ctl._apply_node(node, rec, self.eff[node.name], self.by_mac, force, cut_frames=False)
+        cmds = self.ctl.apply(node, rec, self.eff[node.name], force=force, cut_frames=False)
         self.tc_applied[node.name] = cmds.tc if cmds is not None else []
         tc = self.tc_applied[node.name]
         with self._count_lock:
             self.counts["tc_rebuilt"] += rec.get("tc") != tc_before or (force and bool(tc))
             self.counts["nft"] += rec.get("nft") != nft_before or force
 
+    def _events(self, rows: list[dict]) -> None:
+        """Each link update of a step into the swarm's event log (swarm.observe.events), both directions."""
+        for r in rows:
+            cond = " ".join(x for x in (f"delay {r['delay_ms']:g}ms" if r["up"] and r["delay_ms"] != "" else "",
+                                        f"rate {r['rate']}bit" if r["up"] and r["rate"] else "") if x)
+            for src, dst in ((r["a"], r["b"]), (r["b"], r["a"])):
+                emit(self.ctl.dir, "link", src=src, dst=dst, state="up" if r["up"] else "down", conditions=cond,
+                     cause="orbit schedule", step=r["step"])
+
     def _save(self) -> None:
         """links.json: the configured conditions with the plan's current ones, and the per-node records."""
-        with self.ctl._transaction() as state:
+        with self.ctl.transaction() as state:
             merged = dict(self.base)
             for links in self.eff.values():
                 merged.update(links)
@@ -170,7 +179,7 @@ class LinkTimelineDriver:
             self._pool = ThreadPoolExecutor(max(1, min(self.workers, len(self.plan.nodes))))
         pool = self._pool
         started = time.time()
-        with self.ctl._transaction() as state:
+        with self.ctl.transaction() as state:
             self.recs = {n: dict(state.nodes.get(n, {})) for n in self.plan.nodes}
         first = self.plan.timeline[self.plan.timeline["t_start"] == 0]
         for r in first.itertuples(index=False):
@@ -252,6 +261,7 @@ class LinkTimelineDriver:
                 step_rows.append({"t": batch[0][0], "lag_ms": (finished - (t0 + batch[0][0] / self.speedup)) * 1000,
                                   "updates": len(latest), "nodes": len(nodes)})
                 self.on_rows(out)
+                self._events(out)
                 progress(min(wall_len, time.time() - t0), wall_len,
                          f"step t={batch[-1][0]:g} s: {len(latest)} link(s) on {len(nodes)} node(s)")
             if not self.stop_event.is_set():

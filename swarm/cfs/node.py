@@ -17,6 +17,7 @@ swarm in the host's namespace; fs.mqueue.msg_max could only be raised host-wide.
 from __future__ import annotations
 
 import resource
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,7 +49,7 @@ _CAP_SYS_RESOURCE = 24
 _BUILD_TIMEOUT = 1800.0
 
 
-def cfs_nodes(nodes: list[NodePlan]) -> list[NodePlan]:
+def cfs_nodes(nodes: Sequence[NodePlan]) -> list[NodePlan]:
     """The nodes that run cFS."""
     return [n for n in nodes if n.spec.cfs is not None]
 

@@ -19,9 +19,11 @@ from rich.table import Table
 
 from swarm import __version__
 from swarm.cfs.node import check_cfs
-from swarm.runtime.swarm import NodeFailed, Swarm, all_states, default_workdir, down_by_name, leftovers, wipe as wipe_all
+from swarm.runtime.state import all_states, default_workdir, down_by_name, leftovers, wipe as wipe_all
+from swarm.runtime.swarm import NodeFailed, Swarm
 from swarm.cli import cfs as cfs_commands, dtn as dtn_commands, links as link_commands, mesh as mesh_commands, \
     orbits as orbit_commands
+from swarm.cli import observe as observe_commands
 from swarm.cli.console import err, out, warn
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
@@ -371,7 +373,8 @@ def report(run_dir: str) -> None:
     _write_report(Path(run_dir))
 
 
-for _commands in (link_commands, cfs_commands, mesh_commands, orbit_commands, dtn_commands):  # impair, fault; cfs; mesh; orbits; dtn
+for _commands in (link_commands, cfs_commands, mesh_commands, orbit_commands, dtn_commands,  # impair, fault; cfs; mesh; orbits; dtn
+                  observe_commands):  # capture, events, view
     _commands.register(cli)
 
 

@@ -6,11 +6,17 @@ with static peers (`-s <cla>://<isl address>:<port>/<peer>`) and neighbour disco
 beacons sent to the ISL subnet's broadcast address (`-E <broadcast>:3003`), so that agents find each
 other over the inter-satellite network and never over the ground network. `routing: static` gets a routes
 file (dtn7-rs's format: `<index> <source glob> <destination glob> <next-hop EID>`).
+
+Long delays: dtnd's TCPCL connect timeout, TCPCL keepalive and HTTP-CLA request timeout were constants (3 s,
+30 s, 5 s) that stopped every bundle above ~1.5 s one-way; images/dtn/dtn7-0.21.0.patch makes them settings
+(`-O tcp:connect-timeout=..`, `-O tcp:keepalive=..`, `-O http:timeout=..`), which `cla_timeouts` sizes from
+the longest round trip of the node's links (`node_rtts`).
 """
 from __future__ import annotations
 
 import ipaddress
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -38,6 +44,79 @@ class AgentPlan:
     files: dict[str, str] = field(default_factory=dict)  # name in workdir -> text
     web_port: int = 3000
     expected_peers: tuple[str, ...] = ()  # node names the agent must list before it counts as ready
+    route_attrs: tuple[str, ...] = ()  # attributes for the node's ISL subnet route (see route_attributes)
+
+
+@dataclass(frozen=True)
+class ClaTimeouts:
+    """dtnd's CLA timeouts (s), settings of the patched dtn7 (see the module text)."""
+
+    connect: float  # TCPCL: TcpStream::connect (one round trip when nothing is lost)
+    keepalive: int  # TCPCL session keepalive: dtnd ends a session that stays silent this long
+    http: float  # HTTP CLA: one POST of a whole bundle, answer included
+
+
+#: The published crate's constants: kept wherever they suffice, so short links run dtnd as published.
+DEFAULT_TIMEOUTS = ClaTimeouts(connect=3.0, keepalive=30, http=5.0)
+
+
+def cla_timeouts(rtt: float) -> ClaTimeouts:
+    """Timeouts for an agent whose longest round trip to a peer is `rtt` s; the crate's constants for short round
+    trips (TCPCL up to 1 s, HTTP up to 1/3 s), so that short links run dtnd as published:
+    - connect: 3 round trips, so that one lost SYN (sent again after Linux's 1 s initial RTO, then another
+      round trip: 2 RTT + 1 s) still connects;
+    - keepalive: the longest silence of a healthy session is waiting a round trip for an XFER_ACK after the
+      segments left the socket buffer: 4 round trips plus 10 s;
+    - http: one POST is the handshake, slow start of the body (~12 round trips reach several MB from the
+      initial window of 10 segments) and the answer: 15 round trips."""
+    if rtt < 0:
+        raise ValueError(f"round trip {rtt}: negative")
+    return ClaTimeouts(connect=max(DEFAULT_TIMEOUTS.connect, round(3 * rtt, 3)),
+                       keepalive=max(DEFAULT_TIMEOUTS.keepalive, math.ceil(4 * rtt + 10)),
+                       http=max(DEFAULT_TIMEOUTS.http, round(15 * rtt, 3)))
+
+
+def node_rtts(nodes: list[str], one_way_ms: dict[tuple[str, str], float]) -> dict[str, float]:
+    """Each node's longest round trip (s) to any other node: `one_way_ms` holds the one-way delay (plus
+    jitter) of each directed link that has one (ms); links without one count as 0."""
+    out = {n: 0.0 for n in nodes}
+    for (a, b), ms in one_way_ms.items():
+        rtt = (ms + one_way_ms.get((b, a), 0.0)) / 1000.0
+        for node in (a, b):
+            if node in out and rtt > out[node]:
+                out[node] = rtt
+    return out
+
+
+def timeout_args(cla: str, timeouts: ClaTimeouts) -> list[str]:
+    """dtnd's `-O` options for the timeouts that differ from the crate's constants (none for mtcp/udp, which
+    have no such timeouts)."""
+    args: list[str] = []
+    if cla == "tcp":
+        if timeouts.connect != DEFAULT_TIMEOUTS.connect:
+            args += ["-O", f"tcp:connect-timeout={_humantime(timeouts.connect)}"]
+        if timeouts.keepalive != DEFAULT_TIMEOUTS.keepalive:
+            args += ["-O", f"tcp:keepalive={timeouts.keepalive}s"]
+    if cla == "http" and timeouts.http != DEFAULT_TIMEOUTS.http:
+        args += ["-O", f"http:timeout={_humantime(timeouts.http)}"]
+    return args
+
+
+#: Round trips from which the ISL route gets larger initial windows, and their size in segments (~185 kB).
+LONG_RTT_S = 1.0
+INIT_WINDOW = 128
+
+
+def route_attributes(quickack: bool, rtt: float) -> list[str]:
+    """Attributes of the node's ISL subnet route for its TCP-based CLAs: `quickack 1` (no 40 ms delayed ACK
+    per transfer), and from a 1 s round trip an initial congestion and receive window of 128 segments: TCPCL
+    waits a round trip for each bundle's XFER_ACK, the connection idles meanwhile, and Linux restarts slow
+    start from the initial window (10 segments; the receiver offers ~20), so a 100 kB bundle took 3-4 round
+    trips instead of one (measured at 4 s one-way: 16.6 s to write it, 26.5 s more to its acknowledgement)."""
+    attrs = ["quickack", "1"] if quickack else []
+    if rtt >= LONG_RTT_S:
+        attrs += ["initcwnd", str(INIT_WINDOW), "initrwnd", str(INIT_WINDOW)]
+    return attrs
 
 
 def peer_url(cla: str, peer: Peer, port: int) -> str:
@@ -65,13 +144,17 @@ def broadcast_address(isl_subnet: str) -> str:
     return str(ipaddress.IPv4Network(isl_subnet).broadcast_address)
 
 
-def plan_agent(node: str, piece: DtnSpec, peers: list[Peer], workdir: str, isl_subnet: str) -> AgentPlan:
+def plan_agent(node: str, piece: DtnSpec, peers: list[Peer], workdir: str, isl_subnet: str,
+               rtt: float = 0.0) -> AgentPlan:
     """The agent of `node`. `peers`: the DTN nodes it should know (static mode: its static peers; auto
-    mode: the nodes discovery is expected to find), in index order."""
+    mode: the nodes discovery is expected to find), in index order. `rtt`: the longest round trip (s) of
+    the node's links; the piece's `max_delay` (one-way) replaces it when set."""
     argv = [DTND, "-n", node, "-W", workdir, "-e", APP_SERVICE, "-r", piece.routing,
             "-w", str(piece.web_port), "-j", _humantime(piece.janitor)]
     cla = piece.cla if piece.cla == "http" else f"{piece.cla}:port={piece.cla_port()}"
     argv += ["-C", cla]
+    rtt = 2 * piece.max_delay if piece.max_delay is not None else rtt
+    argv += timeout_args(piece.cla, cla_timeouts(rtt))
     if piece.storage.backend != "mem":
         argv += ["-D", piece.storage.backend]
     files: dict[str, str] = {}
@@ -90,14 +173,17 @@ def plan_agent(node: str, piece: DtnSpec, peers: list[Peer], workdir: str, isl_s
     if piece.debug:
         argv += ["-d"]
     return AgentPlan(node=node, argv=argv, workdir=workdir, files=files, web_port=piece.web_port,
-                     expected_peers=tuple(p.name for p in peers))
+                     expected_peers=tuple(p.name for p in peers),
+                     route_attrs=tuple(route_attributes(piece.quickack, rtt)))
 
 
 def plan_agents(nodes: list[tuple[str, str, Optional[DtnSpec]]], isl_subnet: str,
-                workdir_of: Any) -> list[AgentPlan]:
+                workdir_of: Any, one_way_ms: Optional[dict[tuple[str, str], float]] = None) -> list[AgentPlan]:
     """Agents of a swarm. `nodes`: (name, ISL address, dtn piece or None) in index order; `workdir_of(name)`
-    gives a node's work folder. Static peers default to every other DTN node; auto discovery is expected to
-    find every other DTN node (the ISL is one broadcast domain at start)."""
+    gives a node's work folder; `one_way_ms`: the links' one-way delays (see `node_rtts`). Static peers
+    default to every other DTN node; auto discovery is expected to find every other DTN node (the ISL is one
+    broadcast domain at start)."""
+    rtts = node_rtts([n for n, _, _ in nodes], one_way_ms or {})
     dtn_nodes = [(n, ip, p) for n, ip, p in nodes if p is not None]
     by_name = {n: Peer(n, ip) for n, ip, _ in dtn_nodes}
     plans = []
@@ -107,7 +193,7 @@ def plan_agents(nodes: list[tuple[str, str, Optional[DtnSpec]]], isl_subnet: str
             peers = [by_name[p] for p in piece.static_peers]
         else:
             peers = [by_name[n] for n, _, _ in dtn_nodes if n != name]
-        plans.append(plan_agent(name, piece, peers, workdir_of(name), isl_subnet))
+        plans.append(plan_agent(name, piece, peers, workdir_of(name), isl_subnet, rtts[name]))
     return plans
 
 

@@ -10,7 +10,8 @@
   earlier (by its recorded pid, nothing else).
 - TCP quick ACKs: dtn7-rs's TCP convergence layers write without TCP_NODELAY and wait for each transfer's
   acknowledgement, so Linux's delayed ACK (40 ms) caps a session at ~23 bundles/s. With `dtn.quickack`
-  (default) the node's ISL subnet route gets `quickack 1` (a route attribute, inside the node only).
+  (default) the node's ISL subnet route gets `quickack 1` (a route attribute, inside the node only); from a
+  1 s round trip also larger initial windows (swarm.dtn.plan.route_attributes).
 - Readiness: every agent answers its status API (GET /status/nodeid on the node's ground address, from the
   host) with its own node ID and lists every expected peer (/status/peers).
 """
@@ -25,10 +26,11 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from netem.model import LinksSpec, resolve_links
 from swarm.dtn.plan import AgentPlan, plan_agents, readiness, peer_names
 from swarm.dtn.spec import DtnSpec
 from swarm.errors import CommandError, RuntimeFailure, SpecError
@@ -163,12 +165,13 @@ class DtnAgents:
 
     def plans(self) -> list[AgentPlan]:
         nodes = [(n.name, n.isl_ip, n.spec.dtn) for n in self.swarm.nodes]
-        plans = plan_agents(nodes, self.swarm.spec.networks.isl.subnet, self.workdir)
+        plans = plan_agents(nodes, self.swarm.spec.networks.isl.subnet, self.workdir,
+                            link_delays_ms(self.swarm.spec.links, [n.name for n in self.swarm.nodes]))
         if self.netns:
             if self._bindir is None:
                 self._bindir = ensure_binaries(self.swarm.runner, self.swarm.workdir, self.swarm.message)
             dtnd = str(self._bindir / "dtnd")
-            plans = [AgentPlan(p.node, [dtnd, *p.argv[1:]], p.workdir, p.files, p.web_port, p.expected_peers) for p in plans]
+            plans = [replace(p, argv=[dtnd, *p.argv[1:]]) for p in plans]
         return plans
 
     def piece(self, node: str) -> DtnSpec:
@@ -199,22 +202,30 @@ class DtnAgents:
         self._exec(node, ["mkdir", "-p", plan.workdir])
         for name, text in plan.files.items():
             self._exec(node, ["sh", "-c", 'cat > "$0"', f"{plan.workdir}/{name}"], input=text)
-        if self.piece(node).quickack:
-            self._quickack(node)
+        if plan.route_attrs:
+            self._route_attrs(node, list(plan.route_attrs))
         self.swarm.backend.start_daemon(self.swarm.name, node, wrapper_argv(plan.workdir, plan.argv), "dtnd")
 
-    def _quickack(self, node: str) -> None:
-        """`quickack 1` on the node's ISL subnet route (see the module text)."""
+    def _route_attrs(self, node: str, attrs: list[str]) -> None:
+        """`attrs` (swarm.dtn.plan.route_attributes: quickack, initial windows) on the node's ISL subnet route
+        (see the module text); attributes the route already has are replaced."""
         subnet = self.swarm.spec.networks.isl.subnet
         res = self._exec(node, ["ip", "-4", "route", "show", subnet], check=False)
         line = res.stdout.strip().splitlines()[0] if res.ok and res.stdout.strip() else ""
         if not line:
-            self.swarm.message(f"dtn: {node}: no route for {subnet}; TCP quick ACKs not set")
+            self.swarm.message(f"dtn: {node}: no route for {subnet}; {' '.join(attrs)} not set")
             return
-        words = line.split()
-        if "quickack" in words:
-            return
-        self._exec(node, ["ip", "route", "change", *words, "quickack", "1"])
+        words, wanted = line.split(), dict(zip(attrs[0::2], attrs[1::2]))
+        kept, have, i = [], {}, 0
+        while i < len(words):
+            if words[i] in wanted and i + 1 < len(words):
+                have[words[i]] = words[i + 1]
+                i += 2
+            else:
+                kept.append(words[i])
+                i += 1
+        if have != wanted:
+            self._exec(node, ["ip", "route", "change", *kept, *attrs])
 
     def wait_ready(self, plans: Optional[list[AgentPlan]] = None, timeout: float = 60.0) -> None:
         plans = plans if plans is not None else self.plans()
@@ -347,6 +358,17 @@ class DtnAgents:
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             return list(pool.map(one, self.nodes))
+
+
+def link_delays_ms(links: Optional[LinksSpec], nodes: list[str]) -> dict[tuple[str, str], float]:
+    """One-way delay plus jitter (ms) of each directed link of the swarm's `links:` (profiles resolved), for
+    sizing dtnd's CLA timeouts (swarm.dtn.plan.cla_timeouts)."""
+    out = {}
+    for pair, imp in resolve_links(links, nodes).items():
+        ms = (imp.delay or 0.0) + (imp.jitter or 0.0)
+        if ms > 0:
+            out[pair] = ms
+    return out
 
 
 def wrapper_argv(workdir: str, argv: list[str]) -> list[str]:

@@ -118,6 +118,9 @@ class DtnSpec(_Strict):
     discovery_interval: float = 1.0  # s: IPND beacon period (peers: auto)
     peer_timeout: float = 10.0  # s: a discovered peer silent this long is dropped (peers: auto)
     web_port: int = Field(WEB_PORT, ge=1, le=65535)
+    # s, one-way: the delay dtnd's CLA timeouts allow for (swarm.dtn.plan.cla_timeouts); default: the longest
+    # delay of the node's links in `links:`. Set it when delays grow after the start (orbits, `swarm links`).
+    max_delay: Optional[float] = None
     quickack: bool = True  # `quickack 1` on the node's ISL route: no 40 ms delayed ACK per TCP-CLA transfer
     debug: bool = False  # dtnd -d: debug log (large)
 
@@ -146,14 +149,19 @@ class DtnSpec(_Strict):
     def _durations(cls, v: Any, info: Any) -> float:
         return parse_seconds(v, f"dtn.{info.field_name}")
 
+    @field_validator("max_delay", mode="before")
+    @classmethod
+    def _max_delay(cls, v: Any) -> Optional[float]:
+        return None if v is None else parse_seconds(v, "dtn.max_delay", allow_zero=True)
+
     @model_validator(mode="after")
     def _consistent(self) -> "DtnSpec":
         if self.routes and self.routing != "static":
             raise ValueError(f"dtn.routes: only for routing 'static' (routing is {self.routing!r})")
         if self.static_peers is not None and self.peers != "static":
             raise ValueError(f"dtn.static_peers: only for peers 'static' (peers is {self.peers!r})")
-        for key in ("janitor", "discovery_interval", "peer_timeout"):
-            if getattr(self, key) > 3600:
+        for key in ("janitor", "discovery_interval", "peer_timeout", "max_delay"):
+            if (getattr(self, key) or 0) > 3600:
                 raise ValueError(f"dtn.{key} {getattr(self, key)} s: more than an hour")
         return self
 

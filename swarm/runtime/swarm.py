@@ -4,29 +4,23 @@
 tears it down on exit, whatever happens inside. The CLI is a thin layer over this class.
 
 State lives in <workdir>/.swarm/<name>/state.json, written before anything is created, so `down` works
-after a crash; backends can also find what they made from labels and name prefixes alone.
+after a crash (swarm.runtime.state); backends can also find what they made from labels and name prefixes alone.
 """
 from __future__ import annotations
 
 import ipaddress
 import json
-import logging
-import os
-import shutil
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
-from swarm.spec.apps import check_runnable, with_backend_defaults
-from swarm.runtime.backends import REGISTRY, Backend, Progress, get_backend, no_progress, swarm_dir
-from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs
-from swarm.cfs.image import ensure_cfs_image, host_ulimits
-from swarm.dtn.runtime import DtnAgents, ensure_dtn_image
-from swarm.errors import RuntimeFailure, SpecError
-from swarm.mesh.plan import STABLE_S
+from swarm.spec.apps import with_backend_defaults
+from swarm.runtime.backends import Backend, Progress, get_backend, no_progress, swarm_dir
+from swarm.dtn.runtime import DtnAgents
+from swarm.errors import NodeFailed, RuntimeFailure, SpecError  # noqa: F401  (NodeFailed: re-exported)
 from swarm.mesh.runtime import Mesh
 from swarm.mesh.spec import choose_implementation
 from swarm.runtime.host import ensure_neighbour_capacity
@@ -36,24 +30,22 @@ from swarm.runtime.locks import host_lock, swarm_operation
 from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
 from swarm.runtime.clocks import NodeClocks, node_clocks
+from swarm.runtime.addons import ADDONS, AddOn, LinksAddOn
 from swarm.runtime.context import SwarmContext
 from swarm.runtime.runner import Result, Runner
-from swarm.spec.model import NodePlan, SwarmSpec, check_swarm_name, load_spec, plan_nodes, spec_from_dict
+from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
+# state files, leftovers, down by name and wipe live in swarm.runtime.state (re-exported here for callers
+# written before the move)
+from swarm.runtime.state import (StateError, all_states, default_workdir, down_by_name, forget_state,  # noqa: F401
+                                 leftovers, read_state, state_names, wipe, write_state)
 from netem.model import links_with_engine
+from swarm.observe.events import emit
 
 #: How long a reachability or health probe waits: three echoes at 0, 0.3 and 0.75 s, answers awaited until
 #: ~1.4 s. A peer whose ARP cache is empty (a node just restarted) resolves its neighbour before it answers,
 #: and Linux asks again only after 1 s; on a lossy link the first ARP frame is lost now and then (seen: one
 #: 28-byte frame dropped by a 1 % loss rule), so a probe that gives up at 0.75 s calls a live node unreachable.
 FPING_PATIENCE = ("-r", "2", "-t", "300")
-
-
-def default_workdir() -> Path:
-    """The project checkout (holds images/, flightsw/, compose/): $SWARM_WORKDIR, the source tree, or cwd."""
-    if os.environ.get("SWARM_WORKDIR"):
-        return Path(os.environ["SWARM_WORKDIR"]).resolve()
-    src = Path(__file__).resolve().parents[2]
-    return src if (src / "flightsw").is_dir() else Path.cwd()
 
 
 @dataclass
@@ -67,15 +59,6 @@ class NodeStatus:
     state: str
     health: str
     host: str = ""  # the Docker host running the node (swarm backend); "" on one-host backends
-
-
-class NodeFailed(RuntimeFailure):
-    """A node did not become ready; carries its logs."""
-
-    def __init__(self, node: str, reason: str, logs: str):
-        self.node = node
-        self.logs = logs
-        super().__init__(f"node {node!r} failed to start: {reason}")
 
 
 def fping_alive(runner_result: Result) -> set[str]:
@@ -112,7 +95,8 @@ class Swarm:
         self.runner = runner or Runner()
         self.caps = caps or capabilities()
         self.workdir = workdir or default_workdir()
-        self.backend: Backend = get_backend(backend or spec.backend or ("swarm" if spec.hosts else None), self.runner, self.caps, self.workdir)
+        self.backend: Backend = get_backend(backend or spec.backend or ("swarm" if spec.hosts else None), self.runner,
+                                            self.caps, self.workdir)
         self.spec = spec = with_backend_defaults(spec, self.backend.traits)
         self.nodes: list[NodePlan] = plan_nodes(spec)
         self.progress = progress
@@ -120,8 +104,7 @@ class Swarm:
         self.message = message
         self.image = ""
         self.clocks: dict = {}  # {host: ClockOffset} measured at `up` on multi-host backends
-        self.mesh_result: dict | None = None  # convergence after `up` when the swarm has a mesh
-        self.dtn_seconds: float | None = None  # how long the DTN agents took to be ready after the nodes
+        self.addons: dict[str, AddOn] = {name: cls() for name, cls in ADDONS.items()}  # one each, with its facts
 
     # ----------------------------------------------------------------------------------------- loading
     @classmethod
@@ -171,97 +154,99 @@ class Swarm:
         return LinkController(self.context, on_node_restart=self._restart_services)
 
     def _restart_services(self, node: str, timeout: float) -> None:
-        """A restarted node's processes were all ended: start its mesh daemon and its DTN agent again (an empty
-        bundle store unless dtn.storage is persistent)."""
-        if self.spec.mesh.enabled:
-            self.mesh.start([node])
-        if self.node(node).spec.dtn is not None:
-            self.dtn.start(timeout, nodes=[node])
+        """A restarted node's processes were all ended: every add-on starts its part there again (the mesh
+        daemon, the DTN agent)."""
+        ctx = self.context
+        for addon in self._active_addons(ctx):
+            addon.on_node_restart(ctx, node, timeout)
 
     # ------------------------------------------------------------------------------------------ up/down
     def up(self, ready_timeout: float | None = None) -> float:
         """Create, start and wait for every node; returns seconds taken. Rolls back on any failure. One
-        lifecycle operation per swarm name at a time (swarm.runtime.locks)."""
+        lifecycle operation per swarm name at a time (swarm.runtime.locks).
+
+        Ordered phases: preflight -> images -> nodes -> add-ons (swarm.runtime.addons) -> ready."""
         with swarm_operation(self.name, "up"):
             return self._up(ready_timeout)
 
     def _up(self, ready_timeout: float | None) -> float:
         self.preflight()
-        links = self.links if self.spec.links else None
-        mesh = self.mesh if self.spec.mesh.enabled else None
-        dtn = self.dtn
-        dtn.check()  # netns: the dtn7-rs binaries exist or are built now (SpecError without a Rust toolchain)
+        ctx = self.context
+        active = self._active_addons(ctx)
         started = time.monotonic()
         ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
-        if self.backend.traits.containers:
-            self.image = self._ensure_images()
-            if dtn.enabled:
-                self.image = ensure_dtn_image(self.runner, self.workdir, self.image, self.message)
-            self._prepare_cfs()
+        self.image = self._images(ctx, active)
         with host_lock():  # checked again and claimed in one step: another `up` may have passed preflight too
             self._check_conflicts()
             write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
                                                    "spec": self.spec.model_dump(mode="json", exclude_none=True),
                                                    "image": self.image, "created": time.time(),
-                                                   "mesh": mesh.implementation if mesh else None})
+                                                   "mesh": choose_implementation(self.spec.mesh, self.caps,
+                                                                                 self.backend.traits)})
         previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
         try:
-            self.backend.up(self.spec, self.nodes, self.image, self.progress)
-            self._wait_ready(ready_timeout or 60 + 0.5 * len(self.nodes))
-            self.clocks = self.backend.clock_offsets(self.name)  # hosts with a clock of their own (swarm backend)
-            self._wait_cfs_operational(ready_timeout or 60 + 0.5 * len(self.nodes))
-            if links:
-                links.apply_spec()
-            if mesh:
-                self.start_mesh(mesh)
-            if dtn.enabled:
-                self.dtn_seconds = dtn.start(ready_timeout or 30 + 0.5 * len(self.nodes))
+            self._nodes(ready_timeout)
+            for addon in active:  # in registry order: cFS ready, link conditions, mesh, DTN agents
+                addon.start(ctx, ready_timeout)
         except BaseException:
             if not self.keep_on_failure:
                 self._rollback()
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
+        emit(swarm_dir(self.workdir, self.name), "swarm", state="up", nodes=len(self.nodes), backend=self.backend.traits.name)
         return time.monotonic() - started
 
+    def _active_addons(self, ctx: SwarmContext) -> list[AddOn]:
+        return [a for a in self.addons.values() if a.enabled(ctx)]
+
+    def _images(self, ctx: SwarmContext, active: list[AddOn]) -> str:
+        """Phase images: the node image (container backends), then what each add-on adds to it, in
+        prepare_rank order (the DTN image extends the node image; cFS images extend that)."""
+        image = self._ensure_images() if self.backend.traits.containers else ""
+        for addon in sorted(active, key=lambda a: a.prepare_rank):
+            image = addon.prepare(ctx, image)
+        return image
+
+    def _nodes(self, ready_timeout: float | None) -> None:
+        """Phase nodes: the backend creates and starts them; every one runs and answers on its ISL address."""
+        self.backend.up(self.spec, self.nodes, self.image, self.progress)
+        self._wait_ready(ready_timeout or 60 + 0.5 * len(self.nodes))
+        self.clocks = self.backend.clock_offsets(self.name)  # hosts with a clock of their own (swarm backend)
+
     def preflight(self) -> None:
-        """Everything `up` checks before it creates anything: cFS trees, the backend, the apps' images, the
-        name and subnets against what is up and the host's interfaces, the link conditions against this
-        host's impairment engine, the mesh implementation. SpecError (naming `source`) on the first problem."""
+        """Everything `up` checks before it creates anything: each add-on's check (cFS trees, the apps' images,
+        the link conditions against this host's impairment engine, the mesh implementation), the backend, the
+        name and subnets against what is up and the host's interfaces. SpecError (naming `source`) on the
+        first problem."""
+        ctx = self.context
         try:
-            check_cfs(self.spec, self.nodes, self.backend.traits)
+            for addon in self._active_addons(ctx):
+                addon.check(ctx)
             self.backend.check_available()
             self.backend.check_spec(self.spec, self.nodes)  # on every host it will use, before creating anything
-            check_runnable(self.spec.apps, self.backend.traits,
-                           lambda image: self.runner.run(["docker", "image", "inspect", image], check=False).ok)
             self._check_conflicts()
-            if self.spec.mesh.enabled:
-                choose_implementation(self.spec.mesh, self.caps, self.backend.traits)  # one this host lacks: SpecError
         except SpecError as exc:
             raise SpecError(f"{self.source}: {exc}" if self.source and not str(exc).startswith(self.source)
                             else str(exc)) from None
-        if self.spec.links:
-            self.check_links()  # a parameter this host's impairment engine cannot apply
 
     def check_links(self) -> None:
         """Every link condition of the spec is possible with this host's impairment engine; SpecError naming
         the spec file otherwise."""
         try:
-            self.links.spec_links()
+            LinksAddOn().check(self.context)
         except SpecError as exc:
             raise SpecError(f"{self.source}: {exc}" if self.source else str(exc)) from None
 
-    def start_mesh(self, mesh) -> None:
-        """Start the mesh on every node and wait until its routes have converged (swarm.mesh); the result is
-        kept in `mesh_result` (and mesh.json in the swarm's state directory). Not converging in time is
-        reported, not fatal: the swarm is up, its mesh is slow, and that is worth measuring."""
-        started = time.time()
-        mesh.start()
-        self.mesh_result = mesh.wait_converged(started, progress=self.progress, stable_s=STABLE_S)
-        (swarm_dir(self.workdir, self.name) / "mesh.json").write_text(json.dumps({"up": self.mesh_result}))
-        if not self.mesh_result["converged"] and self.mesh_result["polls"]:
-            self.message(f"mesh {mesh.implementation}: not converged {mesh.spec.converge_timeout:g} s after start "
-                         f"({self.mesh_result.get('problem', '')})")
+    @property
+    def mesh_result(self) -> dict | None:
+        """The mesh's convergence after `up` (None without a mesh)."""
+        return self.addons["mesh"].facts().get("mesh")  # type: ignore[return-value]
+
+    @property
+    def dtn_seconds(self) -> float | None:
+        """How long the DTN agents took to be ready after the nodes (None without DTN)."""
+        return self.addons["dtn"].facts().get("dtn_seconds")  # type: ignore[return-value]
 
     def _rollback(self) -> None:
         """Remove what a failed or interrupted `up` made, ignoring further Ctrl-C while doing so."""
@@ -310,42 +295,6 @@ class Swarm:
             if node.spec.image and not self.runner.run(["docker", "image", "inspect", node.spec.image], check=False).ok:
                 raise SpecError(f"node {node.name!r}: image {node.spec.image!r} not found locally (no registry to pull from)")
         return ensure_image(self.runner, self.workdir, progress=self.message)
-
-    def _prepare_cfs(self) -> None:
-        """Build (or find) the cFS image of each install tree and hand them, with the ulimits this host
-        allows, to the compose backend."""
-        installs = sorted({n.spec.cfs.install for n in cfs_nodes(self.nodes)})
-        if not installs:
-            return
-        images = {inst: ensure_cfs_image(self.runner, self.workdir, self.image, inst, self.message) for inst in installs}
-        ulimits, lowered = host_ulimits()
-        if lowered:
-            self.message(f"cFS nodes: this host cannot raise resource limits (no CAP_SYS_RESOURCE); "
-                         f"lowered {', '.join(lowered)}")
-        self.backend.cfs = CfsRuntime(images=images, ulimits=ulimits)
-
-    def _wait_cfs_operational(self, timeout: float) -> None:
-        """Wait until every cFS node's log shows CFE_ES_Main entering OPERATIONAL state; raise NodeFailed
-        with the log tail when a node's process ends or the time is up."""
-        pending = cfs_nodes(self.nodes)
-        total = len(pending)
-        deadline = time.monotonic() + timeout
-        while pending:
-            self.progress(total - len(pending), total, "cFS nodes OPERATIONAL")
-            states = self.backend.node_states(self.name)
-            for node in list(pending):
-                if OPERATIONAL_LINE in self.backend.logs(self.name, node.name, tail=100_000):
-                    pending.remove(node)
-                elif states.get(node.name) != "running":
-                    raise NodeFailed(node.name, f"cFS process {states.get(node.name, 'missing')} before OPERATIONAL",
-                                     self.backend.logs(self.name, node.name))
-            if pending and time.monotonic() > deadline:
-                raise NodeFailed(pending[0].name, f"cFS not OPERATIONAL after {timeout:.0f} s",
-                                 self.backend.logs(self.name, pending[0].name))
-            if pending:
-                time.sleep(0.5)
-        if total:
-            self.progress(total, total, "cFS nodes OPERATIONAL")
 
     def _prober(self) -> NodePlan | None:
         """A node that can run fping: any node with netns (host tools), else one on the framework image."""
@@ -398,6 +347,7 @@ class Swarm:
         alive: set[str] = set()
         if health and states:
             ground = [n.ground_ip for n in self.nodes]
+            res: Result | None
             if self.backend.host_reaches_ground:
                 res = self.runner.run(["fping", "-a", *FPING_PATIENCE, *ground], check=False, timeout=60)
             else:  # the orchestrator is on no overlay: ask a running node (its own address answers too)
@@ -462,153 +412,3 @@ def host_networks(runner: Runner) -> list[tuple[str, ipaddress.IPv4Network]]:
 def raise_keyboard_interrupt(signum, _frame):
     """Signal handler: turn SIGTERM into KeyboardInterrupt, so a kill rolls back like Ctrl-C."""
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-# ------------------------------------------------------------------------------------------------ state
-def _state_file(workdir: Path, name: str) -> Path:
-    return swarm_dir(workdir, name) / "state.json"
-
-
-def write_state(workdir: Path, name: str, state: dict) -> None:
-    """Atomically: a temporary file in the same directory, fsynced, renamed over state.json, the directory
-    fsynced; a crash leaves either the old or the new state, never a partial one."""
-    path = _state_file(workdir, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    tmp = path.with_name(f".state.json.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(state, indent=1))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class StateError(SpecError):
-    """A state file that cannot be read or is not a state (corrupt, partial, edited by hand)."""
-
-
-def _load_state(path: Path, name: str) -> dict:
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise StateError(f"{path}: unreadable swarm state ({type(exc).__name__}: {str(exc)[:80]}); "
-                         f"`swarm down {name}` removes what the swarm's labels name") from None
-    if not isinstance(state, dict) or not isinstance(state.get("spec"), dict) or state.get("backend") not in REGISTRY:
-        raise StateError(f"{path}: not a swarm state (no spec or backend); "
-                         f"`swarm down {name}` removes what the swarm's labels name")
-    return state
-
-
-def read_state(workdir: Path, name: str) -> dict | None:
-    """The state of swarm `name`, None when it has none; StateError (one line naming the file) when it is
-    unreadable."""
-    path = _state_file(workdir, name)
-    return _load_state(path, name) if path.exists() else None
-
-
-def _warn(message: str) -> None:
-    logging.getLogger("swarm").warning(message)
-
-
-def all_states(workdir: Path, warn: Callable[[str], None] = _warn) -> Iterator[tuple[str, dict]]:
-    """(name, state) of every swarm with a readable state file; an unreadable one is reported through `warn`
-    (one line naming the file) and skipped, so it cannot hide the other swarms."""
-    root = workdir / ".swarm"
-    for path in sorted(root.glob("*/state.json")) if root.exists() else []:
-        try:
-            yield path.parent.name, _load_state(path, path.parent.name)
-        except StateError as exc:
-            warn(str(exc))
-
-
-def forget_state(workdir: Path, name: str) -> bool:
-    """Delete the swarm's state directory; True if there was one."""
-    d = swarm_dir(workdir, name)
-    if not d.exists():
-        return False
-    for attempt in range(5):  # a node process that is still exiting may write one last file
-        try:
-            shutil.rmtree(d)
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError:
-            time.sleep(0.2 * (attempt + 1))
-    shutil.rmtree(d)
-    return True
-
-
-def state_names(workdir: Path) -> list[str]:
-    """Names of the swarms with a state directory holding a state file, readable or not."""
-    root = workdir / ".swarm"
-    return sorted(p.parent.name for p in root.glob("*/state.json")) if root.exists() else []
-
-
-def leftovers(runner: Runner | None = None, workdir: Path | None = None) -> dict[str, list[str]]:
-    """{swarm: [what]} of everything `wipe` would remove: every backend's labelled or marked resources and
-    every swarm's state (nothing is removed)."""
-    runner = runner or Runner()
-    caps = capabilities()
-    workdir = workdir or default_workdir()
-    found: dict[str, list[str]] = {}
-    for name in REGISTRY:
-        for swarm, what in get_backend(name, runner, caps, workdir).leftovers(None):
-            found.setdefault(swarm, []).append(f"{name} {what}")
-    for swarm in state_names(workdir):
-        found.setdefault(swarm, []).append(f"state {swarm_dir(workdir, swarm)}")
-    return dict(sorted(found.items()))
-
-
-def down_by_name(name: str, runner: Runner | None = None, workdir: Path | None = None,
-                 warn: Callable[[str], None] = _warn, keep_compose: bool = False) -> list[str]:
-    """Remove everything of swarm `name` knowing only its name: its state's backend (every backend when the
-    state is missing or unreadable, reported through `warn`), then its state."""
-    runner = runner or Runner()
-    workdir = workdir or default_workdir()
-    check_swarm_name(name)  # before any path or label filter is built from it
-    with swarm_operation(name, "down", cancel_up=True, message=warn):  # an `up` in progress is cancelled first
-        return _down_backends(name, runner, workdir, warn, keep_compose)
-
-
-def _down_backends(name: str, runner: Runner, workdir: Path, warn: Callable[[str], None],
-                   keep_compose: bool) -> list[str]:
-    try:
-        state = read_state(workdir, name)
-    except StateError as exc:  # removed all the same: the backends find the swarm's resources by its labels
-        warn(str(exc))
-        state = None
-    caps = capabilities()
-    removed: list[str] = []
-    for name_ in [state["backend"]] if state else list(REGISTRY):
-        backend = get_backend(name_, runner, caps, workdir)
-        if keep_compose:
-            backend.keep_compose = True  # the compose backend's; ignored by the others
-        removed += backend.down(name)
-    if forget_state(workdir, name):
-        removed.append("state")
-    return removed
-
-
-def wipe(runner: Runner | None = None, workdir: Path | None = None) -> list[str]:
-    """Remove everything every backend made for any swarm, and all swarm state."""
-    runner = runner or Runner()
-    caps = capabilities()
-    workdir = workdir or default_workdir()
-    removed: list[str] = []
-    failures: list[str] = []
-    for name in REGISTRY:  # one backend failing must not keep the others' leftovers in place
-        try:
-            removed += [f"{name}: {r}" for r in get_backend(name, runner, caps, workdir).wipe()]
-        except RuntimeFailure as exc:
-            failures.append(f"{name}: {exc}")
-    for other in state_names(workdir):
-        forget_state(workdir, other)  # unreadable states too: wipe is what clears them
-        removed.append(f"state of {other}")
-    if failures:
-        raise RuntimeFailure(f"wipe removed {', '.join(removed) or 'nothing'} but failed: {'; '.join(failures)}")
-    return removed

@@ -7,7 +7,8 @@ apps: [swarm-app]            # the reference app (flightsw/swarm_app.py): Cyclon
 app: {rate_hz: 10, domain_id: 0, targets: 0, window_s: 1, multicast: null}   # targets 0: one per node
 ```
 Every node gets the settings as environment variables (SWARM_APPS, SWARM_DDS_DOMAIN, SWARM_APP_RATE_HZ,
-SWARM_APP_TARGETS, SWARM_APP_WINDOW_S, SWARM_APP_MULTICAST, SWARM_PEERS, SWARM_PEER_IPS: every node's ISL address), a user's image included, so its software can use them.
+SWARM_APP_TARGETS, SWARM_APP_WINDOW_S, SWARM_APP_MULTICAST, SWARM_PEERS, SWARM_PEER_IPS: every node's ISL address),
+a user's image included, so its software can use them.
 """
 from __future__ import annotations
 

@@ -33,10 +33,15 @@ NAME_RULE = "must match [a-z0-9-]+ (lowercase letters, digits and inner dashes, 
 BACKENDS = ("compose", "netns", "swarm")  # kept in step with swarm.backends.REGISTRY (a test checks it)
 
 
-def _check_name(kind: str, value: str) -> str:
+def check_name(kind: str, value: str) -> str:
+    """A name of the spec or of an experiment (`kind` names it in the error): the one naming rule, ValueError
+    (for a pydantic validator) otherwise."""
     if not isinstance(value, str) or not NAME_RE.fullmatch(value):
         raise ValueError(f"{kind} {value!r}: name {NAME_RULE}")
     return value
+
+
+_check_name = check_name  # the former private name, for code written before it was public
 
 
 def check_swarm_name(name: str) -> str:
@@ -150,7 +155,7 @@ class NodeTemplate(_Strict):
     @field_validator("role")
     @classmethod
     def _role(cls, v: str) -> str:
-        return _check_name("role", v)
+        return check_name("role", v)
 
     @field_validator("image")
     @classmethod
@@ -177,7 +182,7 @@ class NodeSpec(NodeTemplate):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        return _check_name("node", v)
+        return check_name("node", v)
 
 
 class GroupSpec(NodeTemplate):
@@ -189,7 +194,7 @@ class GroupSpec(NodeTemplate):
     @field_validator("prefix")
     @classmethod
     def _prefix(cls, v: str) -> str:
-        return _check_name("group prefix", v + "0")[:-1]
+        return check_name("group prefix", v + "0")[:-1]
 
 
 class SwarmSpec(_Strict):
@@ -214,7 +219,7 @@ class SwarmSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        return _check_name("swarm", v)
+        return check_name("swarm", v)
 
     @field_validator("apps")
     @classmethod

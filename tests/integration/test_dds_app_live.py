@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from experiments.app.run import experiment_from_dict, run_app_experiment
+from experiments.app.model import experiment_from_dict
+from experiments.app.run import run_app_experiment
 from analysis.app import phase_table, write_app_report
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import gateway_address, spec_from_dict

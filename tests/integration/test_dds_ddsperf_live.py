@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from conftest import require
-from experiments.ddsperf.sweep import experiment_from_dict, run_ddsperf_sweep
+from experiments.ddsperf.model import experiment_from_dict
+from experiments.ddsperf.run import run_ddsperf_sweep
 from analysis.ddsperf import write_ddsperf_report
 from experiments.store import ResultsStore, host_facts
 

@@ -120,8 +120,8 @@ def test_lunar_delay_live_change_cut_fail_closed_clear(demo):
 
 
 def test_engines_hold_at_the_switch(need_userspace, caps):
-    """With br_netfilter the engines run in the switch namespace, one chain and queue per receiving node, the
-    jump matching the node's bridge port; nothing of the engine is inside the nodes."""
+    """With br_netfilter the swarm's engine runs in the switch namespace, one chain and queue per receiving node,
+    the jump matching the node's bridge port, one process serving every queue; nothing of it is inside the nodes."""
     require("br_netfilter", caps.bridge_nf, "iptables does not see bridged frames (no br_netfilter / xt_physdev)")
     swarm = make("le-hop", 207)
     swarm.down()
@@ -139,12 +139,17 @@ def test_engines_hold_at_the_switch(need_userspace, caps):
             assert LINKD_CHAIN not in inside, inside
         pids = subprocess.run(["ip", "netns", "pids", switch_ns(swarm.name)], capture_output=True, text=True).stdout
         engines = [p for p in pids.split() if "swarm-linkd" in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")]
-        assert len(engines) >= 2, engines  # each node's engine (and its restart loop) in the switch namespace
+        assert len(engines) >= 2, engines  # the swarm's engine (and its restart loop) in the switch namespace
+        # one engine process serves every node's queue (each node keeps its own control socket and config)
+        served = {swarm.links.linkd.ping(n)["pid"] for n in ("sat01", "sat02")}
+        assert len(served) == 1 and served <= set(engines), (served, engines)
         # plain ping: the whole round trip (2 x 300 ms), the receiver's kernel stamps the reply after the hold
         res = subprocess.run(["ip", "netns", "exec", node_ns(swarm.name, "sat01"), "ping", "-n", "-c", "3", "-i",
                               "0.3", swarm.node("sat02").isl_ip], capture_output=True, text=True, timeout=60)
         got = [float(m) for m in re.findall(r"time=([\d.]+) ms", res.stdout)]
         assert len(got) == 3 and all(595 <= r <= 680 for r in got), res.stdout
+        head, _ = swarm.links.linkd.stats("sat02")
+        assert int(head["stamped"]) >= 3, head  # holds start at the kernel's arrival stamp (NFQA_TIMESTAMP)
         # a duplicate cannot be routed from the switch: it leaves as a frame through the receiver's port
         swarm.links.impair(impairment(delay="1ms", duplicate="50%"), between=["sat01", "sat02"], direction="a->b")
         res = subprocess.run(["ip", "netns", "exec", node_ns(swarm.name, "sat01"), "ping", "-n", "-c", "20", "-i",

@@ -5,7 +5,7 @@ from swarm.runtime.backends import TRAITS
 import pytest
 
 from experiments.app.parse import agreement_per_cycle
-from experiments.app.run import experiment_from_dict
+from experiments.app.model import experiment_from_dict
 from swarm.spec.apps import check_runnable
 from swarm.cli.main import main
 from swarm.errors import SpecError

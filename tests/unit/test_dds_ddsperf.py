@@ -6,7 +6,9 @@ import math
 import pytest
 
 from conftest import REPO
-from experiments.ddsperf.sweep import ddsperf_argv, experiment_from_dict, parse_ping, parse_sample_size, parse_sub, participant_name, plan_tests
+from experiments.ddsperf.model import experiment_from_dict, parse_sample_size
+from experiments.ddsperf.parse import parse_ping, parse_sub, participant_name
+from experiments.ddsperf.plan import ddsperf_argv, plan_tests
 from swarm.units import rate_hz
 from swarm.errors import SpecError
 from swarm.spec.model import plan_nodes
@@ -110,7 +112,7 @@ def test_receivers_are_stopped_by_the_pid_they_wrote(tmp_path):
     import subprocess
     import time
 
-    from experiments.ddsperf.sweep import remembering_pid, stop_remembered
+    from experiments.ddsperf.plan import remembering_pid, stop_remembered
 
     pidfile = str(tmp_path / "r.pid")
     proc = subprocess.Popen(remembering_pid(pidfile, ["sleep", "30"]))

@@ -84,6 +84,18 @@ def test_traffic_plans_count_expect_and_probe():
     assert "expect" not in maxed["ground"] and maxed["ground"]["quiet"] == 3.0
 
 
+def test_max_rate_receivers_wait_out_long_round_trips():
+    """At 2 s one-way a TCPCL session's first bundle arrived ~6 round trips after the start (measured: session
+    up after 12 s, the first 100 kB written in 8.3 s more): a receiver that called the link quiet 5 s after the
+    sending ended got 0 bundles."""
+    ips = {"sat01": "10.180.9.2", "ground": "10.180.9.3"}
+    m = exp(sizes=[1], rates=["max"], drain="60s")
+    assert traffic_plans(m, m.tests()[0], ips, 1000.0, 3000)["ground"]["quiet"] == 5.0
+    assert traffic_plans(m, m.tests()[0], ips, 1000.0, 3000, rtt=4.0)["ground"]["quiet"] == 29.0
+    assert traffic_plans(m, m.tests()[0], ips, 1000.0, 3000, rtt=8.0)["ground"]["quiet"] == 53.0
+    assert traffic_plans(m, m.tests()[0], ips, 1000.0, 3000, rtt=20.0)["ground"]["quiet"] == 60.0  # the drain
+
+
 def test_ip_rows_bin_per_second():
     sent = {"a": [{"ev": "ip_sent", "dst": "b", "seq": i, "t": 100.0 + 0.25 * i} for i in range(8)]}
     recv = {"b": [{"ev": "ip_recv", "src": "a", "seq": i, "t_sent": 0, "t": 0} for i in (0, 1, 2, 3, 7)]}

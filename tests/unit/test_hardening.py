@@ -78,7 +78,7 @@ def test_corrupt_state_is_one_line_and_skipped(text, tmp_path):
 
 
 def test_state_is_written_atomically(tmp_path):
-    from swarm.runtime.swarm import read_state, write_state
+    from swarm.runtime.state import read_state, write_state
 
     write_state(tmp_path, "hd-a", {"name": "hd-a", "backend": "netns", "spec": {}, "n": 1})
     write_state(tmp_path, "hd-a", {"name": "hd-a", "backend": "netns", "spec": {}, "n": 2})
@@ -108,7 +108,7 @@ def test_dollar_is_escaped_in_the_compose_file(tmp_path):
 # ---- 4. a predictable pid file in the host's /tmp, then `kill "$(cat file)"` as root
 @pytest.mark.parametrize("backend", ["netns", "compose"])
 def test_ddsperf_pid_file_is_in_the_swarms_own_directory(backend, tmp_path):
-    from experiments.ddsperf.sweep import pid_file
+    from experiments.ddsperf.plan import pid_file
 
     path = pid_file(TRAITS[backend], tmp_path, "hd-x", "sat02")
     assert not path.startswith("/tmp/swarm-emu"), path

@@ -24,7 +24,7 @@ LAYER_OF = [
     ("netem", "plan"), ("compose", "plan"), ("swarm.mesh.plan", "plan"), ("swarm.cfs.node", "plan"),
     ("swarm.cfs.ground", "plan"),
     ("netem.runtime", "runtime"),  # the link controller, the swarm-linkd driver, the live orbit driver
-    ("swarm.runtime", "runtime"), ("swarm.mesh.runtime", "runtime"), ("swarm.cfs.image", "runtime"),
+    ("swarm.runtime", "runtime"), ("swarm.observe", "runtime"), ("swarm.mesh.runtime", "runtime"), ("swarm.cfs.image", "runtime"),
     ("swarm.dtn", "runtime"), ("swarm.dtn.spec", "spec"), ("swarm.dtn.contacts", "spec"), ("swarm.dtn.plan", "plan"),
     ("experiments", "experiments"),
     ("analysis", "analysis"),

@@ -18,7 +18,8 @@ from swarm.caps import Capabilities
 from swarm.errors import SpecError
 from swarm.runtime.backends.netns.backend import switch_port
 from netem.runtime.linkd import (KERNEL_HOLD, KERNEL_HOLD_ENV, cache_dir, ctl_argv, ctl_body, ctl_socket, engine_argv,
-                                 jump_argv, kernel_hold_setting, linkd_binary, parse_kv)
+                                 instance_spec, jump_argv, kernel_hold_setting, linkd_binary,
+                                 parse_kv, swarm_engine_argv)
 
 from conftest import REPO, golden
 
@@ -177,6 +178,43 @@ def test_control_socket_speaks_the_engines_protocol(tmp_path):
         eng.kill()
         eng.wait()
     assert ctl_socket(sock, ctl_body("ping"), 1).returncode == 1
+
+
+@pytest.mark.skipif(not os.access(linkd_binary() or "/nonexistent", os.X_OK), reason="swarm-linkd not built")
+def test_one_engine_serves_every_nodes_queue(tmp_path):
+    """A swarm's engine (`--instance`, one per node) answers on each node's control socket with its own
+    configuration, one process for all; a queue given twice is refused with one line, exit 2."""
+    usage = subprocess.run([linkd_binary(), "--help"], capture_output=True, text=True, timeout=10).stderr
+    if "--instance" not in usage:
+        pytest.skip(f"{linkd_binary()} was built before --instance: run `make setup`")
+    socks = [str(tmp_path / f"n{i}.sock") for i in (1, 2)]
+    specs = [instance_spec(i + 1, socks[i], str(tmp_path / f"n{i}.conf"), None) for i in range(2)]
+    argv = swarm_engine_argv(linkd_binary(), specs)
+    assert argv[:3] == ["sh", "-c", argv[2]] and argv.count("--instance") == 2 and "--realtime" in argv
+    run = argv[argv.index("run"):]
+    eng = subprocess.Popen(["unshare", "--net", "--", linkd_binary(), *run[1:-1]], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            if all(os.path.exists(s) for s in socks):
+                break
+            time.sleep(0.05)
+        pids = {parse_kv(ctl_socket(s, ctl_body("ping"), 5).stdout)["pid"] for s in socks}
+        assert pids == {str(eng.pid)}
+        assert ctl_socket(socks[0], ctl_body("set", "link 02:00:00:00:00:01 delay=5ms\n"), 5).returncode == 0
+        stats = [ctl_socket(s, ctl_body("stats"), 5).stdout for s in socks]
+        assert "link 02:00:00:00:00:01" in stats[0] and "link 02:00:00:00:00:01" not in stats[1], stats
+        assert (tmp_path / "n0.conf").exists() and not (tmp_path / "n1.conf").exists()  # each node's own state
+    finally:
+        eng.kill()
+        eng.wait()
+    twice = [instance_spec(3, socks[0], str(tmp_path / "a.conf")), instance_spec(3, socks[1], str(tmp_path / "b.conf"))]
+    res = subprocess.run([linkd_binary(), "run", *[a for s in twice for a in ("--instance", s)]],
+                         capture_output=True, text=True, timeout=10)
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "queue 3 is given twice" in res.stderr
+    res = subprocess.run([linkd_binary(), "run", "--instance", "queue=1 colour=red"], capture_output=True, text=True,
+                         timeout=10)
+    assert res.returncode == 2 and 'unknown key "colour"' in res.stderr
 
 
 def test_plan_ipt_has_no_queue_bypass():

@@ -211,7 +211,7 @@ def test_swarm_mesh_of_a_swarm_without_mesh_is_exit_2(tmp_path):
     import subprocess
     import sys
 
-    from swarm.runtime.swarm import write_state
+    from swarm.runtime.state import write_state
 
     spec_doc = {"name": "mh-nomesh", "nodes": 2, "backend": "netns"}
     write_state(tmp_path, "mh-nomesh", {"name": "mh-nomesh", "backend": "netns", "spec": spec_doc, "image": ""})

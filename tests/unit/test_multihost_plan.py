@@ -327,7 +327,8 @@ def test_a_host_whose_overlay_agent_never_starts_stops_up_with_its_name(tmp_path
     and names the host; a host that lists only itself is merely late (readiness judges it)."""
     import swarm.runtime.backends.multihost.backend as sb
     monkeypatch.setattr(sb.time, "sleep", lambda s: None)
-    monkeypatch.setattr(sb, "PEER_WAIT_S", 0.0)
+    import swarm.runtime.backends.multihost.overlays as overlays
+    monkeypatch.setattr(overlays, "PEER_WAIT_S", 0.0)
     spec = swarm_spec()
 
     def peers(lab2_sees: str):

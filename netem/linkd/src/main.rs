@@ -9,11 +9,17 @@
 //!   swarm-linkd run --queue N [--control PATH] [--config FILE] [--link "MAC|* key=value ..."]...
 //!                   [--max-bytes B] [--max-packets N] [--seed S] [--pidfile PATH] [--state PATH] [--realtime]
 //!                   [--inject-dev IFNAME --inject-mac MAC]
+//!   swarm-linkd run --instance "queue=N control=PATH state=PATH [config=FILE] [inject-dev=IF inject-mac=MAC]"...
+//!                   [--max-bytes B] [--max-packets N] [--seed S] [--pidfile PATH] [--realtime]
+//!                   (one process serving many queues, e.g. every node of a swarm at its switch: see `Inst`)
 //!   swarm-linkd ctl --control PATH set [LINE...] < config   (replace the conditions: the lines given, else
 //!                   stdin; prints "ok gen=N set_at_ns=T" or the error, exit 2)
 //!   swarm-linkd ctl --control PATH stats|ping
 //!   swarm-linkd check [--max-bytes B] < config      (validate only; exit 2 with one line on bad input)
 //!
+//! --tick-us T (default 250), --tick-pps R (default 4000): above R packets/s over all its queues the engine
+//! wakes every T microseconds (not per packet and per due time), reads every queue and releases what is due:
+//! holds start at the kernel's arrival stamp, releases are late by at most T. --tick-us 0: never.
 //! --realtime: run at SCHED_FIFO priority 1 (else nice -10) so release times stay sub-millisecond on a busy host.
 //! --state PATH: every accepted configuration is saved there and read at start, so an engine restarted by
 //! its supervisor comes back with its links.
@@ -90,6 +96,7 @@ impl Ord for Held {
     }
 }
 
+#[derive(Clone)]
 struct Opts {
     queue: u16,
     control: Option<String>,
@@ -104,6 +111,9 @@ struct Opts {
     inject_dev: Option<String>,
     inject_mac: Option<Mac>,
     kernel_hold: u64,
+    instances: Vec<String>,
+    tick_ns: u64,
+    tick_pps: u64,
 }
 
 struct Engine {
@@ -139,6 +149,8 @@ struct Engine {
     gso: bool,
     /// started from a saved configuration: a previous engine of this node died (its held packets were dropped)
     restarted: bool,
+    /// packets that came with the kernel's arrival stamp (their hold starts then, not when read)
+    stamped: u64,
     /// lateness of releases (actual - due): counts per bucket of LATE_BOUNDS_US
     late: [u64; LATE_BOUNDS_US.len() + 1],
 }
@@ -190,7 +202,8 @@ impl Engine {
         }
     }
 
-    fn on_packet(&mut self, q: &mut nfq::Queue, p: nfq::Packet, now: u64) {
+    /// `arrived`: when the packet reached the hook (the kernel's stamp, else `now`), where its hold begins.
+    fn on_packet(&mut self, q: &mut nfq::Queue, p: nfq::Packet, arrived: u64, now: u64) {
         let key = match p.hw_src {
             Some(m) if self.links.contains_key(&Some(m)) => Some(m),
             _ if self.links.contains_key(&None) => None,
@@ -200,13 +213,14 @@ impl Engine {
                 return;
             }
         };
+        self.stamped += p.stamp_ns.is_some() as u64;
         let ip_hlen = p.payload.first().map_or(20, |b| if b >> 4 == 4 { ((b & 0xf) as usize) * 4 } else { 40 });
         let link = self.links.get_mut(&key).unwrap();
         let decision = if self.held_total >= self.max_packets as u64 {
             self.dropped_full += 1;
             Decision::Drop(model::DropWhy::Limit)
         } else {
-            link.decide(now, p.len, ip_hlen, &mut self.rng)
+            link.decide(arrived, p.len, ip_hlen, &mut self.rng)
         };
         if link.gen == self.gen && self.first_packet_at == 0 {
             self.first_packet_at = real_ns();
@@ -342,10 +356,10 @@ impl Engine {
 
     fn stats(&self, q: &nfq::Queue) -> String {
         let mut out = format!(
-            "gen={} set_at_ns={} first_packet_at_ns={} held={} held_peak={} unmatched={} dropped_full={} injected={} inject_errors={} verdicts={} verdict_errors={} kernel_dropped={} kernel_user_dropped={} kernel_held={} kernel_held_peak={} kernel_hold={} kept={}\n",
+            "gen={} set_at_ns={} first_packet_at_ns={} held={} held_peak={} unmatched={} dropped_full={} injected={} inject_errors={} verdicts={} verdict_errors={} kernel_dropped={} kernel_user_dropped={} kernel_held={} kernel_held_peak={} kernel_hold={} kept={} stamped={}\n",
             self.gen, self.set_at, self.first_packet_at, self.held_total, self.held_peak, self.unmatched,
             self.dropped_full, self.injected, self.inject_errors, q.verdicts_sent, q.verdict_errors,
-            q.kernel_drops().0, q.kernel_drops().1, self.kernel_held, self.kernel_held_peak, self.kernel_hold, self.stolen);
+            q.kernel_drops().0, q.kernel_drops().1, self.kernel_held, self.kernel_held_peak, self.kernel_hold, self.stolen, self.stamped);
         out += "late_us";
         for (i, n) in self.late.iter().enumerate() {
             match LATE_BOUNDS_US.get(i) {
@@ -379,6 +393,8 @@ fn keep_bytes(kernel_held: u64, kernel_hold: u64, whole: bool, pkt: &[u8], max_l
 fn usage() -> ! {
     eprintln!("usage: swarm-linkd run --queue N [--control PATH] [--config FILE] [--link 'MAC|* key=value ...']... \
                [--max-bytes B] [--max-packets N] [--kernel-hold N] [--seed S] [--pidfile PATH]\n       \
+               swarm-linkd run --instance 'queue=N control=PATH state=PATH [inject-dev=IF inject-mac=MAC]'... \
+               [--tick-us T] [--tick-pps R] [--max-bytes B] [--max-packets N] [--realtime]\n       \
                swarm-linkd ctl --control PATH set|stats|ping   (set reads the config from stdin)\n       \
                swarm-linkd check [--max-bytes B] < config");
     std::process::exit(2);
@@ -419,7 +435,8 @@ fn packet_socket(dev: &str, mac: Mac) -> (i32, i32, Mac) {
 fn parse_opts(args: &[String]) -> (Opts, Vec<String>) {
     let mut o = Opts { queue: 0, control: None, config: None, links: vec![], max_bytes: 1 << 30,
                        max_packets: 1_000_000, seed: 0, pidfile: None, state: None, realtime: false,
-                       inject_dev: None, inject_mac: None, kernel_hold: 49_152 };
+                       inject_dev: None, inject_mac: None, kernel_hold: 49_152, instances: vec![],
+                       tick_ns: 250_000, tick_pps: 4_000 };
     let mut rest = vec![];
     let mut i = 0;
     while i < args.len() {
@@ -436,6 +453,9 @@ fn parse_opts(args: &[String]) -> (Opts, Vec<String>) {
             "--pidfile" => o.pidfile = Some(val(i)),
             "--kernel-hold" => o.kernel_hold = val(i).parse().unwrap_or_else(|_| bad(&format!("--kernel-hold {:?}: expected a count", val(i)))),
             "--state" => o.state = Some(val(i)),
+            "--instance" => o.instances.push(val(i)),
+            "--tick-us" => o.tick_ns = 1000 * val(i).parse::<u64>().unwrap_or_else(|_| bad(&format!("--tick-us {:?}: expected microseconds (0: never tick)", val(i)))),
+            "--tick-pps" => o.tick_pps = val(i).parse().unwrap_or_else(|_| bad(&format!("--tick-pps {:?}: expected packets/s", val(i)))),
             "--inject-dev" => o.inject_dev = Some(val(i)),
             "--inject-mac" => o.inject_mac = Some(model::parse_mac(&val(i)).unwrap_or_else(|| bad(&format!("--inject-mac {:?}: expected aa:bb:cc:dd:ee:ff", val(i))))),
             "--realtime" => {
@@ -524,7 +544,43 @@ fn handle_control(eng: &mut Engine, q: &mut nfq::Queue, mut conn: UnixStream, st
     conn.write_all(reply.as_bytes()).ok();
 }
 
-fn run(o: Opts) -> i32 {
+/// One queue the engine serves: the links of one receiving node (the packets sent to it), with that node's
+/// control socket, saved configuration and inject device. A swarm's engine serves every node's queue from one
+/// process (`--instance`, repeated): one wake-up takes what waits in all of them and releases what is due in
+/// all of them, instead of one process and one wake-up per packet per node.
+struct Inst {
+    eng: Engine,
+    q: nfq::Queue,
+    listener: Option<UnixListener>,
+    o: Opts,
+}
+
+/// `--instance "queue=N control=PATH state=PATH config=FILE inject-dev=IF inject-mac=MAC"`: the options of one
+/// queue, on top of the engine-wide ones (bounds, seed, --realtime, --pidfile).
+fn parse_instance(spec: &str, base: &Opts) -> Opts {
+    let mut o = base.clone();
+    o.links = vec![];
+    o.control = None;
+    o.state = None;
+    o.config = None;
+    o.inject_dev = None;
+    o.inject_mac = None;
+    for w in spec.split_whitespace() {
+        let (k, v) = w.split_once('=').unwrap_or_else(|| bad(&format!("--instance {spec:?}: {w:?} is not key=value")));
+        match k {
+            "queue" => o.queue = v.parse().unwrap_or_else(|_| bad(&format!("--instance {spec:?}: queue {v:?}: expected 0-65535"))),
+            "control" => o.control = Some(v.into()),
+            "state" => o.state = Some(v.into()),
+            "config" => o.config = Some(v.into()),
+            "inject-dev" => o.inject_dev = Some(v.into()),
+            "inject-mac" => o.inject_mac = Some(model::parse_mac(v).unwrap_or_else(|| bad(&format!("--instance {spec:?}: inject-mac {v:?}: expected aa:bb:cc:dd:ee:ff")))),
+            _ => bad(&format!("--instance {spec:?}: unknown key {k:?} (queue control state config inject-dev inject-mac)")),
+        }
+    }
+    o
+}
+
+fn open_instance(o: Opts) -> Inst {
     let mut text = String::new();
     let saved = o.state.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
     let restarted = saved.is_some();
@@ -540,13 +596,6 @@ fn run(o: Opts) -> i32 {
     }
     let cfgs = parse_config(&text).and_then(|c| check_bound(&c, o.max_bytes).map(|_| c))
         .unwrap_or_else(|e| bad(&e.to_string()));
-
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64, 0, 0, 0); // 1 us: sub-millisecond release times
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
     let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW) };
     let l2 = match (&o.inject_dev, o.inject_mac) {
         (Some(dev), Some(mac)) => Some(packet_socket(dev, mac)),
@@ -558,25 +607,17 @@ fn run(o: Opts) -> i32 {
         _ => 65_535,
     };
     let mut eng = Engine { links: HashMap::new(), gen: 0, set_at: 0, first_packet_at: 0, heap: BinaryHeap::new(),
-                           seq: 0, rng: Rng::new(if o.seed == 0 { real_ns() } else { o.seed }), max_bytes: o.max_bytes,
-                           max_packets: o.max_packets, held_total: 0, held_peak: 0, unmatched: 0, dropped_full: 0,
-                           injected: 0, inject_errors: 0, raw, l2, inject_max, kernel_held: 0, kernel_held_peak: 0,
-                           kernel_hold: o.kernel_hold, stolen: 0, steal_armed: false, full_copy: false, gso: false, restarted,
-                           late: [0; LATE_BOUNDS_US.len() + 1] };
+                           seq: 0, rng: Rng::new(if o.seed == 0 { real_ns() ^ o.queue as u64 } else { o.seed }),
+                           max_bytes: o.max_bytes, max_packets: o.max_packets, held_total: 0, held_peak: 0, unmatched: 0,
+                           dropped_full: 0, injected: 0, inject_errors: 0, raw, l2, inject_max, kernel_held: 0,
+                           kernel_held_peak: 0, kernel_hold: o.kernel_hold, stolen: 0, steal_armed: false, full_copy: false,
+                           gso: false, restarted, stamped: 0, late: [0; LATE_BOUNDS_US.len() + 1] };
     eng.apply(cfgs);
     let mut q = nfq::Queue::open(o.queue, COPY_META, o.max_packets, 64 << 20).unwrap_or_else(|e| {
         eprintln!("swarm-linkd: NFQUEUE {}: {e} (needs root/CAP_NET_ADMIN and the kernel's nfnetlink_queue; is another engine bound to it?)", o.queue);
         std::process::exit(1);
     });
     eng.tune(&mut q);
-    if o.realtime {
-        // release times are the product: a low real-time priority keeps them sub-millisecond on a busy host
-        // (the kernel's RT throttling still leaves 5 % to everything else); else a high nice priority
-        let param = libc::sched_param { sched_priority: 1 };
-        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
-            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -10) };
-        }
-    }
     let listener = o.control.as_ref().map(|p| {
         let _ = std::fs::remove_file(p);
         let l = UnixListener::bind(p).unwrap_or_else(|e| {
@@ -586,67 +627,190 @@ fn run(o: Opts) -> i32 {
         l.set_nonblocking(true).ok();
         l
     });
+    eprintln!("swarm-linkd: queue {} bound, {} link(s), pid {}{}", o.queue, eng.links.len(), std::process::id(),
+              if eng.restarted { " (restarted with the saved configuration: the previous engine died)" } else { "" });
+    Inst { eng, q, listener, o }
+}
+
+/// Release what is due in every queue (each queue's verdicts go out in one datagram).
+fn release_all(insts: &mut [Inst]) {
+    let now = mono_ns();
+    for i in insts.iter_mut() {
+        i.eng.release(&mut i.q, now);
+        i.eng.arm_keeping(&mut i.q);
+    }
+}
+
+/// A socket that asks for receive timestamps: while one exists the kernel stamps every packet it receives,
+/// and NFQUEUE passes the stamp on (NFQA_TIMESTAMP). -1 when it cannot be made (packets are then stamped when
+/// read).
+fn timestamp_socket() -> i32 {
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    let one: i32 = 1;
+    if fd >= 0 {
+        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one as *const _ as *const libc::c_void, 4) };
+    }
+    fd
+}
+
+fn run(o: Opts) -> i32 {
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64, 0, 0, 0); // 1 us: sub-millisecond release times
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let specs: Vec<Opts> = if o.instances.is_empty() {
+        vec![o.clone()]
+    } else {
+        if o.control.is_some() || o.state.is_some() || o.config.is_some() || !o.links.is_empty() || o.inject_dev.is_some() {
+            bad("--instance carries its own queue, control, state, config and inject-dev: give them there");
+        }
+        let specs: Vec<Opts> = o.instances.iter().map(|s| parse_instance(s, &o)).collect();
+        let mut queues: Vec<u16> = specs.iter().map(|s| s.queue).collect();
+        queues.sort();
+        if let Some(w) = queues.windows(2).find(|w| w[0] == w[1]) {
+            bad(&format!("--instance: queue {} is given twice", w[0]));
+        }
+        specs
+    };
+    let mut insts: Vec<Inst> = specs.into_iter().map(open_instance).collect();
+    if o.realtime {
+        // release times are the product: a low real-time priority keeps them sub-millisecond on a busy host
+        // (the kernel's RT throttling still leaves 5 % to everything else); else a high nice priority
+        let param = libc::sched_param { sched_priority: 1 };
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -10) };
+        }
+    }
     if let Some(p) = &o.pidfile {
         std::fs::write(p, format!("{}\n", std::process::id())).ok();
     }
-    eprintln!("swarm-linkd: queue {} bound, {} link(s), pid {}{}", o.queue, eng.links.len(), std::process::id(),
-              if eng.restarted { " (restarted with the saved configuration: the previous engine died)" } else { "" });
 
-    let mut fds = vec![libc::pollfd { fd: q.fd(), events: libc::POLLIN, revents: 0 }];
-    if let Some(l) = &listener {
-        fds.push(libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+    // poll set: every queue, then every control socket (`owner[k]`: the instance of fds[k])
+    let mut fds = vec![];
+    let mut owner = vec![];
+    for (k, i) in insts.iter().enumerate() {
+        fds.push(libc::pollfd { fd: i.q.fd(), events: libc::POLLIN, revents: 0 });
+        owner.push(k);
     }
-    let mut batch: Vec<(u32, Option<Mac>, usize, usize, usize, bool)> = Vec::with_capacity(64);
+    let nq = fds.len();
+    for (k, i) in insts.iter().enumerate() {
+        if let Some(l) = &i.listener {
+            fds.push(libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            owner.push(k);
+        }
+    }
+    let mut batch: Vec<(u32, Option<Mac>, usize, usize, usize, bool, Option<u64>)> = Vec::with_capacity(64);
     let mut arena: Vec<u8> = Vec::with_capacity(64 * 1600);
+    let mut ready: Vec<usize> = Vec::with_capacity(nq);
+    // Tick mode: above --tick-pps packets/s (all queues together) the engine stops waking for each packet and
+    // each due time; it wakes every --tick-us instead, reads what waits in every queue and releases what is due
+    // in every queue. A packet's hold still starts at the kernel's arrival stamp; a release is late by at most
+    // one tick. Below the rate it waits on the queues and wakes at each due time (sub-10 us lateness).
+    let stamps = timestamp_socket();
+    let mut stamped: u64 = 0;
+    let mut window_start = mono_ns();
+    let mut window_packets: u64 = 0;
+    let mut ticking = false;
+    let mut wakes: u64 = 0;
     while !STOP.load(Ordering::SeqCst) {
         let now = mono_ns();
-        let wait = eng.heap.peek().map(|h| h.0.due.saturating_sub(now)).unwrap_or(1_000_000_000);
+        if now - window_start >= 50_000_000 {
+            let pps = window_packets * 1_000_000_000 / (now - window_start);
+            ticking = o.tick_ns > 0 && pps >= o.tick_pps;
+            window_start = now;
+            window_packets = 0;
+        }
+        let next = insts.iter().filter_map(|i| i.eng.heap.peek().map(|h| h.0.due)).min();
+        let mut wait = next.map(|d| d.saturating_sub(now)).unwrap_or(1_000_000_000);
+        if ticking {
+            wait = wait.max(o.tick_ns).min(o.tick_ns); // one tick, whatever is due within it waits for its end
+        }
         let ts = libc::timespec { tv_sec: (wait / 1_000_000_000) as i64, tv_nsec: (wait % 1_000_000_000) as i64 };
-        let n = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as u64, &ts, std::ptr::null()) };
+        // ticking: the queues are not polled (they are read at the tick), only the control sockets
+        let (at, len) = if ticking { (nq, fds.len() - nq) } else { (0, fds.len()) };
+        for f in fds.iter_mut() {
+            f.revents = 0;
+        }
+        let n = unsafe { libc::ppoll(fds[at..].as_mut_ptr(), len as u64, &ts, std::ptr::null()) };
         if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             eprintln!("swarm-linkd: poll: {}", std::io::Error::last_os_error());
             return 1;
         }
-        if fds[0].revents != 0 {
-            // packets first, released in due order, then more packets: a burst does not delay due verdicts
-            loop {
-                let now = mono_ns();
+        wakes += 1;
+        if ticking {
+            // which queues hold packets: one poll without waiting, not a receive attempt on each
+            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            unsafe { libc::ppoll(fds.as_mut_ptr(), nq as u64, &zero, std::ptr::null()) };
+        }
+        ready.clear();
+        ready.extend((0..nq).filter(|&k| fds[k].revents != 0));
+        // packets first, a batch from each ready queue in turn, then what is due in every queue, then more
+        // packets: a burst on one queue neither starves the others nor delays due verdicts
+        while !ready.is_empty() {
+            let now = mono_ns();
+            let mut k = 0;
+            while k < ready.len() {
+                let inst = &mut insts[ready[k]];
                 batch.clear();
                 arena.clear();
-                let got = q.recv_batch(64, |p| {
-                    batch.push((p.id, p.hw_src, p.len, arena.len(), p.payload.len(), p.csum_not_ready));
+                let got = inst.q.recv_batch(64, |p| {
+                    batch.push((p.id, p.hw_src, p.len, arena.len(), p.payload.len(), p.csum_not_ready, p.stamp_ns));
                     arena.extend_from_slice(p.payload);
                 });
                 match got {
-                    Ok(0) => break,
+                    Ok(0) => {
+                        ready.swap_remove(k);
+                        continue;
+                    }
                     Ok(_) => {
-                        for &(id, hw_src, len, at, n, csum_not_ready) in batch.iter() {
+                        let real = real_ns();
+                        for &(id, hw_src, len, at, n, csum_not_ready, stamp_ns) in batch.iter() {
                             let payload = &arena[at..at + n];
-                            eng.on_packet(&mut q, nfq::Packet { id, hw_src, len, payload, csum_not_ready }, now);
+                            // the kernel's arrival stamp, on the engine's clock; never in the future nor more
+                            // than a second back (a clock step)
+                            let arrived = match stamp_ns {
+                                Some(t) if t <= real && real - t < 1_000_000_000 => now.saturating_sub(real - t),
+                                _ => now,
+                            };
+                            stamped += stamp_ns.is_some() as u64;
+                            inst.eng.on_packet(&mut inst.q, nfq::Packet { id, hw_src, len, payload, csum_not_ready, stamp_ns },
+                                               arrived, now);
                         }
-                        eng.arm_keeping(&mut q);
-                        eng.release(&mut q, mono_ns());
+                        window_packets += batch.len() as u64;
+                        inst.eng.arm_keeping(&mut inst.q);
                     }
                     Err(e) => {
-                        eprintln!("swarm-linkd: NFQUEUE receive: {e}");
+                        eprintln!("swarm-linkd: NFQUEUE {} receive: {e}", inst.o.queue);
                         return 1;
                     }
                 }
+                k += 1;
             }
+            release_all(&mut insts);
         }
-        eng.release(&mut q, mono_ns());
-        eng.arm_keeping(&mut q);
-        if fds.len() > 1 && fds[1].revents != 0 {
-            if let Some(l) = &listener {
-                while let Ok((conn, _)) = l.accept() {
-                    handle_control(&mut eng, &mut q, conn, o.state.as_deref());
+        release_all(&mut insts);
+        for k in nq..fds.len() {
+            if fds[k].revents != 0 {
+                let inst = &mut insts[owner[k]];
+                if let Some(l) = &inst.listener {
+                    while let Ok((conn, _)) = l.accept() {
+                        handle_control(&mut inst.eng, &mut inst.q, conn, inst.o.state.as_deref());
+                    }
                 }
             }
         }
     }
-    eprintln!("swarm-linkd: stopping; {} held packet(s) are dropped by the kernel", eng.held_total);
-    if let Some(p) = &o.control {
-        let _ = std::fs::remove_file(p);
+    let held: u64 = insts.iter().map(|i| i.eng.held_total).sum();
+    eprintln!("swarm-linkd: stopping; {held} held packet(s) are dropped by the kernel ({wakes} wake-ups, {stamped} packets with the kernel's arrival stamp)");
+    if stamps >= 0 {
+        unsafe { libc::close(stamps) };
+    }
+    for i in &insts {
+        if let Some(p) = &i.o.control {
+            let _ = std::fs::remove_file(p);
+        }
     }
     if let Some(p) = &o.pidfile {
         let _ = std::fs::remove_file(p);

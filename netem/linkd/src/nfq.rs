@@ -17,6 +17,7 @@ const NFQNL_MSG_VERDICT: u16 = 1;
 const NFQNL_MSG_CONFIG: u16 = 2;
 const NFQA_PACKET_HDR: u16 = 1;
 const NFQA_VERDICT_HDR: u16 = 2;
+const NFQA_TIMESTAMP: u16 = 4;
 const NFQA_HWADDR: u16 = 9;
 const NFQA_PAYLOAD: u16 = 10;
 const NFQA_CAP_LEN: u16 = 13;
@@ -51,6 +52,9 @@ pub struct Packet<'a> {
     /// The copied bytes carry an unfinished transport checksum (the kernel completes it on the way out, so an
     /// accepted packet is fine, but these bytes sent again would be dropped by the receiver as corrupt).
     pub csum_not_ready: bool,
+    /// When the packet arrived (CLOCK_REALTIME, ns; the skb's receive stamp, present while some socket on the
+    /// host asks for timestamps): a packet read late (batched) still starts its hold when it arrived.
+    pub stamp_ns: Option<u64>,
 }
 
 pub struct Queue {
@@ -280,6 +284,7 @@ fn parse_packet(mut attrs: &[u8]) -> Option<Packet<'_>> {
     let mut payload: &[u8] = &[];
     let mut cap_len = None;
     let mut csum_not_ready = false;
+    let mut stamp_ns = None;
     while attrs.len() >= 4 {
         let alen = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
         let typ = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
@@ -296,6 +301,11 @@ fn parse_packet(mut attrs: &[u8]) -> Option<Packet<'_>> {
                 }
             }
             NFQA_PAYLOAD => payload = data,
+            NFQA_TIMESTAMP if data.len() >= 16 => {
+                let sec = u64::from_be_bytes(data[..8].try_into().unwrap());
+                let usec = u64::from_be_bytes(data[8..16].try_into().unwrap());
+                stamp_ns = Some(sec * 1_000_000_000 + usec * 1000);
+            }
             NFQA_CAP_LEN if data.len() >= 4 => cap_len = Some(u32::from_be_bytes(data[..4].try_into().unwrap()) as usize),
             NFQA_SKB_INFO if data.len() >= 4 => {
                 csum_not_ready = u32::from_be_bytes(data[..4].try_into().unwrap()) & NFQA_SKB_CSUMNOTREADY != 0
@@ -304,7 +314,7 @@ fn parse_packet(mut attrs: &[u8]) -> Option<Packet<'_>> {
         }
         attrs = &attrs[align4(alen).min(attrs.len())..];
     }
-    Some(Packet { id: id?, hw_src, len: cap_len.unwrap_or(payload.len()), payload, csum_not_ready })
+    Some(Packet { id: id?, hw_src, len: cap_len.unwrap_or(payload.len()), payload, csum_not_ready, stamp_ns })
 }
 
 impl Drop for Queue {

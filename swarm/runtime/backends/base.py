@@ -50,6 +50,8 @@ class Backend(ABC):
 
     #: Whether this machine reaches the nodes' ground addresses itself (false for overlays on other hosts).
     host_reaches_ground: ClassVar[bool] = True
+    #: `down NAME --keep-compose`: the compose backend keeps the generated compose file; the others ignore it.
+    keep_compose: bool = False
 
     @abstractmethod
     def check_available(self) -> None:
@@ -131,6 +133,11 @@ class Backend(ABC):
         None. A link engine holding packets there leaves the sender's socket buffers and the receiver's kernel
         timestamps (ping's RTT) as a real long link would."""
         return None
+
+    def start_hop_daemon(self, swarm: str, argv: list[str], name: str) -> bool:
+        """Start one long-running process for the whole swarm at its forwarding hop (with the host's /run; its
+        output in the swarm's logs as `hop.<name>.log`); False where the backend has no hop of its own."""
+        return False
 
     @abstractmethod
     def start_daemon(self, swarm: str, node: str, argv: list[str], name: str, at_hop: bool = False) -> None:

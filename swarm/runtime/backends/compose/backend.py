@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from swarm.cfs.node import CfsRuntime
-from compose.render import AGENT_COMMAND, GENERATED_HEADER, LABEL_NODE, LABEL_SWARM, compose_yaml, container_name, project_name, render_compose
+from compose.render import (AGENT_COMMAND, GENERATED_HEADER, LABEL_NODE, LABEL_SWARM, compose_yaml, container_name,
+                            project_name, render_compose)
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.spec.model import NodePlan, SwarmSpec
 from swarm.caps import BackendTraits

@@ -319,6 +319,14 @@ class NetnsBackend(Backend):
                   if at_hop else self.private_run_prefix(swarm, node))
         self.runner.start(prefix + list(argv), stdout_path=str(log))
 
+    def start_hop_daemon(self, swarm: str, argv: list[str], name: str) -> bool:
+        """One process in the swarm's switch namespace (e.g. the link engine serving every node's queue); it
+        goes with the namespace on `down`."""
+        log = self.state_dir(swarm) / "logs" / f"hop.{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.runner.start(["ip", "netns", "exec", switch_ns(swarm)] + list(argv), stdout_path=str(log))
+        return True
+
     def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
         return self.exec_prefix(swarm, node) + [
             "env", f"SWARM_RUN_DIR={self.node_run_dir(swarm, node)}", node_python(), str(self.agent_path()), *args]

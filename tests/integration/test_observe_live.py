@@ -1,0 +1,315 @@
+"""Looking inside a running swarm (issue 28), live on the netns backend with the userspace link engine (the
+delay/loss engine of this host): `swarm capture` of a lossy link read back with tshark, bad input, Ctrl-C.
+
+Every check runs the real CLI (`python -m swarm`) against real namespaces, swarm-linkd, dumpcap and tshark.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from swarm.runtime.backends.netns.backend import node_ns
+from swarm.runtime.swarm import Swarm
+from swarm.spec.model import spec_from_dict
+
+from conftest import REPO, require
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "swarm", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout)
+
+
+def dumpcaps_writing(path: Path) -> list[str]:
+    """Command lines of processes writing into `path`'s folder (our dumpcaps), from /proc."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "dumpcap" in cmd and str(path.parent) in cmd:
+                found.append(cmd)
+    return found
+
+
+@pytest.fixture
+def lossy(caps, need_netns):
+    require("swarm-linkd", bool(caps.linkd), "swarm-linkd not built (make setup)")
+    require("nfqueue", caps.nfqueue, "iptables NFQUEUE target refused")
+    require("dumpcap", bool(shutil.which("dumpcap") and shutil.which("tshark")), "wireshark-common/tshark missing")
+    data = {"name": "obs-cap", "nodes": 2, "backend": "netns",
+            "networks": {"isl": {"subnet": "10.140.0.0/24"}, "ground": {"subnet": "10.141.0.0/24"}},
+            "links": {"engine": "userspace", "default": {"loss": "10%"}}}
+    swarm = Swarm(spec_from_dict(data), workdir=REPO)
+    swarm.down()
+    swarm.up()
+    yield swarm
+    swarm.down()
+
+
+def per_interface(path: Path, display_filter: str) -> dict[int, int]:
+    res = subprocess.run(["tshark", "-r", str(path), "-Y", display_filter, "-T", "fields", "-e", "frame.interface_id"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    counts: dict[int, int] = {}
+    for line in res.stdout.split():
+        counts[int(line)] = counts.get(int(line), 0) + 1
+    return counts
+
+
+def test_capture_of_a_lossy_link_both_ends_until_ctrl_c(lossy, tmp_path):
+    out = tmp_path / "l12.pcapng"
+    proc = subprocess.Popen([sys.executable, "-m", "swarm", "capture", "obs-cap", "--link", "sat01", "sat02", "-o",
+                             str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not dumpcaps_writing(out) or len(dumpcaps_writing(out)) < 2:
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "dumpcaps did not start"
+        time.sleep(0.1)
+    time.sleep(1.0)  # both opened their interface (the CLI says so on stderr once they have)
+    dst = lossy.node("sat02").isl_ip
+    ping = subprocess.run(["ip", "netns", "exec", node_ns("obs-cap", "sat01"), "ping", "-q", "-n", "-c", "1000",
+                           "-i", "0.004", "-W", "1", dst], capture_output=True, text=True, timeout=120)
+    assert "1000 packets transmitted" in ping.stdout, ping.stdout + ping.stderr
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: the capture stops and leaves a readable file
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "capturing on sat01 eth1, sat02 eth1" in stderr
+    assert dumpcaps_writing(out) == []
+    assert list(tmp_path.iterdir()) == [out]  # the two ends' temporary files are gone
+    requests = per_interface(out, "icmp.type == 8")
+    assert requests.get(0) == 1000, requests  # every echo request the sender sent, at its egress
+    ratio = requests.get(1, 0) / 1000
+    assert 0.85 <= ratio <= 0.95, f"ingress/egress = {ratio} with 10 % loss on the link"  # +-5 sigma at n=1000
+    # the reverse direction is not in a directed capture
+    assert per_interface(out, "icmp.type == 0") == {}
+    info = subprocess.run(["capinfos", str(out)], capture_output=True, text=True, timeout=60).stdout
+    assert "Number of interfaces in file: 2" in info and "interface 0: sat01 isl egress" in info
+    assert f"wrote {out}" in stdout.replace("\n", "")
+    # every frame's comment says what became of it, and the losses are the egress frames without an arrival
+    lost = per_interface(out, 'frame.comment contains "never reached" && icmp.type == 8')
+    arrived = per_interface(out, 'frame.comment contains "arrived at sat02" && icmp.type == 8')
+    assert lost.get(0, 0) + arrived.get(0, 0) == 1000 and arrived.get(0) == requests.get(1), (lost, arrived)
+    assert per_interface(out, 'frame.comment contains "earlier"').get(1) == per_interface(out, "frame").get(1)
+
+
+def test_capture_bad_input_one_line_exit_2_nothing_left(lossy, tmp_path):
+    cases = [
+        (["--node", "sat09"], "sat09"),
+        (["--link", "sat01", "sat07"], "sat07"),
+        (["--link", "sat01", "sat01"], "sat01"),
+        (["--node", "sat01", "--iface", "eth9"], "eth9"),
+    ]
+    for args, named in cases:
+        res = cli("capture", "obs-cap", *args, "-o", str(tmp_path / "x.pcapng"), "--duration", "1")
+        assert res.returncode == 2, (args, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1 and named in res.stderr, res.stderr
+    for bad in (tmp_path / "missing" / "x.pcapng", Path("/proc/obs-x.pcapng"), tmp_path):
+        res = cli("capture", "obs-cap", "--node", "sat01", "-o", str(bad), "--duration", "1")
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "-o" in res.stderr, res.stderr
+    res = cli("capture", "obs-nosuch", "--node", "sat01", "-o", str(tmp_path / "y.pcapng"))
+    assert res.returncode == 2 and "obs-nosuch" in res.stderr
+    assert list(tmp_path.iterdir()) == [] and dumpcaps_writing(tmp_path / "x") == []
+
+
+def test_capture_of_one_node_for_a_duration(lossy, tmp_path):
+    out = tmp_path / "sat01-ground.pcapng"
+    proc = subprocess.Popen([sys.executable, "-m", "swarm", "capture", "obs-cap", "--node", "sat01", "--iface",
+                             "ground", "--duration", "3", "-o", str(out)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    subprocess.run(["ping", "-q", "-c", "5", "-i", "0.1", lossy.node("sat01").ground_ip], capture_output=True, timeout=30)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    counts = per_interface(out, "icmp")
+    assert counts.get(0, 0) >= 10, counts  # 5 requests in, 5 replies out (ground: no link conditions)
+
+
+# ------------------------------------------------------------------------------------------------ events
+@pytest.fixture(scope="module")
+def four(request):
+    """A 4-node netns swarm (userspace engine: the delay/loss engine here) for the event stream and the view."""
+    from swarm.runtime.probe import capabilities
+
+    caps = capabilities()
+    require("netns", caps.netns and os.geteuid() == 0, "needs root and network namespaces")
+    require("swarm-linkd", bool(caps.linkd), "swarm-linkd not built (make setup)")
+    data = {"name": "obs-four", "nodes": 4, "backend": "netns",
+            "networks": {"isl": {"subnet": "10.142.0.0/24"}, "ground": {"subnet": "10.143.0.0/24"}},
+            "links": {"engine": "userspace", "default": {"delay": "5ms"},
+                      "overrides": [{"between": ["sat01", "sat02"], "loss": "2%"}]}}
+    swarm = Swarm(spec_from_dict(data), workdir=REPO)
+    swarm.down()
+    swarm.up()
+    yield swarm
+    swarm.down()
+
+
+def read_events(proc: subprocess.Popen) -> list[dict]:
+    import json
+
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def test_events_stream_a_cut_and_a_heal_in_order_with_their_times(four):
+    proc = subprocess.Popen([sys.executable, "-m", "swarm", "events", "obs-four", "--json", "--no-history"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    t0 = time.time()
+    assert cli("fault", "obs-four", "cut", "sat01", "sat03").returncode == 0
+    t1 = time.time()
+    time.sleep(1.0)
+    t2 = time.time()
+    assert cli("fault", "obs-four", "heal", "sat01", "sat03").returncode == 0
+    t3 = time.time()
+    time.sleep(1.5)
+    events = read_events(proc)
+    assert [e["t"] for e in events] == sorted(e["t"] for e in events)  # in the order they happened
+    faults = [e for e in events if e["type"] == "fault"]
+    assert [(e["kind"], e["args"]) for e in faults] == [("cut", ["sat01", "sat03"]), ("heal", ["sat01", "sat03"])]
+    assert t0 <= faults[0]["t"] <= t1 and t2 <= faults[1]["t"] <= t3
+    links = [(e["src"], e["dst"], e["state"]) for e in events if e["type"] == "link"]
+    assert links == [("sat01", "sat03", "cut"), ("sat03", "sat01", "cut"), ("sat01", "sat03", "up"),
+                     ("sat03", "sat01", "up")], links
+    cut_links = [e for e in events if e["type"] == "link" and e["state"] == "cut"]
+    assert all(t0 <= e["t"] <= t1 and e["conditions"] == "delay 5ms" for e in cut_links)  # applied, then logged
+    assert all(e["cause"].startswith("command: swarm fault obs-four") for e in faults + cut_links)
+    # the readable table and the history: the whole story since `up`, from the log
+    res = cli("events", "obs-four", "--no-follow")
+    assert res.returncode == 0, res.stderr
+    table = res.stdout.splitlines()
+    assert "cause" in table[0] and any("swarm" in l and "up (4 nodes)" in l for l in table)
+    assert any("sat01 -> sat02: up (delay 5ms loss 2%)" in l for l in table)  # the spec's links, set at `up`
+    assert any("cut sat01 sat03" in l for l in table) and any("heal sat01 sat03" in l for l in table)
+
+
+def test_events_of_an_unknown_swarm_exit_2():
+    res = cli("events", "obs-nosuch", "--json")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "obs-nosuch" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------------ view
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class Collector:
+    """A local HTTP endpoint the page posts what it shows to (`?report=`), each post stamped on arrival."""
+
+    def __init__(self):
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen = self.seen = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_a):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                seen.append((time.time(), json.loads(body)))
+                self.send_response(204)
+                self.send_header("Access-Control-Allow-Origin", "*")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait(self, pred, timeout: float) -> tuple[float, dict] | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for t, shown in list(self.seen):
+                if pred(shown):
+                    return t, shown
+            time.sleep(0.05)
+        return None
+
+
+def start_view(name: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "swarm", "view", name, "--port", "0"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stderr.readline()
+    import re
+
+    found = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+    assert found, line + (proc.stderr.read() if proc.poll() is not None else "")
+    return proc, found.group(1)
+
+
+def link_state(shown: dict, a: str, b: str) -> str | None:
+    return next((s for x, y, s in shown["links"] if {x, y} == {a, b}), None)
+
+
+def test_the_live_view_in_headless_chromium_sees_a_cut_within_2_s(four, tmp_path):
+    require("chromium", chromium() is not None, "chromium not installed (Debian package chromium)")
+    view, url = start_view("obs-four")
+    collector = Collector()
+    browser = subprocess.Popen([chromium(), "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path}/c",
+                                "--window-size=1400,900", f"{url}?report={collector.url}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        first = collector.wait(lambda s: len(s["nodes"]) == 4, 60)
+        assert first, "the page never showed the swarm"
+        shown = first[1]
+        assert sorted(shown["nodes"]) == ["sat01", "sat02", "sat03", "sat04"]
+        assert len(shown["links"]) == 6  # every pair of 4 nodes on the ISL bridge
+        assert link_state(shown, "sat01", "sat02") == "impaired" and link_state(shown, "sat02", "sat04") == "impaired"
+        res = cli("fault", "obs-four", "cut", "sat02", "sat04")
+        done = time.time()
+        assert res.returncode == 0, res.stderr
+        seen = collector.wait(lambda s: link_state(s, "sat02", "sat04") == "cut", 10)
+        assert seen, "the page never showed the cut"
+        assert seen[0] - done <= 2.0, f"the cut showed {seen[0] - done:.2f} s after `swarm fault cut` returned"
+        assert shown["events"] >= 1
+        # the screenshot the README shows: the cut link, the impaired one, the events, traffic sat01 -> sat03
+        traffic = subprocess.Popen(["ip", "netns", "exec", node_ns("obs-four", "sat01"), "ping", "-q", "-i", "0.002",
+                                    "-s", "1200", "-w", "12", four.node("sat03").isl_ip],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(3)
+        shot = REPO / "docs" / "view.png"
+        res = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                              f"--user-data-dir={tmp_path}/s", "--window-size=1400,900", "--virtual-time-budget=4000",
+                              f"--screenshot={shot}", url], capture_output=True, text=True, timeout=120)
+        traffic.wait(timeout=30)
+        assert res.returncode == 0 and shot.stat().st_size > 20_000, res.stderr[-1000:]
+        assert cli("fault", "obs-four", "heal", "sat02", "sat04").returncode == 0
+        healed = collector.wait(lambda s: link_state(s, "sat02", "sat04") == "impaired", 10)
+        assert healed, "the page never showed the heal"
+    finally:
+        browser.terminate()
+        try:
+            browser.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(browser.pid, signal.SIGKILL)
+        view.send_signal(signal.SIGINT)
+        assert view.wait(timeout=20) == 0
+        collector.server.shutdown()
+
+
+def test_view_port_in_use_exits_2_one_line(four):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        res = cli("view", "obs-four", "--port", str(port), timeout=60)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and str(port) in res.stderr, res.stderr
