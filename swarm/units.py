@@ -20,9 +20,9 @@ from typing import Any
 
 from swarm.errors import SpecError
 
-_TIME_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(us|ms|s)?$")
-_PERCENT_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*%?$")
-_RATE_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*([kmgt]?)(bit/s|bit|bps)?$", re.IGNORECASE)
+_TIME_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(us|ms|s)?\Z")
+_PERCENT_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*%?\Z")
+_RATE_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*([kmgt]?)(bit/s|bit|bps)?\Z", re.IGNORECASE)
 _RATE_MULT = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 MAX_DELAY_MS = 3_600_000.0  # an hour: beyond this a number is a typo, not a link
 
@@ -92,7 +92,7 @@ def format_rate(bps: int) -> str:
 
 
 # ---------------------------------------------------------------------------- experiments and sweeps
-_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?$")
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\Z")
 _DURATION_MULT = {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
 
@@ -108,7 +108,7 @@ def parse_duration(value: Any, field: str = "duration") -> float:
     return seconds
 
 
-_SWEEP_RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmg]?)(?:bps|bit/s)?$", re.IGNORECASE)
+_SWEEP_RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmg]?)(?:bps|bit/s)?\Z", re.IGNORECASE)
 _MULTIPLIERS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 _UNITS = ((10**9, "Gbps"), (10**6, "Mbps"), (10**3, "kbps"))
 
@@ -145,11 +145,11 @@ def rate_hz(value: str) -> float:
 # ------------------------------------------------------------------------------------------- orbits
 C_KM_S = 299_792.458  # speed of light in vacuum, km/s
 _NUM = r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
-_LENGTH_RE = re.compile(rf"^{_NUM}\s*(km|m)?$")
-_ANGLE_RE = re.compile(rf"^{_NUM}\s*(deg|°|rad)?$")
-_FREQ_RE = re.compile(rf"^{_NUM}\s*([kmg]?)(hz)?$", re.IGNORECASE)
-_DB_RE = re.compile(rf"^{_NUM}\s*(db)?$", re.IGNORECASE)
-_SPEED_RE = re.compile(rf"^{_NUM}?\s*(c|km/s|m/s)$")
+_LENGTH_RE = re.compile(rf"^{_NUM}\s*(km|m)?\Z")
+_ANGLE_RE = re.compile(rf"^{_NUM}\s*(deg|°|rad)?\Z")
+_FREQ_RE = re.compile(rf"^{_NUM}\s*([kmg]?)(hz)?\Z", re.IGNORECASE)
+_DB_RE = re.compile(rf"^{_NUM}\s*(db)?\Z", re.IGNORECASE)
+_SPEED_RE = re.compile(rf"^{_NUM}?\s*(c|km/s|m/s)\Z")
 
 
 def _text(value: Any, field: str, example: str) -> str:

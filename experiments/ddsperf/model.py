@@ -14,8 +14,8 @@ from experiments.base import ExperimentModel
 from swarm.spec.model import SwarmSpec, read_yaml, swarm_from_template, unique, validate_document
 
 
-SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?$")
-RATE_RE = re.compile(r"^(inf|\d+(?:\.\d+)?(?:Hz|kHz)?)$")
+SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?\Z")
+RATE_RE = re.compile(r"^(inf|\d+(?:\.\d+)?(?:Hz|kHz)?)\Z")
 MEASURES: tuple[Literal["throughput", "latency"], ...] = ("throughput", "latency")
 
 

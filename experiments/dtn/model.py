@@ -40,6 +40,7 @@ from swarm.dtn.plan import plan_agents, spec_link_view
 from swarm.dtn.spec import CLAS, ROUTINGS, DtnSpec, parse_seconds, parse_size
 from swarm.errors import SpecError
 from experiments.base import ExperimentModel
+from swarm.spec.safe_yaml import PLAN_LIMIT, read_text
 from swarm.spec.model import read_yaml, spec_from_dict, validate_document
 from swarm.spec.model import SwarmSpec, plan_nodes
 
@@ -125,12 +126,12 @@ class DtnExperiment(ExperimentModel):
     name: str
     backend: Optional[Literal["compose", "netns"]] = None
     pattern: str = "chain"
-    sizes: list[int] = Field(default_factory=lambda: [2])
-    bundle_sizes: list[int] = Field(default_factory=lambda: [100_000])
-    rates: list[float] = Field(default_factory=lambda: [10.0])
-    clas: list[str] = Field(default_factory=lambda: ["tcp"])
-    routings: list[str] = Field(default_factory=lambda: ["epidemic"])
-    profiles: list[Union[str, dict[str, Any]]] = Field(default_factory=lambda: ["none"])
+    sizes: list[int] = Field(default_factory=lambda: [2], min_length=1)
+    bundle_sizes: list[int] = Field(default_factory=lambda: [100_000], min_length=1)
+    rates: list[float] = Field(default_factory=lambda: [10.0], min_length=1)
+    clas: list[str] = Field(default_factory=lambda: ["tcp"], min_length=1)
+    routings: list[str] = Field(default_factory=lambda: ["epidemic"], min_length=1)
+    profiles: list[Union[str, dict[str, Any]]] = Field(default_factory=lambda: ["none"], min_length=1)
     duration: float = 10.0
     drain: float = 30.0
     lifetime: float = 3600.0
@@ -255,9 +256,9 @@ class DtnExperiment(ExperimentModel):
         if c.text is not None:
             return c.source or "contacts.text", c.text
         try:
-            return str(c.plan), Path(c.plan).read_text()
-        except OSError as exc:
-            raise ValueError(f"contacts.plan {c.plan!r}: cannot read ({exc.strerror})") from None
+            return str(c.plan), read_text(c.plan, "contact plan", PLAN_LIMIT)
+        except SpecError as exc:
+            raise ValueError(f"contacts.plan: {exc}") from None
 
     def contact_plan(self, nodes: list[str]) -> Optional[ContactPlan]:
         """The contact plan for a test on `nodes` (names checked), or None without `contacts`."""
@@ -364,9 +365,9 @@ def experiment_from_dict(data: Any, source: str = "") -> DtnExperiment:
         path = Path(contacts.pop("plan"))
         path = path if path.is_absolute() else base / path
         try:
-            contacts["text"] = path.read_text()
-        except OSError as exc:
-            raise SpecError(f"{source or 'experiment'}: contacts.plan {str(path)!r}: cannot read ({exc.strerror})") from None
+            contacts["text"] = read_text(path, "contact plan", PLAN_LIMIT)  # bounded; errors never echo its text
+        except SpecError as exc:
+            raise SpecError(f"{source or 'experiment'}: contacts.plan: {exc}") from None
         contacts["source"] = str(path)
         data = {**data, "contacts": contacts}
     exp = validate_document(DtnExperiment, data, source, "experiment")

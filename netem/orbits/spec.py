@@ -44,11 +44,15 @@ MU_KM3_S2 = 398600.8  # WGS72 (SGP4's constants)
 DEFAULT_EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 TLE_WARN_DAYS = 14.0  # SGP4 drifts ~1-3 km/day from a TLE's epoch: beyond two weeks the geometry is a guess
 MAX_SAMPLES = 20_000_000  # steps x nodes: beyond this a plan is a typo (100 nodes x 2 days at 1 s)
-_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+# The planner holds every node pair's index (16 bytes a pair) and computes pairs x steps distances: 10,000
+# satellites (5e7 pairs) passed 6 GB for one step (issue 29). Bounds, checked before any computing:
+MAX_PAIRS = 2_000_000  # 2,000 satellites; ~32 MB of pair indices plus one 16 MB chunk at a time
+MAX_PAIR_SAMPLES = 2_000_000_000  # pairs x steps; measured ~13 M pair-samples/s here: ~2.5 min of planning
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
 
 
 def _check_name(what: str, v: str) -> str:
-    if not isinstance(v, str) or not _NAME_RE.match(v) or len(v) > 40:
+    if not isinstance(v, str) or not _NAME_RE.fullmatch(v) or len(v) > 40:
         raise ValueError(f"{what} {v!r}: name must match [a-z0-9-]+ (at most 40 characters)")
     return v
 
@@ -467,6 +471,14 @@ class OrbitsSpec(_Strict):
         if samples > MAX_SAMPLES:
             raise ValueError(f"{len(names)} nodes x {math.ceil(self.duration / self.step)} steps is more than "
                              f"{MAX_SAMPLES:,} samples: raise step or shorten duration")
+        pairs = len(names) * (len(names) - 1) // 2
+        if pairs > MAX_PAIRS:
+            raise ValueError(f"{len(names)} nodes make {pairs:,} node pairs, more than the planner's {MAX_PAIRS:,} "
+                             f"(~{pairs * 16 / 1e9:.1f} GB before computing); plan fewer nodes")
+        steps = math.ceil(self.duration / self.step) + 1
+        if pairs * steps > MAX_PAIR_SAMPLES:
+            raise ValueError(f"{pairs:,} node pairs x {steps:,} steps is more than {MAX_PAIR_SAMPLES:,} pair samples "
+                             f"(~{pairs * steps / 13e6 / 60:.0f} min of planning): raise step or shorten duration")
         return self
 
     # ------------------------------------------------------------------ derived, all pure

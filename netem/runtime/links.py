@@ -48,6 +48,7 @@ class LinkController:
         skip = ("userspace",) if swarm.backend.traits.containers else ()
         self.engine: Engine = choose_engine(swarm.caps, links.engine if links else None, skip)
         self.workers = workers
+        self._not_answering: set[str] = set()  # nodes whose userspace engine did not answer (summary())
         self.dir = swarm_dir(swarm.workdir, swarm.name)
         self.names = [n.name for n in swarm.nodes]
         self.linkd = Linkd(swarm)
@@ -250,8 +251,13 @@ class LinkController:
             notes.append(f"{node}: TCP buffers sized from the bandwidth-delay product: {tb['bytes'] / 2**20:.0f} MiB "
                          f"({', '.join(tb['set']) or 'nothing'} set" +
                          (f"; not settable here: {', '.join(tb['not_set'])}" if tb["not_set"] else "") + ")")
+        links = [vars(r) for r in self.rows()]
+        for row in links:  # a condition is not in effect where the engine that applies it does not answer
+            dead = [n for n in (row["dst"], row["src"]) if n in self._not_answering]
+            if dead and not row["cut"]:
+                row["effective"] = f"unknown: the engine of {dead[0]} is not answering (fails closed: drops)"
         return {"swarm": self.swarm.name, "engine": self.engine.name, "engine_description": self.engine.describe(),
-                "links": [vars(r) for r in self.rows()], "cuts": len(state.cuts), "node_faults": state.node_faults,
+                "links": links, "cuts": len(state.cuts), "node_faults": state.node_faults,
                 "notes": notes, "changed": state.changed}
 
     def _engine_notes(self, state: LinkState) -> list[str]:
@@ -260,11 +266,13 @@ class LinkController:
             return []
         running = self.swarm.backend.node_states(self.swarm.name)
         notes = []
+        self._not_answering = set()
         for node, rec in sorted(state.nodes.items()):
             if not rec.get("linkd_links") or running.get(node) != "running":
                 continue
             answer = self.linkd.ping(node)
             if not answer:
+                self._not_answering.add(node)
                 notes.append(f"{node}: its userspace link engine is not answering: the links into {node} drop every "
                              "packet (fail closed) until it restarts (see its log, .swarm/<name>/logs/hop.linkd.log "
                              f"for the swarm's engine, else {node}.linkd.log)")
@@ -387,8 +395,8 @@ class LinkController:
         had = bool(rec.get("linkd_links"))
         if not (cmds.linkd or had or (clearing and self.engine.name == "userspace" and "linkd" not in rec)):
             return
-        if rec.get("linkd") == sig and not (force or clearing):
-            return
+        if rec.get("linkd") == sig and not (force or clearing) and not (cmds.linkd and not self.linkd.ping(node)):
+            return  # unchanged, and its engine answers (a dead engine is started again: issue 29 #8)
         if cmds.linkd:
             self.linkd.ensure_running(plan, iface, rec)
             reply = self.linkd.configure(node, cmds.linkd)

@@ -48,6 +48,35 @@ def dtn() -> None:
     """DTN agents of a swarm: status (`swarm dtn NAME`), send, recv, log."""
 
 
+def status_table(name: str, rows, width: int) -> Table:
+    """The status table, readable at `width` columns (issue 29 #12: at 80 every cell was cut to one letter and
+    "…"): below 120 columns the endpoint (dtn://<node>/) is dropped, a CLA or routing every node shares goes
+    to the title, counts get short headers, and a cell that still does not fit wraps, never cut."""
+    narrow = width < 120
+    cols = ["node", "endpoint", "cla", "routing", "peers", "stored", "delivered", "forwarded", "received", "failed", "state"]
+    title = f"DTN agents of {name} (dtn7-rs)"
+    if narrow:
+        cols.remove("endpoint")
+        for col in ("cla", "routing"):
+            values = {getattr(r, col) for r in rows}
+            if len(values) == 1:
+                cols.remove(col)
+                title += f", {col} {values.pop()}"
+    short = {"delivered": "deliv", "forwarded": "fwd", "received": "recv"} if narrow else {}
+    table = Table(title=title)
+    for col in cols:
+        table.add_column(short.get(col, col), overflow="fold", no_wrap=col == "node",
+                         justify="right" if col in ("stored", "delivered", "forwarded", "received", "failed") else "left")
+    for r in rows:
+        peers = " ".join(r.peers) if len(r.peers) <= 6 else f"{len(r.peers)} peers"
+        cells = {"node": r.node, "endpoint": r.eid, "cla": r.cla, "routing": r.routing, "peers": peers,
+                 "stored": str(r.stored), "delivered": str(r.delivered), "forwarded": str(r.forwarded),
+                 "received": str(r.received), "failed": str(r.failed),
+                 "state": "[green]ok[/]" if r.state == "ok" else f"[red]{r.state}[/]"}
+        table.add_row(*(cells[c] for c in cols))
+    return table
+
+
 @dtn.command()
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -58,14 +87,7 @@ def status(name: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([r.to_json() for r in rows], indent=1))
         sys.exit(0 if ok else 1)
-    table = Table(title=f"DTN agents of {name} (dtn7-rs)")
-    for col in ("node", "endpoint", "cla", "routing", "peers", "stored", "delivered", "forwarded", "received", "failed", "state"):
-        table.add_column(col, justify="right" if col in ("stored", "delivered", "forwarded", "received", "failed") else "left")
-    for r in rows:
-        peers = " ".join(r.peers) if len(r.peers) <= 6 else f"{len(r.peers)} peers"
-        table.add_row(r.node, r.eid, r.cla, r.routing, peers, str(r.stored), str(r.delivered), str(r.forwarded),
-                      str(r.received), str(r.failed), "[green]ok[/]" if r.state == "ok" else f"[red]{r.state}[/]")
-    out.print(table)
+    out.print(status_table(name, rows, out.width))
     sys.exit(0 if ok else 1)
 
 

@@ -116,7 +116,7 @@ def init(name: str, nodes: int, backend: str | None, force: bool) -> None:
 
 
 @cli.command()
-@click.argument("spec_file", type=click.Path(dir_okay=False))
+@click.argument("spec_file", type=click.Path())
 @click.option("--backend", help=f"{ONE_HOST_BACKENDS} (default: the spec's, else compose where Docker runs).")
 @click.option("--keep-on-failure", is_flag=True, help="Leave a failed swarm in place for inspection.")
 @click.option("--timeout", type=float, help="Seconds to wait for readiness (default 60 + 0.5 per node).")
@@ -295,7 +295,7 @@ def probe() -> None:
 
 
 @cli.command()
-@click.argument("experiment_file", required=False, type=click.Path(dir_okay=False))
+@click.argument("experiment_file", required=False, type=click.Path())
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), help="Finish the interrupted run in this folder.")
 @click.option("--backend", help=f"{ONE_HOST_BACKENDS} (default: the experiment's, else the host's default).")
 @click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
@@ -311,7 +311,7 @@ def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, ma
 
 
 @cli.command("run")
-@click.argument("experiment_file", type=click.Path(dir_okay=False))
+@click.argument("experiment_file", type=click.Path())
 @click.option("--backend", help=f"{ONE_HOST_BACKENDS} (default: the experiment's, else the host's default).")
 @click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
 @click.option("--report/--no-report", "make_report", default=True, show_default=True)

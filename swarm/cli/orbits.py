@@ -37,7 +37,7 @@ def orbits() -> None:
 
 
 @orbits.command("plan")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path())
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Folder for the timeline, contact plans and plots (default: results/orbits-<file stem>).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -75,7 +75,7 @@ def _swarm_numbers(file: str) -> dict[str, int] | None:
 
 @orbits.command("apply")
 @click.argument("name")
-@click.argument("file", type=click.Path(dir_okay=False), required=False)
+@click.argument("file", type=click.Path(), required=False)
 @click.option("--speedup", type=float, default=1.0, show_default=True,
               help="Time compression: plan second t is applied at wall second t / speedup.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),

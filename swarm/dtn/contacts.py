@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Optional, Sequence, Union
 
-_ABS_RE = re.compile(r"^(\d{4})/(\d{2})/(\d{2})-(\d{2}):(\d{2}):(\d{2}(?:\.\d+)?)$")
-_REL_RE = re.compile(r"^\+(\d+(?:\.\d+)?)$")
-_NUM_RE = re.compile(r"^\d+(?:\.\d+)?$")
+_ABS_RE = re.compile(r"^(\d{4})/(\d{2})/(\d{2})-(\d{2}):(\d{2}):(\d{2}(?:\.\d+)?)\Z")
+_REL_RE = re.compile(r"^\+(\d+(?:\.\d+)?)\Z")
+_NUM_RE = re.compile(r"^\d+(?:\.\d+)?\Z")
 #: ionadmin commands that set up an ION node rather than describe contacts: accepted, ignored.
 _IGNORED = {"1", "s", "m", "@", "x", "e", "w", "h", "q", "l", "i"}
 
@@ -121,7 +121,10 @@ def parse_contact_plan(text: str, source: str = "contact plan") -> ContactPlan:
             if words[0] != "a":
                 if words[0] in _IGNORED:
                     continue
-                raise ValueError(f"unknown command {words[0]!r} (expected 'a contact' or 'a range')")
+                if re.fullmatch(r"[a-z_]{1,16}", words[0]):  # a command-like word: named
+                    raise ValueError(f"unknown command {words[0]!r} (expected 'a contact' or 'a range')")
+                # anything else is not echoed: a file that is not a contact plan (/etc/shadow given by mistake)
+                raise ValueError("not a contact plan line (expected 'a contact' or 'a range')")
             if len(words) < 2 or words[1] not in ("contact", "range"):
                 got = words[1] if len(words) > 1 else "nothing"
                 raise ValueError(f"'a {got}': only 'a contact' and 'a range' describe contacts")

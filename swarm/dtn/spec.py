@@ -40,8 +40,8 @@ LTP_MAX_BUNDLE = 12_000_000
 #: The endpoint (service) every agent registers for applications: dtn://<node>/in.
 APP_SERVICE = "in"
 
-_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?$", re.IGNORECASE)
-_DUR_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h)?$")
+_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\Z", re.IGNORECASE)
+_DUR_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\Z")
 
 
 def parse_size(value: Any, field: str = "size") -> int:

@@ -19,6 +19,7 @@ from swarm.runtime.backends import REGISTRY, get_backend, swarm_dir
 from swarm.runtime.probe import capabilities
 from swarm.runtime.runner import Runner
 from swarm.spec.model import check_swarm_name
+from swarm.runtime.locks import swarm_operation
 
 
 def default_workdir() -> Path:
@@ -135,6 +136,12 @@ def down_by_name(name: str, runner: Runner | None = None, workdir: Path | None =
     runner = runner or Runner()
     workdir = workdir or default_workdir()
     check_swarm_name(name)  # before any path or label filter is built from it
+    with swarm_operation(name, "down", cancel_up=True, message=warn):  # an `up` in progress is cancelled first
+        return _down_backends(name, runner, workdir, warn, keep_compose)
+
+
+def _down_backends(name: str, runner: Runner, workdir: Path, warn: Callable[[str], None],
+                   keep_compose: bool) -> list[str]:
     try:
         state = read_state(workdir, name)
     except StateError as exc:  # removed all the same: the backends find the swarm's resources by its labels

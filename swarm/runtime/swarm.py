@@ -26,6 +26,7 @@ from swarm.mesh.spec import choose_implementation
 from swarm.runtime.host import ensure_neighbour_capacity
 from swarm.runtime.image import ensure_image
 from netem.runtime.links import LinkController
+from swarm.runtime.locks import host_lock, swarm_operation
 from swarm.caps import Capabilities
 from swarm.runtime.probe import capabilities
 from swarm.runtime.clocks import NodeClocks, node_clocks
@@ -161,20 +162,27 @@ class Swarm:
 
     # ------------------------------------------------------------------------------------------ up/down
     def up(self, ready_timeout: float | None = None) -> float:
-        """Create, start and wait for every node; returns seconds taken. Rolls back on any failure.
+        """Create, start and wait for every node; returns seconds taken. Rolls back on any failure. One
+        lifecycle operation per swarm name at a time (swarm.runtime.locks).
 
         Ordered phases: preflight -> images -> nodes -> add-ons (swarm.runtime.addons) -> ready."""
+        with swarm_operation(self.name, "up"):
+            return self._up(ready_timeout)
+
+    def _up(self, ready_timeout: float | None) -> float:
         self.preflight()
         ctx = self.context
         active = self._active_addons(ctx)
         started = time.monotonic()
         ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
         self.image = self._images(ctx, active)
-        write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
-                                               "spec": self.spec.model_dump(mode="json", exclude_none=True),
-                                               "image": self.image, "created": time.time(),
-                                               "mesh": choose_implementation(self.spec.mesh, self.caps,
-                                                                             self.backend.traits)})
+        with host_lock():  # checked again and claimed in one step: another `up` may have passed preflight too
+            self._check_conflicts()
+            write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
+                                                   "spec": self.spec.model_dump(mode="json", exclude_none=True),
+                                                   "image": self.image, "created": time.time(),
+                                                   "mesh": choose_implementation(self.spec.mesh, self.caps,
+                                                                                 self.backend.traits)})
         previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
         try:
             self._nodes(ready_timeout)
@@ -251,9 +259,10 @@ class Swarm:
 
     def down(self) -> list[str]:
         """Remove everything of this swarm; an empty list means there was nothing to remove."""
-        removed = self.backend.down(self.name)
-        if forget_state(self.workdir, self.name):
-            removed.append("state")
+        with swarm_operation(self.name, "down", cancel_up=True, message=self.message):
+            removed = self.backend.down(self.name)
+            if forget_state(self.workdir, self.name):
+                removed.append("state")
         return removed
 
     def __enter__(self) -> "Swarm":

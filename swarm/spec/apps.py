@@ -22,7 +22,7 @@ from swarm.errors import SpecError
 
 KNOWN_APPS = {"swarm-app": "reference swarm app (flightsw/swarm_app.py)"}
 DDS_DOMAIN_MAX = 232  # DDSI-RTPS port mapping: 7400 + 250 * domain must stay below 65536
-IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[0-9]+)?[a-z0-9._/-]*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[0-9]+)?[a-z0-9._/-]*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 
 
 class AppSettings(BaseModel):

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from swarm.errors import SpecError
 
-HOST_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
+HOST_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?\Z")
 ENDPOINT_SCHEMES = ("unix", "ssh", "tcp")
 #: Bytes a VXLAN overlay adds to every frame (outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8): Docker
 #: gives a container on an overlay the network's MTU less this.
@@ -69,7 +69,7 @@ class HostSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not isinstance(v, str) or not HOST_NAME_RE.match(v):
+        if not isinstance(v, str) or not HOST_NAME_RE.fullmatch(v):
             raise ValueError(f"host {v!r}: name must match [a-z0-9-]+ (1-32 characters)")
         return v
 

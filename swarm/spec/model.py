@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from swarm.dtn.spec import DtnSpec, check_dtn_nodes
 from swarm.spec.apps import AppSettings, app_environment, app_image, check_apps
 from swarm.errors import SpecError
+from swarm.spec.safe_yaml import load_yaml, read_text
 from swarm.spec.validation import error_location, show
 from netem.model import LinksSpec, resolve_links
 from netem.orbits.spec import parse_orbits
@@ -27,7 +28,7 @@ from swarm.mesh.spec import MeshSpec
 from swarm.spec.hosts import HostSpec, PlacementSpec, check_hosts, dynamic_range, place, placeables
 
 MAX_NODES = 1000
-NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?\Z")
 NAME_RULE = "must match [a-z0-9-]+ (lowercase letters, digits and inner dashes, 1-32 characters)"
 BACKENDS = ("compose", "netns", "swarm")  # kept in step with swarm.backends.REGISTRY (a test checks it)
 
@@ -35,7 +36,7 @@ BACKENDS = ("compose", "netns", "swarm")  # kept in step with swarm.backends.REG
 def check_name(kind: str, value: str) -> str:
     """A name of the spec or of an experiment (`kind` names it in the error): the one naming rule, ValueError
     (for a pydantic validator) otherwise."""
-    if not isinstance(value, str) or not NAME_RE.match(value):
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
         raise ValueError(f"{kind} {value!r}: name {NAME_RULE}")
     return value
 
@@ -46,7 +47,7 @@ _check_name = check_name  # the former private name, for code written before it 
 def check_swarm_name(name: str) -> str:
     """A swarm name given on the command line: the spec's rule, before any path or filter is built from it
     (`swarm down ../victim` must not reach the filesystem). SpecError naming the value otherwise."""
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise SpecError(f"swarm {name!r}: name {NAME_RULE}")
     return name
 
@@ -155,6 +156,14 @@ class NodeTemplate(_Strict):
     @classmethod
     def _role(cls, v: str) -> str:
         return check_name("role", v)
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: Optional[str]) -> Optional[str]:
+        # an image reference (name[:tag][@digest]); `--help` would reach the Docker CLI as an option
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}", v):
+            raise ValueError(f"image {v!r}: expected an image reference like name:tag (letters, digits, . _ / : @ -)")
+        return v
 
     @field_validator("env")
     @classmethod
@@ -434,6 +443,12 @@ def validate_document(model: type[BaseModel], data: Any, source: str, what: str)
     """Validate a parsed YAML/JSON mapping into `model`, raising SpecError with one line."""
     if not isinstance(data, dict):
         raise SpecError(f"{source or what}: expected a mapping at the top level, got {type(data).__name__}")
+    fields = getattr(model, "model_fields", {})
+    if data and fields and not any(isinstance(k, str) and k in fields for k in data):
+        # no key is a field: not this kind of file at all (/etc/shadow parses as a mapping); its keys, which
+        # may be its secrets, are not echoed
+        raise SpecError(f"{source or what}: not a {what} file: none of its {len(data)} top-level keys is a "
+                        f"{what} field (such as {', '.join(list(fields)[:3])})")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -482,14 +497,12 @@ def unique(field: str, values: list, key=lambda v: v) -> list:
 
 
 def read_yaml(path: str | Path, what: str) -> Any:
-    """Parse a YAML file; unreadable or malformed files are one-line SpecErrors."""
+    """Parse a YAML file, bounded (swarm.spec.safe_yaml: regular files only, size, aliases, depth); unreadable
+    or malformed files are one-line SpecErrors naming the file and line, never its text."""
     p = Path(path)
+    text = read_text(p, what)
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SpecError(f"{p}: cannot read {what} file ({exc.strerror})") from None
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        return load_yaml(text, str(p), _UniqueKeyLoader)
     except DuplicateKey as exc:
         raise SpecError(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:

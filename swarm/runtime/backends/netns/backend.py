@@ -272,7 +272,10 @@ class NetnsBackend(Backend):
         for ns in self._swarm_namespaces(swarm):
             if ns.startswith(prefix):
                 name = ns[len(prefix):]
-                if self._pids_in(ns):
+                pid = started.get(name)
+                if pid and not self._alive(int(pid)):  # its main process is gone: a dtnd left in the namespace
+                    states[name] = "exited"             # does not make the node run (issue 29 #9)
+                elif self._pids_in(ns):
                     states[name] = "running"
                 else:
                     pid = started.get(name)

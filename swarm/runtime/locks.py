@@ -1,0 +1,118 @@
+"""Host-wide locks: one for "check the subnets, then claim them", one per swarm name for its lifecycle.
+
+Why: two `up`s started at the same moment both passed the overlap check before either had written its state,
+so two swarms with the same subnets came up (issue 29, defect 3); a `down` during a compose `up` raced the
+`up`'s own container creation and both failed, leaving containers (defect 7). flock(2) locks are released by
+the kernel when their holder dies, so a crashed `up` never leaves a lock behind. The lock files live in one
+host-wide directory (not the workdir): namespaces and bridges are host-wide, whatever workdir made them.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from swarm.errors import RuntimeFailure, SpecError
+
+#: How long `down` waits for a cancelled `up` to roll back (a 100-node compose rollback takes about a minute).
+CANCEL_WAIT_S = 600.0
+_held: dict[str, int] = {}  # lock path -> depth, so the same process may nest (an `up` rolling back calls down)
+
+
+def lock_dir() -> Path:
+    """$SWARM_LOCK_DIR, else /run/lock/swarm-emu (root), else a per-user directory under the temp directory."""
+    if os.environ.get("SWARM_LOCK_DIR"):
+        d = Path(os.environ["SWARM_LOCK_DIR"])
+    elif os.access("/run/lock", os.W_OK):
+        d = Path("/run/lock/swarm-emu")
+    else:
+        d = Path(tempfile.gettempdir()) / f"swarm-emu-locks-{os.getuid()}"
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return d
+
+
+@contextmanager
+def _flock(path: Path, *, blocking: bool) -> Iterator[int | None]:
+    """Yield the open fd holding an exclusive flock on `path`, or None when `blocking` is False and another
+    process holds it. Nested use by the holder's own process yields at once (depth-counted)."""
+    key = str(path)
+    if _held.get(key):
+        _held[key] += 1
+        try:
+            yield -1
+        finally:
+            _held[key] -= 1
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield None
+            return
+        _held[key] = 1
+        try:
+            yield fd
+        finally:
+            _held.pop(key, None)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def host_lock() -> Iterator[None]:
+    """Held while an `up` checks its subnets against the host and the other swarms and records its state: the
+    check and the claim are one step for every `up` on this host."""
+    with _flock(lock_dir() / "host.lock", blocking=True):
+        yield
+
+
+def _holder(path: Path) -> tuple[str, int]:
+    """(operation, pid) written by the lock's current holder; ("", 0) when unknown."""
+    try:
+        op, pid = path.read_text().split()[:2]
+        return op, int(pid)
+    except (OSError, ValueError):
+        return "", 0
+
+
+@contextmanager
+def swarm_operation(name: str, operation: str, *, cancel_up: bool = False,
+                    message: Callable[[str], None] = lambda _m: None, wait_s: float = CANCEL_WAIT_S) -> Iterator[None]:
+    """One lifecycle operation (`up`, `down`) on swarm `name` at a time on this host.
+
+    An `up` finding another operation in progress is refused (SpecError, nothing started). A `down`
+    (`cancel_up`) finding an `up` in progress sends that process SIGTERM, which it turns into a rollback,
+    then waits for the lock; finding another `down` it waits for it. The name was checked by the caller."""
+    path = lock_dir() / f"swarm-{name}.lock"
+    deadline = time.monotonic() + wait_s
+    signalled = False
+    while True:
+        with _flock(path, blocking=False) as fd:
+            if fd is not None:
+                if fd >= 0:
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, f"{operation} {os.getpid()}\n".encode(), 0)
+                yield
+                return
+            op, pid = _holder(path)
+            if not cancel_up:
+                raise SpecError(f"swarm {name!r}: `{op or 'another operation'}` in progress"
+                                f"{f' (pid {pid})' if pid else ''}; wait for it, or run `swarm down {name}`")
+            if op == "up" and pid and not signalled:
+                message(f"swarm {name!r}: cancelling the `up` in progress (pid {pid}); it rolls back first")
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+                signalled = True
+        if time.monotonic() > deadline:
+            raise RuntimeFailure(f"swarm {name!r}: `{op or 'another operation'}` (pid {pid}) still holds "
+                                 f"{path} after {wait_s:g} s")
+        time.sleep(0.2)

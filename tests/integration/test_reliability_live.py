@@ -1,0 +1,193 @@
+"""Live regression tests of the reliability review (issue 29): races between swarms, one operation per swarm
+name at a time, dead engines, killed nodes. Real namespaces and a real Compose CLI; swarm names start `rel`,
+subnets in 10.160.0.0/24 .. 10.169.0.0/24."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import interruptible
+
+
+def swarm(args, tmp_path, timeout=180, **env):
+    return subprocess.run([sys.executable, "-m", "swarm", *args], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "SWARM_WORKDIR": str(tmp_path), **env}, timeout=timeout)
+
+
+def popen(args, tmp_path):
+    return subprocess.Popen([sys.executable, "-m", "swarm", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=tmp_path, env={**os.environ, "SWARM_WORKDIR": str(tmp_path)},
+                            preexec_fn=interruptible)
+
+
+def netns_spec(tmp_path, name, isl="10.160.0.0/24", ground="10.161.0.0/24", nodes=2, extra=""):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"name: {name}\nnodes: {nodes}\nbackend: netns\n"
+                    f"networks: {{isl: {{subnet: {isl}}}, ground: {{subnet: {ground}}}}}\n"
+                    f"defaults: {{command: [sleep, \"600\"]}}\n{extra}")
+    return path
+
+
+def namespaces(prefix):
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(prefix)]
+
+
+# ---- 3. Two swarms with the same subnets started at the same moment
+@pytest.mark.root
+def test_two_swarms_with_the_same_subnets_started_at_once_only_one_comes_up(need_netns, tmp_path):
+    a, b = netns_spec(tmp_path, "rel-race-a"), netns_spec(tmp_path, "rel-race-b")
+    try:
+        for trial in range(4):
+            procs = [popen(["up", str(a)], tmp_path), popen(["up", str(b)], tmp_path)]
+            results = [(p.wait(timeout=180), *p.communicate()) for p in procs]
+            codes = sorted(code for code, _, _ in results)
+            assert codes == [0, 2], (trial, results)
+            loser = next(err for code, _, err in results if code == 2)
+            lines = loser.strip().splitlines()
+            assert len(lines) == 1 and "overlap" in lines[0], (trial, loser)
+            for name in ("rel-race-a", "rel-race-b"):
+                swarm(["down", name], tmp_path)
+            assert not namespaces("swarm-emu_rel-race"), trial
+    finally:
+        for name in ("rel-race-a", "rel-race-b"):
+            swarm(["down", name], tmp_path)
+
+
+# ---- 9. netns status after a node's main process is killed while another process lives in its namespace
+@pytest.mark.root
+def test_netns_status_reports_a_node_whose_main_process_was_killed(need_netns, tmp_path):
+    import json
+    import signal
+    spec = netns_spec(tmp_path, "rel-kill", isl="10.168.0.0/24", ground="10.169.0.0/24")
+    res = swarm(["up", str(spec)], tmp_path)
+    assert res.returncode == 0, res.stderr
+    lodger = None
+    try:
+        # a second process in sat01's namespace, as a DTN agent is
+        lodger = subprocess.Popen(["ip", "netns", "exec", "swarm-emu_rel-kill_sat01", "sleep", "300"])
+        pid = json.loads((tmp_path / ".swarm" / "rel-kill" / "pids.json").read_text())["sat01"]
+        os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.5)
+        res = swarm(["status", "rel-kill", "--json"], tmp_path)
+        assert res.returncode == 0, res.stderr
+        rows = {r["name"]: r for r in json.loads(res.stdout)["nodes"]}
+        assert rows["sat01"]["state"] != "running", rows["sat01"]
+        assert rows["sat02"]["state"] == "running", rows["sat02"]
+    finally:
+        if lodger:
+            lodger.kill()
+            lodger.wait()
+        swarm(["down", "rel-kill"], tmp_path)
+
+
+# ---- 7. one lifecycle operation per swarm name: down during a compose up, two ups of one spec
+REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def compose_leftovers(name):
+    def out(argv):
+        return subprocess.run(argv, capture_output=True, text=True).stdout.split()
+    found = [f"docker {kind[0]} {i}" for kind in (["ps", "-aq"], ["network", "ls", "-q"], ["volume", "ls", "-q"])
+             for i in out(["docker", *kind, "--filter", f"label=io.swarm-emu.swarm={name}"])]
+    found += [str(p) for p in (REPO / ".swarm" / name, REPO / "compose" / f"{name}.yml") if p.exists()]
+    return found
+
+
+def repo_swarm(args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "swarm", *args], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "SWARM_WORKDIR": str(REPO)}, timeout=timeout)
+
+
+def repo_popen(args):
+    return subprocess.Popen([sys.executable, "-m", "swarm", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO, env={**os.environ, "SWARM_WORKDIR": str(REPO)},
+                            preexec_fn=interruptible)
+
+
+@pytest.mark.docker
+def test_down_during_a_compose_up_cancels_it_and_leaves_nothing(need_docker, tmp_path):
+    name = "rel-cancel"
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"name: {name}\nnodes: 6\nbackend: compose\n"
+                    "networks: {isl: {subnet: 10.162.0.0/24}, ground: {subnet: 10.163.0.0/24}}\n")
+    repo_swarm(["down", name])
+    try:
+        up = repo_popen(["up", str(spec)])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and up.poll() is None:  # down once the up has created something
+            if any(x.startswith("docker") for x in compose_leftovers(name)):
+                break
+            time.sleep(0.05)
+        assert up.poll() is None, up.communicate()
+        down = repo_swarm(["down", name])
+        _, up_err = up.communicate(timeout=300)
+        assert down.returncode == 0, (down.stderr, up_err)
+        assert up.returncode != 0, up_err  # cancelled: rolled back, not up
+        assert compose_leftovers(name) == [], (down.stderr, up_err)
+    finally:
+        repo_swarm(["down", name])
+
+
+@pytest.mark.docker
+def test_two_ups_of_one_compose_spec_one_comes_up_the_other_is_refused(need_docker, tmp_path):
+    name = "rel-twice"
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"name: {name}\nnodes: 3\nbackend: compose\n"
+                    "networks: {isl: {subnet: 10.164.0.0/24}, ground: {subnet: 10.165.0.0/24}}\n")
+    repo_swarm(["down", name])
+    try:
+        procs = [repo_popen(["up", str(spec)]), repo_popen(["up", str(spec)])]
+        results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+        assert sorted(code for code, _, _ in results) == [0, 2], results
+        loser = next(err for code, _, err in results if code == 2)
+        assert len(loser.strip().splitlines()) == 1, loser
+        assert repo_swarm(["status", name]).returncode == 0
+    finally:
+        repo_swarm(["down", name])
+    assert compose_leftovers(name) == []
+
+
+# ---- 8. a dead userspace engine: --show does not claim the condition, re-applying it revives the engine
+@pytest.mark.root
+def test_reapplying_the_same_impairment_revives_a_dead_engine(need_netns, tmp_path):
+    import json
+    import re
+    import signal
+    from netem.runtime.linkd import linkd_binary
+    if not linkd_binary():
+        pytest.skip("swarm-linkd not built (make setup)")
+    spec = netns_spec(tmp_path, "rel-engine", isl="10.166.0.0/24", ground="10.167.0.0/24",
+                      extra="links: {engine: userspace}\n")
+    assert swarm(["up", str(spec)], tmp_path).returncode == 0
+
+    def rtts():
+        res = subprocess.run(["ip", "netns", "exec", "swarm-emu_rel-engine_sat01", "ping", "-c", "3", "-i", "0.3",
+                              "-W", "1", sat02_ip], capture_output=True, text=True)
+        return [float(x) for x in re.findall(r"time=([\d.]+)", res.stdout)]
+
+    try:
+        status = json.loads(swarm(["status", "rel-engine", "--json"], tmp_path).stdout)
+        sat02_ip = next(r["isl_ip"] for r in status["nodes"] if r["name"] == "sat02")
+        set_ = ["impair", "rel-engine", "--between", "sat01", "sat02", "--delay", "100ms"]
+        assert swarm(set_, tmp_path).returncode == 0
+        assert rtts() and min(rtts()) >= 190
+        links = json.loads((tmp_path / ".swarm" / "rel-engine" / "links.json").read_text())
+        pid = int(links["nodes"]["sat02"]["linkd_pid"])
+        loop = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])  # its restart loop
+        assert "linkd" in open(f"/proc/{loop}/cmdline").read()  # sh -c SUPERVISE swarm-linkd ...
+        os.kill(loop, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(2)
+        assert rtts() == []  # failed closed
+        shown = json.loads(swarm(["impair", "rel-engine", "--show", "--json"], tmp_path).stdout)
+        row = next(r for r in shown["links"] if (r["src"], r["dst"]) == ("sat01", "sat02"))
+        assert "100ms" not in row["effective"] and "not answering" in row["effective"], row
+        res = swarm(set_, tmp_path)  # the same condition again
+        assert res.returncode == 0, res.stderr
+        got = rtts()
+        assert got and min(got) >= 190, got
+    finally:
+        swarm(["down", "rel-engine"], tmp_path)
