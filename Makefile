@@ -124,7 +124,9 @@ lint-py: setup
 
 lint-rust:
 	cargo fmt --check --manifest-path netem/linkd/Cargo.toml
+	cargo fmt --check --manifest-path flightsw/ltpcla/Cargo.toml
 	CARGO_TARGET_DIR="$(LINKD_TARGET)-clippy" nice -n 10 cargo clippy -q --release --locked --manifest-path netem/linkd/Cargo.toml -- -D warnings
+	CARGO_TARGET_DIR="$(LTPCLA_TARGET)-clippy" nice -n 10 cargo clippy -q --release --locked --manifest-path flightsw/ltpcla/Cargo.toml -- -D warnings
 
 wipe: setup
 	$(SWARM) wipe --yes

@@ -134,6 +134,38 @@ class TrafficReader(threading.Thread):
                     self.finished_receiving = True
 
 
+def _cut_before_release(links, initial, run_id: str, test_id: str) -> list[dict]:
+    """Cut the links the contact plan has down at 0, before the release, so no bundle sees them; faults.csv rows."""
+    rows = []
+    for e in initial:
+        began = time.time()
+        links.cut(e.a, e.b)
+        rows.append({"run_id": run_id, "test_id": test_id, "index": -1, "at_s": 0.0,
+                     "planned_ts": "", "applied_ts": round(time.time(), 6), "offset_s": "",
+                     "took_s": round(time.time() - began, 6), "kind": "cut", "args": f"{e.a} {e.b}",
+                     "ok": True, "error": "contact plan: not in contact at 0"})
+    return rows
+
+
+def _record_ltp(agents, dtnd_logs: dict[str, str], raw: Path, store: ResultsStore, test_id: str,
+                message: Callable[[str], None]) -> None:
+    """cla: ltp: each node's record of blocks, retransmissions and cancels (raw/), and one ltp.csv row of its
+    counters beside what dtnd handed over, so bundles dtnd dropped in its ECLA channel are counted, not silent."""
+    ltp_rows = []
+    for n in agents.nodes:
+        (raw / f"{n.name}.ltp.csv").write_text(agents.ltp_record(n.name))
+        counters = agents.ltp_status(n.name)
+        handed = ltp_handovers(dtnd_logs[n.name])
+        queued = counters.get("blocks_queued")
+        ltp_rows.append({"run_id": store.run_id, "test_id": test_id, "node": n.name,
+                         **{k: counters.get(k, "") for k in LTP_COLUMNS[3:-2]}, "dtnd_handed_over": handed,
+                         "lost_in_dtnd_channel": handed - queued if isinstance(queued, int) else ""})
+        if isinstance(queued, int) and handed > queued:
+            message(f"{test_id}: {n.name}: dtnd handed {handed} bundles to its ltp module, which "
+                    f"received {queued}: dtnd dropped {handed - queued} in its 100-slot ECLA channel")
+    store.append("ltp.csv", LTP_COLUMNS, ltp_rows)
+
+
 def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Optional[str],
              message: Callable[[str], None], progress: Callable[[float, float, str], None]) -> dict:
     """One test, start to finish; returns its tests.csv row."""
@@ -155,14 +187,7 @@ def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Op
         initial = [e for e in contact if e.at == 0 and e.action == "down"]
         later = [FaultEvent(at=e.at, **({"cut": [e.a, e.b]} if e.action == "down" else {"heal": [e.a, e.b]}))
                  for e in contact if not (e.at == 0 and e.action == "down") and e.at < exp.duration + exp.drain]
-        fault_rows = []
-        for e in initial:  # before the release: no bundle may see a link the plan says is down
-            began = time.time()
-            swarm.links.cut(e.a, e.b)
-            fault_rows.append({"run_id": store.run_id, "test_id": test.test_id, "index": -1, "at_s": 0.0,
-                               "planned_ts": "", "applied_ts": round(time.time(), 6), "offset_s": "",
-                               "took_s": round(time.time() - began, 6), "kind": "cut", "args": f"{e.a} {e.b}",
-                               "ok": True, "error": "contact plan: not in contact at 0"})
+        fault_rows = _cut_before_release(swarm.links, initial, store.run_id, test.test_id)
         setup = time.time() - wall
         release = time.time() + RELEASE_LEAD_S
         if contact and agents.ltp:  # cla: ltp: no sending and retransmission timers suspended while down
@@ -212,20 +237,8 @@ def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Op
             text = texts[n.name] = agents.log(n.name)
             (raw / f"{n.name}.dtnd.log").write_text(text)
             logs[n.name] = parse_dtnd_log(text)
-        if agents.ltp:  # cla: ltp: each node's record of blocks, retransmissions, cancels, and its counters
-            ltp_rows = []
-            for n in agents.nodes:
-                (raw / f"{n.name}.ltp.csv").write_text(agents.ltp_record(n.name))
-                counters = agents.ltp_status(n.name)
-                handed = ltp_handovers(texts[n.name])
-                queued = counters.get("blocks_queued")
-                ltp_rows.append({"run_id": store.run_id, "test_id": test.test_id, "node": n.name,
-                                 **{k: counters.get(k, "") for k in LTP_COLUMNS[3:-2]}, "dtnd_handed_over": handed,
-                                 "lost_in_dtnd_channel": handed - queued if isinstance(queued, int) else ""})
-                if isinstance(queued, int) and handed > queued:
-                    message(f"{test.test_id}: {n.name}: dtnd handed {handed} bundles to its ltp module, which "
-                            f"received {queued}: dtnd dropped {handed - queued} in its 100-slot ECLA channel")
-            store.append("ltp.csv", LTP_COLUMNS, ltp_rows)
+        if agents.ltp:
+            _record_ltp(agents, texts, raw, store, test.test_id, message)
         events = {n: read_events("".join(r.lines)) for n, r in readers.items()}
         bundles = bundle_rows(events, events, logs, store.run_id, test.test_id)
         stores = store_rows(events, release, store.run_id, test.test_id)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import json
 import sys
+from typing import Callable
 
 import click
 
@@ -78,7 +79,7 @@ def events(name, as_json, follow, history) -> None:
     state_dir = swarm_dir(swarm.workdir, name)
     if not as_json:
         click.echo(f"{'time':<12}  {'type':<6}  {'what':<44}  cause")
-    watches = [LogWatch(state_dir), NodeWatch(lambda: swarm.backend.node_states(name), every=5.0)]
+    watches: list[Callable[[], list[dict]]] = [LogWatch(state_dir), NodeWatch(lambda: swarm.backend.node_states(name), every=5.0)]
     stream = follow_events(state_dir, history=history, extra=lambda: [e for w in watches for e in w()],
                            once=not follow)
     try:
@@ -100,8 +101,9 @@ def view(name, port, host) -> None:
     state = LiveState(swarm)
     server = bind(host, port, state)  # a port in use: one line, exit 2, nothing started
     state.start()
-    shown = server.server_address
-    click.echo(f"swarm {name!r}: live view at http://{shown[0]}:{shown[1]}/  (Ctrl-C to stop)", err=True)
+    address, bound_port = server.server_address[:2]
+    address = address.decode() if isinstance(address, bytes) else address
+    click.echo(f"swarm {name!r}: live view at http://{address}:{bound_port}/  (Ctrl-C to stop)", err=True)
     try:
         server.serve_forever(poll_interval=0.5)
     except KeyboardInterrupt:

@@ -17,10 +17,10 @@ tap, so the egress capture then shows what left the qdisc.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -159,7 +159,7 @@ def link_comments(frames: list[tuple[int, int, float, str]], src: str, dst: str)
         else:
             counts["unmatched"] += 1
             comments[num] = f"swarm: {src}->{dst}: not sent as such by {src} (corrupted on the link?)"
-    for num, iface, t, digest in frames:
+    for num, iface, _t, _digest in frames:
         if iface != 0:
             continue
         if num in arrived:
@@ -181,7 +181,7 @@ class Running:
     iface: str
     file: Path
     log: Path
-    proc: object
+    proc: subprocess.Popen
 
     def packets(self) -> int | None:
         found = re.findall(r"Packets captured: (\d+)", self.log.read_text(errors="replace")) if self.log.exists() else []
@@ -281,6 +281,7 @@ class Capture:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave half a file
         try:
             if len(self.running) > 1 and not self.ring:
+                assert self.tmp is not None  # made by start(), which ran before any end was running
                 merged = self.tmp / "merged.pcapng"
                 self.swarm.runner.run(["mergecap", "-F", "pcapng", "-I", "none", "-w", str(merged),
                                        *(str(r.file) for r in self.running)], timeout=600)

@@ -102,8 +102,8 @@ class LiveState:
 
     def read_counters(self) -> dict[str, tuple[int, int]]:
         """(tx bytes, rx bytes) of each node's ISL interface. netns: one `ip -s` in the swarm's switch, whose
-        port towards each node (backend.forwarding_hop) is the node's ISL veth seen from the other side (its rx is what the node sent); other
-        backends: one per node, in the node's namespace."""
+        port towards each node (backend.forwarding_hop) is the node's ISL veth seen from the other side (its rx
+        is what the node sent); other backends: one per node, in the node's namespace."""
         runner, name = self.swarm.runner, self.swarm.name
         out: dict[str, tuple[int, int]] = {}
         hop = self.swarm.backend.forwarding_hop(name, 0, "eth1")

@@ -16,7 +16,7 @@ from typing import ClassVar
 from netem.runtime.links import LinkController
 from swarm.cfs.image import ensure_cfs_image, host_ulimits
 from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs
-from swarm.dtn.runtime import DtnAgents, ensure_binaries, ensure_dtn_image
+from swarm.dtn.runtime import DtnAgents, ensure_dtn_image
 from swarm.errors import NodeFailed
 from swarm.mesh.plan import STABLE_S
 from swarm.mesh.runtime import Mesh

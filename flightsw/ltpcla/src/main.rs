@@ -17,8 +17,8 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use licklider_core::segment::{Segment, SegmentBody};
 use licklider_core::{
-    Config, Duration as LDur, Engine, EngineId, Input, LinkStateCue, Notice, Output, PeerConfig, SessionId,
-    Timestamp, TransmissionRequest,
+    Config, Duration as LDur, Engine, EngineId, Input, LinkStateCue, Notice, Output, PeerConfig,
+    SessionId, Timestamp, TransmissionRequest,
 };
 use pace::{socket_buffer, TokenBucket};
 use schedule::Schedule;
@@ -77,34 +77,68 @@ const USAGE: &str = "usage: swarm-ltpcla --ws URL --engine N --bind IP:PORT [--p
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
     let mut a = Args {
-        ws: String::new(), name: "ltp".into(), engine: 0, bind: "0.0.0.0:1113".parse().unwrap(), peers: vec![],
-        segment: 1360, red: 1.0, log: None, status: None, down: None, margin: 0.5, rtx_limit: 20, attempts: 3,
-        max_inflight: 512 << 20, max_block: 64 << 20,
+        ws: String::new(),
+        name: "ltp".into(),
+        engine: 0,
+        bind: "0.0.0.0:1113".parse().unwrap(),
+        peers: vec![],
+        segment: 1360,
+        red: 1.0,
+        log: None,
+        status: None,
+        down: None,
+        margin: 0.5,
+        rtx_limit: 20,
+        attempts: 3,
+        max_inflight: 512 << 20,
+        max_block: 64 << 20,
     };
     let mut it = argv.iter();
     let mut engine_set = false;
     while let Some(flag) = it.next() {
-        let mut val = || it.next().cloned().ok_or_else(|| format!("{flag}: missing value"));
-        let num = |v: String, f: &str| v.parse::<f64>().map_err(|_| format!("{f} {v:?}: not a number"));
+        let mut val = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag}: missing value"))
+        };
+        let num = |v: String, f: &str| {
+            v.parse::<f64>()
+                .map_err(|_| format!("{f} {v:?}: not a number"))
+        };
         match flag.as_str() {
             "--ws" => a.ws = val()?,
             "--name" => a.name = val()?,
-            "--engine" => { a.engine = val()?.parse().map_err(|_| "--engine: not a whole number".to_string())?; engine_set = true }
-            "--bind" => a.bind = val()?.parse().map_err(|_| "--bind: expected IP:PORT".to_string())?,
+            "--engine" => {
+                a.engine = val()?
+                    .parse()
+                    .map_err(|_| "--engine: not a whole number".to_string())?;
+                engine_set = true
+            }
+            "--bind" => {
+                a.bind = val()?
+                    .parse()
+                    .map_err(|_| "--bind: expected IP:PORT".to_string())?
+            }
             "--peer" => {
                 let v = val()?;
                 let f: Vec<&str> = v.split(',').collect();
                 if f.len() != 4 {
-                    return Err(format!("--peer {v:?}: expected ENGINE,IP:PORT,RATE_BIT_S,OWLT_S"));
+                    return Err(format!(
+                        "--peer {v:?}: expected ENGINE,IP:PORT,RATE_BIT_S,OWLT_S"
+                    ));
                 }
                 let rate = num(f[2].into(), "--peer rate")?;
                 let owlt = num(f[3].into(), "--peer owlt")?;
-                if !(rate > 0.0) || !(owlt >= 0.0) {
+                if rate.is_nan() || rate <= 0.0 || owlt.is_nan() || owlt < 0.0 {
                     return Err(format!("--peer {v:?}: rate must be > 0 and owlt >= 0"));
                 }
                 a.peers.push(PeerArg {
-                    engine: f[0].parse().map_err(|_| format!("--peer {v:?}: engine is not a whole number"))?,
-                    addr: f[1].parse().map_err(|_| format!("--peer {v:?}: expected IP:PORT"))?,
+                    engine: f[0]
+                        .parse()
+                        .map_err(|_| format!("--peer {v:?}: engine is not a whole number"))?,
+                    addr: f[1]
+                        .parse()
+                        .map_err(|_| format!("--peer {v:?}: expected IP:PORT"))?,
                     rate: rate / 8.0,
                     owlt,
                 });
@@ -127,7 +161,10 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         return Err(format!("--ws and --engine are required; {USAGE}"));
     }
     if !(64..=65_507).contains(&a.segment) {
-        return Err(format!("--segment {}: must be 64..65507 bytes (one UDP datagram)", a.segment));
+        return Err(format!(
+            "--segment {}: must be 64..65507 bytes (one UDP datagram)",
+            a.segment
+        ));
     }
     if !(0.0..=1.0).contains(&a.red) {
         return Err(format!("--red {}: must be 0..1", a.red));
@@ -147,7 +184,10 @@ impl Record {
     fn open(path: &Option<String>) -> Record {
         let out = path.as_ref().map(|p| {
             let new = !std::path::Path::new(p).exists();
-            let f = std::fs::OpenOptions::new().create(true).append(true).open(p)
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
                 .unwrap_or_else(|e| die(&format!("--log {p}: {e}")));
             let mut w = std::io::BufWriter::new(f);
             if new {
@@ -157,10 +197,23 @@ impl Record {
         });
         Record { out }
     }
-    fn ev(&mut self, event: &str, peer: u64, session: &str, bundle: &str, bytes: usize, detail: &str) {
+    fn ev(
+        &mut self,
+        event: &str,
+        peer: u64,
+        session: &str,
+        bundle: &str,
+        bytes: usize,
+        detail: &str,
+    ) {
         if let Some(w) = self.out.as_mut() {
-            let _ = writeln!(w, "{:.6},{event},{peer},{session},{},{bytes},{}", unix_now(), bundle.replace(',', ";"),
-                             detail.replace(',', ";"));
+            let _ = writeln!(
+                w,
+                "{:.6},{event},{peer},{session},{},{bytes},{}",
+                unix_now(),
+                bundle.replace(',', ";"),
+                detail.replace(',', ";")
+            );
         }
     }
     fn flush(&mut self) {
@@ -171,7 +224,10 @@ impl Record {
 }
 
 fn unix_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 struct Peer {
@@ -266,22 +322,48 @@ impl State {
 
     /// A bundle from dtnd for `dst` (IP:port of a peer's LTP socket).
     fn offer(&mut self, dst: &str, bundle: String, data: Vec<u8>) {
-        let peer = dst.parse::<SocketAddr>().ok().and_then(|a| self.by_addr.get(&a).copied());
+        let peer = dst
+            .parse::<SocketAddr>()
+            .ok()
+            .and_then(|a| self.by_addr.get(&a).copied());
         let Some(peer) = peer else {
             self.c.refused += 1;
-            self.rec.ev("refused", 0, "", &bundle, data.len(), &format!("no LTP peer at {dst}"));
+            self.rec.ev(
+                "refused",
+                0,
+                "",
+                &bundle,
+                data.len(),
+                &format!("no LTP peer at {dst}"),
+            );
             eprintln!("swarm-ltpcla: refused bundle {bundle}: no LTP peer at {dst}");
             return;
         };
         if data.len() > self.args.max_block {
             self.c.refused += 1;
-            self.rec.ev("refused", peer, "", &bundle, data.len(), &format!("block larger than --max-block {}", self.args.max_block));
-            eprintln!("swarm-ltpcla: refused bundle {bundle}: {} bytes > block limit {}", data.len(), self.args.max_block);
+            self.rec.ev(
+                "refused",
+                peer,
+                "",
+                &bundle,
+                data.len(),
+                &format!("block larger than --max-block {}", self.args.max_block),
+            );
+            eprintln!(
+                "swarm-ltpcla: refused bundle {bundle}: {} bytes > block limit {}",
+                data.len(),
+                self.args.max_block
+            );
             return;
         }
         self.c.blocks_queued += 1;
         self.rec.ev("queued", peer, "", &bundle, data.len(), "");
-        self.queue.push_back(Pending { peer, bundle, data: Bytes::from(data), attempts: 1 });
+        self.queue.push_back(Pending {
+            peer,
+            bundle,
+            data: Bytes::from(data),
+            attempts: 1,
+        });
     }
 
     fn start_sessions(&mut self) {
@@ -291,21 +373,57 @@ impl State {
             }
             let p = self.queue.pop_front().unwrap();
             let len = p.data.len() as u64;
-            let red_len = if self.args.red >= 1.0 { len } else { ((len as f64) * self.args.red).ceil() as u64 };
+            let red_len = if self.args.red >= 1.0 {
+                len
+            } else {
+                ((len as f64) * self.args.red).ceil() as u64
+            };
             let ts = self.ts();
-            let req = TransmissionRequest { destination: EngineId(p.peer), client_service: BP_SERVICE, data: p.data.clone(), red_len };
+            let req = TransmissionRequest {
+                destination: EngineId(p.peer),
+                client_service: BP_SERVICE,
+                data: p.data.clone(),
+                red_len,
+            };
             match self.engine.request_transmission(ts, req) {
                 Ok(sid) => {
                     self.inflight += p.data.len();
                     self.c.blocks_sent += 1;
-                    self.rec.ev("start", p.peer, &sid.to_string(), &p.bundle, p.data.len(), &format!("red {red_len} attempt {}", p.attempts));
+                    self.rec.ev(
+                        "start",
+                        p.peer,
+                        &sid.to_string(),
+                        &p.bundle,
+                        p.data.len(),
+                        &format!("red {red_len} attempt {}", p.attempts),
+                    );
                     let started = self.mono();
-                    self.sending.insert(sid, Sending { peer: p.peer, bundle: p.bundle, data: p.data, attempts: p.attempts, started, sent_hi: 0 });
+                    self.sending.insert(
+                        sid,
+                        Sending {
+                            peer: p.peer,
+                            bundle: p.bundle,
+                            data: p.data,
+                            attempts: p.attempts,
+                            started,
+                            sent_hi: 0,
+                        },
+                    );
                 }
                 Err(e) => {
                     self.c.dropped += 1;
-                    self.rec.ev("dropped", p.peer, "", &p.bundle, p.data.len(), &format!("engine refused: {e:?}"));
-                    eprintln!("swarm-ltpcla: dropped bundle {}: engine refused {e:?}", p.bundle);
+                    self.rec.ev(
+                        "dropped",
+                        p.peer,
+                        "",
+                        &p.bundle,
+                        p.data.len(),
+                        &format!("engine refused: {e:?}"),
+                    );
+                    eprintln!(
+                        "swarm-ltpcla: dropped bundle {}: engine refused {e:?}",
+                        p.bundle
+                    );
                 }
             }
         }
@@ -325,12 +443,27 @@ impl State {
             peer.tx_on = want_tx;
             if changed {
                 let e = EngineId(id);
-                self.rec.ev(if down { "link-down" } else { "link-up" }, id, "", "", 0, "contact plan");
-                self.cue(if down { LinkStateCue::RxStop { peer: e } } else { LinkStateCue::RxStart { peer: e } });
+                self.rec.ev(
+                    if down { "link-down" } else { "link-up" },
+                    id,
+                    "",
+                    "",
+                    0,
+                    "contact plan",
+                );
+                self.cue(if down {
+                    LinkStateCue::RxStop { peer: e }
+                } else {
+                    LinkStateCue::RxStart { peer: e }
+                });
             }
             if tx_changed {
                 let e = EngineId(id);
-                self.cue(if want_tx { LinkStateCue::TxStart { peer: e } } else { LinkStateCue::TxStop { peer: e } });
+                self.cue(if want_tx {
+                    LinkStateCue::TxStart { peer: e }
+                } else {
+                    LinkStateCue::TxStop { peer: e }
+                });
             }
         }
     }
@@ -346,7 +479,8 @@ impl State {
                 }
                 Err(e) => {
                     // e.g. no route while an ISL is cut: LTP's retransmission recovers it; say so once per kind
-                    self.rec.ev("send-error", peer, "", "", seg.len(), &e.to_string());
+                    self.rec
+                        .ev("send-error", peer, "", "", seg.len(), &e.to_string());
                     break;
                 }
             }
@@ -357,13 +491,17 @@ impl State {
         p.bucket.take(seg.len() + IP_UDP, now);
         if p.tx_on && !p.bucket.ready(now) {
             p.tx_on = false;
-            self.cue(LinkStateCue::TxStop { peer: EngineId(peer) });
+            self.cue(LinkStateCue::TxStop {
+                peer: EngineId(peer),
+            });
         }
     }
 
     /// Count retransmitted data of our own sessions: a data segment below what the session already sent.
     fn note_transmit(&mut self, seg: &[u8]) {
-        let Ok(segs) = Segment::parse_all(seg) else { return };
+        let Ok(segs) = Segment::parse_all(seg) else {
+            return;
+        };
         for s in segs {
             if let SegmentBody::Data(d) = &s.body {
                 if let Some(tx) = self.sending.get_mut(&s.session) {
@@ -372,7 +510,14 @@ impl State {
                         self.c.retransmitted_segments += 1;
                         self.c.retransmitted_bytes += d.data.len() as u64;
                         let (peer, bundle) = (tx.peer, tx.bundle.clone());
-                        self.rec.ev("rtx", peer, &s.session.to_string(), &bundle, d.data.len(), &format!("offset {}", d.offset));
+                        self.rec.ev(
+                            "rtx",
+                            peer,
+                            &s.session.to_string(),
+                            &bundle,
+                            d.data.len(),
+                            &format!("offset {}", d.offset),
+                        );
                     } else {
                         tx.sent_hi = end;
                     }
@@ -384,7 +529,9 @@ impl State {
     fn drain(&mut self, sock: &std::net::UdpSocket) {
         loop {
             let ts = self.ts();
-            let Some(out) = self.engine.poll_output(ts) else { break };
+            let Some(out) = self.engine.poll_output(ts) else {
+                break;
+            };
             match out {
                 Output::Transmit { peer, segment } => {
                     self.note_transmit(&segment);
@@ -403,20 +550,45 @@ impl State {
                     self.c.blocks_done += 1;
                     self.c.bytes_sent += tx.data.len() as u64;
                     let took = self.mono() - tx.started;
-                    self.rec.ev("done", tx.peer, &session.to_string(), &tx.bundle, tx.data.len(), &format!("{took:.3} s"));
+                    self.rec.ev(
+                        "done",
+                        tx.peer,
+                        &session.to_string(),
+                        &tx.bundle,
+                        tx.data.len(),
+                        &format!("{took:.3} s"),
+                    );
                 }
             }
             Notice::TransmissionSessionCancelled { session, reason } => {
                 if let Some(tx) = self.sending.remove(&session) {
                     self.inflight -= tx.data.len();
                     self.c.cancels += 1;
-                    self.rec.ev("cancel", tx.peer, &session.to_string(), &tx.bundle, tx.data.len(), &format!("{reason:?}"));
+                    self.rec.ev(
+                        "cancel",
+                        tx.peer,
+                        &session.to_string(),
+                        &tx.bundle,
+                        tx.data.len(),
+                        &format!("{reason:?}"),
+                    );
                     if tx.attempts < self.args.attempts {
-                        self.queue.push_back(Pending { peer: tx.peer, bundle: tx.bundle, data: tx.data, attempts: tx.attempts + 1 });
+                        self.queue.push_back(Pending {
+                            peer: tx.peer,
+                            bundle: tx.bundle,
+                            data: tx.data,
+                            attempts: tx.attempts + 1,
+                        });
                     } else {
                         self.c.dropped += 1;
-                        self.rec.ev("dropped", tx.peer, &session.to_string(), &tx.bundle, tx.data.len(),
-                                    &format!("cancelled on all {} attempts", tx.attempts));
+                        self.rec.ev(
+                            "dropped",
+                            tx.peer,
+                            &session.to_string(),
+                            &tx.bundle,
+                            tx.data.len(),
+                            &format!("cancelled on all {} attempts", tx.attempts),
+                        );
                         eprintln!("swarm-ltpcla: dropped bundle {}: cancelled ({reason:?}) on all {} attempts", tx.bundle, tx.attempts);
                     }
                 }
@@ -424,10 +596,28 @@ impl State {
             Notice::ReceptionSessionCancelled { session, reason } => {
                 self.c.recv_cancels += 1;
                 let p = self.partial.remove(&session);
-                self.rec.ev("recv-cancel", session.originator.0, &session.to_string(), "", 0, &format!("{reason:?}{}",
-                    if p.is_some() { " (partial block discarded)" } else { "" }));
+                self.rec.ev(
+                    "recv-cancel",
+                    session.originator.0,
+                    &session.to_string(),
+                    "",
+                    0,
+                    &format!(
+                        "{reason:?}{}",
+                        if p.is_some() {
+                            " (partial block discarded)"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
             }
-            Notice::RedPartReceived { session, source, data, eob } => {
+            Notice::RedPartReceived {
+                session,
+                source,
+                data,
+                eob,
+            } => {
                 if eob {
                     self.partial.remove(&session);
                     self.deliver(session, source.0, data);
@@ -440,7 +630,13 @@ impl State {
                     self.try_complete(session);
                 }
             }
-            Notice::GreenSegmentArrived { session, source, offset, data, eob } => {
+            Notice::GreenSegmentArrived {
+                session,
+                source,
+                offset,
+                data,
+                eob,
+            } => {
                 let now = self.mono();
                 let p = self.partial.entry(session).or_default();
                 if eob {
@@ -456,7 +652,9 @@ impl State {
     }
 
     fn try_complete(&mut self, session: SessionId) {
-        let Some(p) = self.partial.get(&session) else { return };
+        let Some(p) = self.partial.get(&session) else {
+            return;
+        };
         let Some(end) = p.eob_end else { return };
         let mut cursor = p.red.as_ref().map_or(0, |r| r.len() as u64);
         if p.red.is_none() && p.green.keys().next() != Some(&0) {
@@ -486,15 +684,28 @@ impl State {
     /// Green data lost for good: a partial block silent for its round trip plus margins is recorded, not kept.
     fn sweep_partials(&mut self) {
         let now = self.mono();
-        let stale: Vec<SessionId> = self.partial.iter().filter(|(_, p)| {
-            let owlt = self.peers.get(&p.source).map_or(0.0, |x| x.arg.owlt);
-            now - p.last > 2.0 * owlt + 4.0 * self.args.margin + 5.0
-        }).map(|(s, _)| *s).collect();
+        let stale: Vec<SessionId> = self
+            .partial
+            .iter()
+            .filter(|(_, p)| {
+                let owlt = self.peers.get(&p.source).map_or(0.0, |x| x.arg.owlt);
+                now - p.last > 2.0 * owlt + 4.0 * self.args.margin + 5.0
+            })
+            .map(|(s, _)| *s)
+            .collect();
         for s in stale {
             let p = self.partial.remove(&s).unwrap();
-            let have: usize = p.red.as_ref().map_or(0, |r| r.len()) + p.green.values().map(|d| d.len()).sum::<usize>();
+            let have: usize = p.red.as_ref().map_or(0, |r| r.len())
+                + p.green.values().map(|d| d.len()).sum::<usize>();
             self.c.dropped += 1;
-            self.rec.ev("green-lost", p.source, &s.to_string(), "", have, "green part incomplete; block not delivered");
+            self.rec.ev(
+                "green-lost",
+                p.source,
+                &s.to_string(),
+                "",
+                have,
+                "green part incomplete; block not delivered",
+            );
         }
     }
 
@@ -502,33 +713,52 @@ impl State {
         self.c.blocks_received += 1;
         self.c.bytes_received += data.len() as u64;
         let encoded = BASE64_STANDARD.encode(&data);
-        let src = self.peers.get(&source).map(|p| p.arg.addr.to_string()).unwrap_or_default();
+        let src = self
+            .peers
+            .get(&source)
+            .map(|p| p.arg.addr.to_string())
+            .unwrap_or_default();
         if encoded.len() + 256 > WS_FRAME_LIMIT {
             self.c.dropped += 1;
-            self.rec.ev("too-large", source, &session.to_string(), "", data.len(), "over dtnd's 16 MiB WebSocket frame limit");
+            self.rec.ev(
+                "too-large",
+                source,
+                &session.to_string(),
+                "",
+                data.len(),
+                "over dtnd's 16 MiB WebSocket frame limit",
+            );
             eprintln!("swarm-ltpcla: block {session} of {} bytes is over dtnd's 16 MiB WebSocket frame limit (base64); not delivered", data.len());
             return;
         }
-        self.rec.ev("recv", source, &session.to_string(), "", data.len(), "");
+        self.rec
+            .ev("recv", source, &session.to_string(), "", data.len(), "");
         let msg = serde_json::json!({"type": "ForwardData", "src": src, "dst": "", "bundle_id": "", "data": encoded});
         self.to_dtnd.push(msg.to_string());
     }
 
     /// The down file is rewritten by the framework when a contact plan's clock starts: re-read it on change.
     fn reload_down(&mut self) {
-        let Some(path) = self.args.down.clone() else { return };
+        let Some(path) = self.args.down.clone() else {
+            return;
+        };
         let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
         if mtime.is_none() || mtime == self.down_mtime {
             return;
         }
         self.down_mtime = mtime;
-        match std::fs::read_to_string(&path).map_err(|e| e.to_string()).and_then(|t| Schedule::parse(&t)) {
+        match std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| Schedule::parse(&t))
+        {
             Ok(s) => {
                 self.schedule = s;
-                self.rec.ev("down-file", 0, "", "", 0, &format!("reloaded {path}"));
+                self.rec
+                    .ev("down-file", 0, "", "", 0, &format!("reloaded {path}"));
             }
             Err(e) => {
-                self.rec.ev("down-file", 0, "", "", 0, &format!("not reloaded: {e}"));
+                self.rec
+                    .ev("down-file", 0, "", "", 0, &format!("not reloaded: {e}"));
                 eprintln!("swarm-ltpcla: --down {path}: {e}; keeping the previous windows");
             }
         }
@@ -566,7 +796,13 @@ fn set_buffers(sock: &std::net::UdpSocket, bytes: usize) -> (usize, usize) {
     let get = |opt: libc::c_int| unsafe {
         let mut out: libc::c_int = 0;
         let mut n = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        libc::getsockopt(fd, libc::SOL_SOCKET, opt, &mut out as *mut libc::c_int as *mut libc::c_void, &mut n);
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            &mut out as *mut libc::c_int as *mut libc::c_void,
+            &mut n,
+        );
         out as usize
     };
     (get(libc::SO_SNDBUF), get(libc::SO_RCVBUF))
@@ -576,25 +812,37 @@ fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let args = parse_args(&argv).unwrap_or_else(|e| die(&e));
     let schedule = match &args.down {
-        Some(p) if std::path::Path::new(p).exists() => {
-            Schedule::parse(&std::fs::read_to_string(p).unwrap_or_else(|e| die(&format!("--down {p}: {e}"))))
-                .unwrap_or_else(|e| die(&format!("--down {p}: {e}")))
-        }
+        Some(p) if std::path::Path::new(p).exists() => Schedule::parse(
+            &std::fs::read_to_string(p).unwrap_or_else(|e| die(&format!("--down {p}: {e}"))),
+        )
+        .unwrap_or_else(|e| die(&format!("--down {p}: {e}"))),
         _ => Schedule::default(),
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(run(args, schedule));
 }
 
 async fn run(args: Args, schedule: Schedule) {
-    let std_sock = std::net::UdpSocket::bind(args.bind).unwrap_or_else(|e| die(&format!("--bind {}: {e}", args.bind)));
-    let want = args.peers.iter().map(|p| socket_buffer(p.rate, p.owlt)).max().unwrap_or(4 << 20);
+    let std_sock = std::net::UdpSocket::bind(args.bind)
+        .unwrap_or_else(|e| die(&format!("--bind {}: {e}", args.bind)));
+    let want = args
+        .peers
+        .iter()
+        .map(|p| socket_buffer(p.rate, p.owlt))
+        .max()
+        .unwrap_or(4 << 20);
     let (sndbuf, rcvbuf) = set_buffers(&std_sock, want);
     std_sock.set_nonblocking(true).unwrap();
     let send_sock = std_sock.try_clone().unwrap();
     let sock = tokio::net::UdpSocket::from_std(std_sock).unwrap();
 
-    let mut cfg = Config::new(EngineId(args.engine), args.engine.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ unix_now() as u64);
+    let mut cfg = Config::new(
+        EngineId(args.engine),
+        args.engine.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ unix_now() as u64,
+    );
     let margin = LDur::from_micros((args.margin * 1e6) as u64);
     cfg.local_delay = margin;
     cfg.checkpoint_rtx_limit = args.rtx_limit;
@@ -614,34 +862,74 @@ async fn run(args: Args, schedule: Schedule) {
         pc.owlt_in = owlt;
         pc.remote_delay = margin;
         pc.max_segment_len = payload;
-        engine.add_peer(pc).unwrap_or_else(|e| die(&format!("--peer {}: {e:?}", p.engine)));
+        engine
+            .add_peer(pc)
+            .unwrap_or_else(|e| die(&format!("--peer {}: {e:?}", p.engine)));
         let burst = (p.rate * 0.002).max(4.0 * (args.segment + IP_UDP) as f64);
-        peers.insert(p.engine, Peer { arg: p.clone(), bucket: TokenBucket::new(p.rate, burst, 0.0), tx_on: true, down: false });
+        peers.insert(
+            p.engine,
+            Peer {
+                arg: p.clone(),
+                bucket: TokenBucket::new(p.rate, burst, 0.0),
+                tx_on: true,
+                down: false,
+            },
+        );
         by_addr.insert(p.addr, p.engine);
     }
     let rec = Record::open(&args.log);
-    let args = args;
     let mut st = State {
-        args, engine, peers, by_addr, schedule, queue: VecDeque::new(), sending: HashMap::new(), partial: HashMap::new(),
-        inflight: 0, to_dtnd: vec![], rec, c: Counters { sndbuf, rcvbuf, ..Default::default() }, t0: Instant::now(), payload,
+        args,
+        engine,
+        peers,
+        by_addr,
+        schedule,
+        queue: VecDeque::new(),
+        sending: HashMap::new(),
+        partial: HashMap::new(),
+        inflight: 0,
+        to_dtnd: vec![],
+        rec,
+        c: Counters {
+            sndbuf,
+            rcvbuf,
+            ..Default::default()
+        },
+        t0: Instant::now(),
+        payload,
         down_mtime: None,
     };
     st.reload_down();
     eprintln!("swarm-ltpcla: engine {} on {} ({} peers), segment {} B (payload {} B), red {}, socket buffers snd {} rcv {}",
               st.args.engine, st.args.bind, st.peers.len(), st.args.segment, st.payload, st.args.red, sndbuf, rcvbuf);
-    st.rec.ev("engine", st.args.engine, "", "", st.args.segment, &format!("bind {} sndbuf {sndbuf} rcvbuf {rcvbuf}", st.args.bind));
+    st.rec.ev(
+        "engine",
+        st.args.engine,
+        "",
+        "",
+        st.args.segment,
+        &format!("bind {} sndbuf {sndbuf} rcvbuf {rcvbuf}", st.args.bind),
+    );
     st.write_status();
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
     let mut buf = vec![0u8; 65_536];
     // dtnd hands bundles to a module through a 100-slot channel with try_send and drops what does not fit
     // (dtn7 0.21.0, ecla/ws.rs): the WebSocket is read on a thread of its own that only decodes and queues,
     // so the channel empties as fast as dtnd fills it while this thread paces segments out.
     let (in_tx, mut in_rx) = tokio::sync::mpsc::unbounded_channel::<FromDtnd>();
     let (out_tx, out_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let (ws_url, name, port) = (st.args.ws.clone(), st.args.name.clone(), st.args.bind.port());
+    let (ws_url, name, port) = (
+        st.args.ws.clone(),
+        st.args.name.clone(),
+        st.args.bind.port(),
+    );
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(ws_thread(ws_url, name, port, in_tx, out_rx));
     });
     let mut last_status = 0.0;
@@ -654,7 +942,8 @@ async fn run(args: Args, schedule: Schedule) {
         for msg in std::mem::take(&mut st.to_dtnd) {
             if out_tx.send(msg).is_err() {
                 st.c.dropped += 1;
-                st.rec.ev("forward-error", 0, "", "", 0, "WebSocket thread gone");
+                st.rec
+                    .ev("forward-error", 0, "", "", 0, "WebSocket thread gone");
             }
         }
         let now = st.mono();
@@ -717,13 +1006,26 @@ async fn run(args: Args, schedule: Schedule) {
 enum FromDtnd {
     Registered(String),
     Refused(String),
-    Bundle { dst: String, id: String, data: Result<Vec<u8>, String> },
+    Bundle {
+        dst: String,
+        id: String,
+        data: Result<Vec<u8>, String>,
+    },
     Disconnected,
 }
 
-async fn ws_thread(url: String, name: String, port: u16, tx: tokio::sync::mpsc::UnboundedSender<FromDtnd>,
-                   mut out: tokio::sync::mpsc::UnboundedReceiver<String>) {
-    let ws_cfg = WebSocketConfig { max_message_size: Some(1 << 30), max_frame_size: Some(1 << 30), ..Default::default() };
+async fn ws_thread(
+    url: String,
+    name: String,
+    port: u16,
+    tx: tokio::sync::mpsc::UnboundedSender<FromDtnd>,
+    mut out: tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let ws_cfg = WebSocketConfig {
+        max_message_size: Some(1 << 30),
+        max_frame_size: Some(1 << 30),
+        ..Default::default()
+    };
     loop {
         let (ws, _) = loop {
             match tokio_tungstenite::connect_async_with_config(url.as_str(), Some(ws_cfg)).await {
@@ -785,7 +1087,11 @@ fn parse_dtnd(text: &str) -> Option<FromDtnd> {
         "Registered" => Some(FromDtnd::Registered(m.eid.to_string())),
         "Error" => Some(FromDtnd::Refused(m.reason)),
         "ForwardData" => Some(FromDtnd::Bundle {
-            dst: m.dst, id: m.bundle_id, data: BASE64_STANDARD.decode(m.data.as_bytes()).map_err(|e| e.to_string()),
+            dst: m.dst,
+            id: m.bundle_id,
+            data: BASE64_STANDARD
+                .decode(m.data.as_bytes())
+                .map_err(|e| e.to_string()),
         }),
         _ => None,
     }
@@ -795,8 +1101,18 @@ fn from_dtnd(st: &mut State, m: FromDtnd) {
     match m {
         FromDtnd::Registered(eid) => {
             st.c.registered = true;
-            eprintln!("swarm-ltpcla: registered with dtnd as '{}' ({eid})", st.args.name);
-            st.rec.ev("registered", st.args.engine, "", "", 0, &st.args.name.clone());
+            eprintln!(
+                "swarm-ltpcla: registered with dtnd as '{}' ({eid})",
+                st.args.name
+            );
+            st.rec.ev(
+                "registered",
+                st.args.engine,
+                "",
+                "",
+                0,
+                &st.args.name.clone(),
+            );
             st.write_status();
         }
         FromDtnd::Refused(reason) => {
@@ -808,7 +1124,14 @@ fn from_dtnd(st: &mut State, m: FromDtnd) {
             Ok(data) => st.offer(&dst, id, data),
             Err(e) => {
                 st.c.refused += 1;
-                st.rec.ev("refused", 0, "", &id, 0, &format!("bad base64 from dtnd: {e}"));
+                st.rec.ev(
+                    "refused",
+                    0,
+                    "",
+                    &id,
+                    0,
+                    &format!("bad base64 from dtnd: {e}"),
+                );
             }
         },
         FromDtnd::Disconnected => {
@@ -826,7 +1149,13 @@ fn input(st: &mut State, data: &[u8], from: SocketAddr) {
         return;
     };
     let ts = st.ts();
-    st.engine.handle_input(ts, Input::Segment { peer: EngineId(peer), data });
+    st.engine.handle_input(
+        ts,
+        Input::Segment {
+            peer: EngineId(peer),
+            data,
+        },
+    );
 }
 
 #[cfg(test)]
@@ -839,8 +1168,21 @@ mod tests {
 
     #[test]
     fn args_ok() {
-        let a = parse_args(&s(&["--ws", "ws://127.0.0.1:3000/ws/ecla", "--engine", "1", "--bind", "10.0.0.1:1113",
-                                "--peer", "2,10.0.0.2:1113,1e9,4", "--segment", "1360", "--red", "0.5"])).unwrap();
+        let a = parse_args(&s(&[
+            "--ws",
+            "ws://127.0.0.1:3000/ws/ecla",
+            "--engine",
+            "1",
+            "--bind",
+            "10.0.0.1:1113",
+            "--peer",
+            "2,10.0.0.2:1113,1e9,4",
+            "--segment",
+            "1360",
+            "--red",
+            "0.5",
+        ]))
+        .unwrap();
         assert_eq!(a.peers[0].engine, 2);
         assert_eq!(a.peers[0].rate, 125e6);
         assert_eq!(a.peers[0].owlt, 4.0);
@@ -851,10 +1193,18 @@ mod tests {
     fn args_refused() {
         let base = ["--ws", "ws://x", "--engine", "1"];
         let with = |extra: &[&str]| parse_args(&s(&[&base[..], extra].concat()));
-        assert!(with(&["--segment", "63"]).unwrap_err().contains("--segment 63"));
-        assert!(with(&["--segment", "65508"]).unwrap_err().contains("--segment"));
-        assert!(with(&["--peer", "2,10.0.0.2:1,0,4"]).unwrap_err().contains("rate"));
-        assert!(with(&["--peer", "1,10.0.0.2:1,1e6,4"]).unwrap_err().contains("this engine"));
+        assert!(with(&["--segment", "63"])
+            .unwrap_err()
+            .contains("--segment 63"));
+        assert!(with(&["--segment", "65508"])
+            .unwrap_err()
+            .contains("--segment"));
+        assert!(with(&["--peer", "2,10.0.0.2:1,0,4"])
+            .unwrap_err()
+            .contains("rate"));
+        assert!(with(&["--peer", "1,10.0.0.2:1,1e6,4"])
+            .unwrap_err()
+            .contains("this engine"));
         assert!(with(&["--red", "2"]).is_err());
         assert!(parse_args(&s(&["--ws", "ws://x"])).is_err());
     }
@@ -882,13 +1232,23 @@ mod tests {
         let mut now = 0u64;
         let mut rng = 12345u64;
         let mut lose = || {
-            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (rng >> 33) % 100 == 0
         };
         for i in 0..100u8 {
             let data = Bytes::from(vec![i; 100_000]);
-            a.request_transmission(Timestamp::from_micros(now), TransmissionRequest {
-                destination: EngineId(2), client_service: BP_SERVICE, data, red_len: 100_000 }).unwrap();
+            a.request_transmission(
+                Timestamp::from_micros(now),
+                TransmissionRequest {
+                    destination: EngineId(2),
+                    client_service: BP_SERVICE,
+                    data,
+                    red_len: 100_000,
+                },
+            )
+            .unwrap();
         }
         let mut got = 0;
         let mut done = 0;
@@ -900,22 +1260,51 @@ mod tests {
             let mut to_b = vec![];
             while let Some(o) = a.poll_output(ts) {
                 match o {
-                    Output::Transmit { segment, .. } => if !lose() { to_b.push(segment) },
+                    Output::Transmit { segment, .. } => {
+                        if !lose() {
+                            to_b.push(segment)
+                        }
+                    }
                     Output::Notice(Notice::TransmissionSessionCompleted { .. }) => done += 1,
                     _ => {}
                 }
             }
-            for s in to_b { b.handle_input(ts, Input::Segment { peer: EngineId(1), data: &s }); }
+            for s in to_b {
+                b.handle_input(
+                    ts,
+                    Input::Segment {
+                        peer: EngineId(1),
+                        data: &s,
+                    },
+                );
+            }
             let mut to_a = vec![];
             while let Some(o) = b.poll_output(ts) {
                 match o {
-                    Output::Transmit { segment, .. } => if !lose() { to_a.push(segment) },
-                    Output::Notice(Notice::RedPartReceived { data, .. }) => { assert!(data.iter().all(|&x| x == data[0])); got += 1 }
+                    Output::Transmit { segment, .. } => {
+                        if !lose() {
+                            to_a.push(segment)
+                        }
+                    }
+                    Output::Notice(Notice::RedPartReceived { data, .. }) => {
+                        assert!(data.iter().all(|&x| x == data[0]));
+                        got += 1
+                    }
                     _ => {}
                 }
             }
-            for s in to_a { a.handle_input(ts, Input::Segment { peer: EngineId(2), data: &s }); }
-            if got == 100 && done == 100 { break; }
+            for s in to_a {
+                a.handle_input(
+                    ts,
+                    Input::Segment {
+                        peer: EngineId(2),
+                        data: &s,
+                    },
+                );
+            }
+            if got == 100 && done == 100 {
+                break;
+            }
         }
         assert_eq!((got, done), (100, 100));
     }

@@ -14,7 +14,12 @@ pub struct TokenBucket {
 
 impl TokenBucket {
     pub fn new(rate_bytes_per_s: f64, burst: f64, now: f64) -> Self {
-        TokenBucket { rate: rate_bytes_per_s.max(1.0), burst: burst.max(1.0), tokens: burst.max(1.0), last: now }
+        TokenBucket {
+            rate: rate_bytes_per_s.max(1.0),
+            burst: burst.max(1.0),
+            tokens: burst.max(1.0),
+            last: now,
+        }
     }
 
     fn refill(&mut self, now: f64) {
@@ -39,7 +44,11 @@ impl TokenBucket {
     /// Seconds from `now` until the bucket is positive again (0 when it already is).
     pub fn wait(&mut self, now: f64) -> f64 {
         self.refill(now);
-        if self.tokens > 0.0 { 0.0 } else { (-self.tokens + 1.0) / self.rate }
+        if self.tokens > 0.0 {
+            0.0
+        } else {
+            (-self.tokens + 1.0) / self.rate
+        }
     }
 }
 
@@ -74,7 +83,10 @@ mod tests {
         let mut b = TokenBucket::new(1e6, 5000.0, 0.0);
         // idle for a long time: still only the burst depth is available
         let mut n = 0;
-        while b.ready(100.0) { b.take(1000, 100.0); n += 1; }
+        while b.ready(100.0) {
+            b.take(1000, 100.0);
+            n += 1;
+        }
         assert_eq!(n, 5);
         assert!(b.wait(100.0) > 0.0);
     }

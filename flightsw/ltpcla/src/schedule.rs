@@ -18,14 +18,19 @@ impl Schedule {
                 continue;
             }
             let f: Vec<&str> = line.split_whitespace().collect();
-            let bad = || format!("down file line {}: expected '<engine> <from unix s> <until unix s>': {line:?}", i + 1);
+            let bad = || {
+                format!(
+                    "down file line {}: expected '<engine> <from unix s> <until unix s>': {line:?}",
+                    i + 1
+                )
+            };
             if f.len() != 3 {
                 return Err(bad());
             }
             let e: u64 = f[0].parse().map_err(|_| bad())?;
             let a: f64 = f[1].parse().map_err(|_| bad())?;
             let b: f64 = f[2].parse().map_err(|_| bad())?;
-            if !(b > a) {
+            if a.is_nan() || b.is_nan() || b <= a {
                 return Err(bad());
             }
             windows.push((e, a, b));
@@ -35,14 +40,18 @@ impl Schedule {
 
     /// Is the link to `engine` down at `now`?
     pub fn down(&self, engine: u64, now: f64) -> bool {
-        self.windows.iter().any(|&(e, a, b)| e == engine && now >= a && now < b)
+        self.windows
+            .iter()
+            .any(|&(e, a, b)| e == engine && now >= a && now < b)
     }
 
     /// The next instant after `now` at which any window opens or closes (to wake up for the cue).
     pub fn next_change(&self, now: f64) -> Option<f64> {
-        self.windows.iter().flat_map(|&(_, a, b)| [a, b]).filter(|&t| t > now).fold(None, |m, t| {
-            Some(m.map_or(t, |m: f64| m.min(t)))
-        })
+        self.windows
+            .iter()
+            .flat_map(|&(_, a, b)| [a, b])
+            .filter(|&t| t > now)
+            .fold(None, |m, t| Some(m.map_or(t, |m: f64| m.min(t))))
     }
 }
 

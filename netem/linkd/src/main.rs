@@ -39,7 +39,9 @@
 mod model;
 mod nfq;
 
-use model::{check_bound, fmt_mac, parse_config, parse_link_line, Decision, Link, LinkCfg, Mac, Rng};
+use model::{
+    check_bound, fmt_mac, parse_config, parse_link_line, Decision, Link, LinkCfg, Mac, Rng,
+};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::io::{Read, Write};
@@ -55,13 +57,19 @@ extern "C" fn on_signal(_: i32) {
 }
 
 fn mono_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn real_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -156,6 +164,10 @@ struct Engine {
 }
 
 /// Upper bounds (microseconds) of the release-lateness histogram in `stats`.
+/// One packet read in a batch: (packet id, source MAC, wire length, offset of its copied bytes in the arena,
+/// bytes copied, checksum not yet computed, kernel arrival stamp in ns).
+type BatchEntry = (u32, Option<Mac>, usize, usize, usize, bool, Option<u64>);
+
 const LATE_BOUNDS_US: [u64; 10] = [10, 50, 100, 250, 500, 1000, 2000, 5000, 10000, 100000];
 
 const COPY_META: u16 = 128; // enough for the IP header; the length comes with every packet
@@ -214,7 +226,13 @@ impl Engine {
             }
         };
         self.stamped += p.stamp_ns.is_some() as u64;
-        let ip_hlen = p.payload.first().map_or(20, |b| if b >> 4 == 4 { ((b & 0xf) as usize) * 4 } else { 40 });
+        let ip_hlen = p.payload.first().map_or(20, |b| {
+            if b >> 4 == 4 {
+                ((b & 0xf) as usize) * 4
+            } else {
+                40
+            }
+        });
         let link = self.links.get_mut(&key).unwrap();
         let decision = if self.held_total >= self.max_packets as u64 {
             self.dropped_full += 1;
@@ -227,9 +245,22 @@ impl Engine {
         }
         match decision {
             Decision::Drop(_) => q.verdict(p.id, nfq::NF_DROP, None),
-            Decision::Hold { due, corrupt_at, dup_due, .. } => {
+            Decision::Hold {
+                due,
+                corrupt_at,
+                dup_due,
+                ..
+            } => {
                 let full = p.payload.len() == p.len;
-                if due > now && keep_bytes(self.kernel_held, self.kernel_hold, full && !p.csum_not_ready, p.payload, self.inject_max) {
+                if due > now
+                    && keep_bytes(
+                        self.kernel_held,
+                        self.kernel_hold,
+                        full && !p.csum_not_ready,
+                        p.payload,
+                        self.inject_max,
+                    )
+                {
                     // the kernel's queue is near its bound: hold the bytes here and drop the kernel's copy
                     let mut b: Box<[u8]> = p.payload.into();
                     if let Some((at, bit)) = corrupt_at {
@@ -254,7 +285,8 @@ impl Engine {
                 if let (Some(d), true) = (dup_due, full) {
                     self.push(d, 0, key, Kind::Inject(p.hw_src, p.payload.into()));
                 }
-                if due <= now && payload.is_none() && self.heap.peek().map_or(true, |h| h.0.due > now) {
+                if due <= now && payload.is_none() && self.heap.peek().is_none_or(|h| h.0.due > now)
+                {
                     q.verdict(p.id, nfq::NF_ACCEPT, None);
                 } else {
                     self.push(due, p.id, key, Kind::Verdict(payload));
@@ -274,7 +306,13 @@ impl Engine {
             self.kernel_held += 1;
             self.kernel_held_peak = self.kernel_held_peak.max(self.kernel_held);
         }
-        self.heap.push(Reverse(Held { due, seq: self.seq, id, key, kind }));
+        self.heap.push(Reverse(Held {
+            due,
+            seq: self.seq,
+            id,
+            key,
+            kind,
+        }));
     }
 
     fn release(&mut self, q: &mut nfq::Queue, now: u64) {
@@ -285,7 +323,10 @@ impl Engine {
             let Reverse(h) = self.heap.pop().unwrap();
             self.held_total -= 1;
             let late_us = (now - h.due) / 1000;
-            self.late[LATE_BOUNDS_US.iter().position(|&b| late_us < b).unwrap_or(LATE_BOUNDS_US.len())] += 1;
+            self.late[LATE_BOUNDS_US
+                .iter()
+                .position(|&b| late_us < b)
+                .unwrap_or(LATE_BOUNDS_US.len())] += 1;
             if let Some(l) = self.links.get_mut(&h.key) {
                 l.held = l.held.saturating_sub(1);
             }
@@ -320,10 +361,20 @@ impl Engine {
             addr.sll_halen = 6;
             addr.sll_addr[..6].copy_from_slice(&dst);
             let n = unsafe {
-                libc::sendto(fd, frame.as_ptr() as *const libc::c_void, frame.len(), 0,
-                             &addr as *const _ as *const libc::sockaddr, std::mem::size_of_val(&addr) as u32)
+                libc::sendto(
+                    fd,
+                    frame.as_ptr() as *const libc::c_void,
+                    frame.len(),
+                    0,
+                    &addr as *const _ as *const libc::sockaddr,
+                    std::mem::size_of_val(&addr) as u32,
+                )
             };
-            if n < 0 { self.inject_errors += 1 } else { self.injected += 1 }
+            if n < 0 {
+                self.inject_errors += 1
+            } else {
+                self.injected += 1
+            }
             return;
         }
         if self.raw < 0 {
@@ -334,8 +385,14 @@ impl Engine {
         addr.sin_family = libc::AF_INET as u16;
         addr.sin_addr.s_addr = u32::from_ne_bytes(pkt[16..20].try_into().unwrap());
         let n = unsafe {
-            libc::sendto(self.raw, pkt.as_ptr() as *const libc::c_void, pkt.len(), 0,
-                         &addr as *const _ as *const libc::sockaddr, std::mem::size_of_val(&addr) as u32)
+            libc::sendto(
+                self.raw,
+                pkt.as_ptr() as *const libc::c_void,
+                pkt.len(),
+                0,
+                &addr as *const _ as *const libc::sockaddr,
+                std::mem::size_of_val(&addr) as u32,
+            )
         };
         if n < 0 {
             self.inject_errors += 1;
@@ -347,7 +404,11 @@ impl Engine {
     /// The copy range follows the kernel's queue: whole packets from half the bound (so the bytes are there
     /// when it is reached), metadata again below a quarter (unless a condition needs the bytes).
     fn arm_keeping(&mut self, q: &mut nfq::Queue) {
-        let armed = if self.steal_armed { self.kernel_held >= self.kernel_hold / 4 } else { self.kernel_held >= self.kernel_hold / 2 };
+        let armed = if self.steal_armed {
+            self.kernel_held >= self.kernel_hold / 4
+        } else {
+            self.kernel_held >= self.kernel_hold / 2
+        };
         if armed != self.steal_armed {
             self.steal_armed = armed;
             self.tune(q);
@@ -367,7 +428,10 @@ impl Engine {
                 None => out += &format!(" ge{}={n}", LATE_BOUNDS_US[LATE_BOUNDS_US.len() - 1]),
             }
         }
-        out += &format!(" gso={} full_copy={}\n", self.gso as u8, self.full_copy as u8);
+        out += &format!(
+            " gso={} full_copy={}\n",
+            self.gso as u8, self.full_copy as u8
+        );
         let mut keys: Vec<_> = self.links.keys().collect();
         keys.sort();
         for k in keys {
@@ -387,7 +451,11 @@ impl Engine {
 /// no larger than the engine can send (a GSO super-packet stays in the kernel: few of them carry much).
 /// `whole`: every byte was copied and the checksum is final (not left to the device: NFQA_SKB_CSUMNOTREADY).
 fn keep_bytes(kernel_held: u64, kernel_hold: u64, whole: bool, pkt: &[u8], max_len: usize) -> bool {
-    kernel_held >= kernel_hold && whole && pkt.len() >= 20 && pkt[0] >> 4 == 4 && pkt.len() <= max_len
+    kernel_held >= kernel_hold
+        && whole
+        && pkt.len() >= 20
+        && pkt[0] >> 4 == 4
+        && pkt.len() <= max_len
 }
 
 fn usage() -> ! {
@@ -408,7 +476,11 @@ fn bad(msg: &str) -> ! {
 /// The interface's MTU (1500 when it cannot be read).
 fn iface_mtu(fd: i32, dev: &str) -> usize {
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in req.ifr_name.iter_mut().zip(dev.bytes().take(libc::IFNAMSIZ - 1)) {
+    for (d, s) in req
+        .ifr_name
+        .iter_mut()
+        .zip(dev.bytes().take(libc::IFNAMSIZ - 1))
+    {
         *d = s as libc::c_char;
     }
     if unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut req) } == 0 {
@@ -420,44 +492,106 @@ fn iface_mtu(fd: i32, dev: &str) -> usize {
 
 /// A send-only AF_PACKET socket on `dev` (protocol 0: it receives nothing), with its interface index.
 fn packet_socket(dev: &str, mac: Mac) -> (i32, i32, Mac) {
-    let name = std::ffi::CString::new(dev).unwrap_or_else(|_| bad(&format!("--inject-dev {dev:?}: bad name")));
+    let name = std::ffi::CString::new(dev)
+        .unwrap_or_else(|_| bad(&format!("--inject-dev {dev:?}: bad name")));
     let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) } as i32;
     if ifindex == 0 {
-        bad(&format!("--inject-dev {dev:?}: no such interface in this namespace"));
+        bad(&format!(
+            "--inject-dev {dev:?}: no such interface in this namespace"
+        ));
     }
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
-        bad(&format!("--inject-dev {dev:?}: cannot open a packet socket (needs CAP_NET_RAW)"));
+        bad(&format!(
+            "--inject-dev {dev:?}: cannot open a packet socket (needs CAP_NET_RAW)"
+        ));
     }
     (fd, ifindex, mac)
 }
 
 fn parse_opts(args: &[String]) -> (Opts, Vec<String>) {
-    let mut o = Opts { queue: 0, control: None, config: None, links: vec![], max_bytes: 1 << 30,
-                       max_packets: 1_000_000, seed: 0, pidfile: None, state: None, realtime: false,
-                       inject_dev: None, inject_mac: None, kernel_hold: 49_152, instances: vec![],
-                       tick_ns: 250_000, tick_pps: 4_000 };
+    let mut o = Opts {
+        queue: 0,
+        control: None,
+        config: None,
+        links: vec![],
+        max_bytes: 1 << 30,
+        max_packets: 1_000_000,
+        seed: 0,
+        pidfile: None,
+        state: None,
+        realtime: false,
+        inject_dev: None,
+        inject_mac: None,
+        kernel_hold: 49_152,
+        instances: vec![],
+        tick_ns: 250_000,
+        tick_pps: 4_000,
+    };
     let mut rest = vec![];
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_str();
-        let val = |i: usize| args.get(i + 1).cloned().unwrap_or_else(|| bad(&format!("{a}: missing value")));
+        let val = |i: usize| {
+            args.get(i + 1)
+                .cloned()
+                .unwrap_or_else(|| bad(&format!("{a}: missing value")))
+        };
         match a {
-            "--queue" => o.queue = val(i).parse().unwrap_or_else(|_| bad(&format!("--queue {:?}: expected 0-65535", val(i)))),
+            "--queue" => {
+                o.queue = val(i)
+                    .parse()
+                    .unwrap_or_else(|_| bad(&format!("--queue {:?}: expected 0-65535", val(i))))
+            }
             "--control" => o.control = Some(val(i)),
             "--config" => o.config = Some(val(i)),
             "--link" => o.links.push(val(i)),
-            "--max-bytes" => o.max_bytes = val(i).parse().unwrap_or_else(|_| bad(&format!("--max-bytes {:?}: expected bytes", val(i)))),
-            "--max-packets" => o.max_packets = val(i).parse().unwrap_or_else(|_| bad(&format!("--max-packets {:?}: expected a count", val(i)))),
-            "--seed" => o.seed = val(i).parse().unwrap_or_else(|_| bad(&format!("--seed {:?}: expected a number", val(i)))),
+            "--max-bytes" => {
+                o.max_bytes = val(i)
+                    .parse()
+                    .unwrap_or_else(|_| bad(&format!("--max-bytes {:?}: expected bytes", val(i))))
+            }
+            "--max-packets" => {
+                o.max_packets = val(i).parse().unwrap_or_else(|_| {
+                    bad(&format!("--max-packets {:?}: expected a count", val(i)))
+                })
+            }
+            "--seed" => {
+                o.seed = val(i)
+                    .parse()
+                    .unwrap_or_else(|_| bad(&format!("--seed {:?}: expected a number", val(i))))
+            }
             "--pidfile" => o.pidfile = Some(val(i)),
-            "--kernel-hold" => o.kernel_hold = val(i).parse().unwrap_or_else(|_| bad(&format!("--kernel-hold {:?}: expected a count", val(i)))),
+            "--kernel-hold" => {
+                o.kernel_hold = val(i).parse().unwrap_or_else(|_| {
+                    bad(&format!("--kernel-hold {:?}: expected a count", val(i)))
+                })
+            }
             "--state" => o.state = Some(val(i)),
             "--instance" => o.instances.push(val(i)),
-            "--tick-us" => o.tick_ns = 1000 * val(i).parse::<u64>().unwrap_or_else(|_| bad(&format!("--tick-us {:?}: expected microseconds (0: never tick)", val(i)))),
-            "--tick-pps" => o.tick_pps = val(i).parse().unwrap_or_else(|_| bad(&format!("--tick-pps {:?}: expected packets/s", val(i)))),
+            "--tick-us" => {
+                o.tick_ns = 1000
+                    * val(i).parse::<u64>().unwrap_or_else(|_| {
+                        bad(&format!(
+                            "--tick-us {:?}: expected microseconds (0: never tick)",
+                            val(i)
+                        ))
+                    })
+            }
+            "--tick-pps" => {
+                o.tick_pps = val(i).parse().unwrap_or_else(|_| {
+                    bad(&format!("--tick-pps {:?}: expected packets/s", val(i)))
+                })
+            }
             "--inject-dev" => o.inject_dev = Some(val(i)),
-            "--inject-mac" => o.inject_mac = Some(model::parse_mac(&val(i)).unwrap_or_else(|| bad(&format!("--inject-mac {:?}: expected aa:bb:cc:dd:ee:ff", val(i))))),
+            "--inject-mac" => {
+                o.inject_mac = Some(model::parse_mac(&val(i)).unwrap_or_else(|| {
+                    bad(&format!(
+                        "--inject-mac {:?}: expected aa:bb:cc:dd:ee:ff",
+                        val(i)
+                    ))
+                }))
+            }
             "--realtime" => {
                 o.realtime = true;
                 i += 1;
@@ -478,12 +612,17 @@ fn parse_opts(args: &[String]) -> (Opts, Vec<String>) {
 
 fn read_stdin() -> String {
     let mut s = String::new();
-    std::io::stdin().read_to_string(&mut s).unwrap_or_else(|e| bad(&format!("stdin: {e}")));
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .unwrap_or_else(|e| bad(&format!("stdin: {e}")));
     s
 }
 
 fn ctl(o: &Opts, rest: &[String]) -> i32 {
-    let path = o.control.as_deref().unwrap_or_else(|| bad("ctl: --control PATH is required"));
+    let path = o
+        .control
+        .as_deref()
+        .unwrap_or_else(|| bad("ctl: --control PATH is required"));
     let cmd = rest.first().map(String::as_str).unwrap_or_else(|| usage());
     let body = match cmd {
         "set" if rest.len() > 1 => format!("set\n{}\n", rest[1..].join("\n")),
@@ -499,7 +638,9 @@ fn ctl(o: &Opts, rest: &[String]) -> i32 {
         }
     };
     s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    s.write_all(body.as_bytes()).and_then(|_| s.shutdown(std::net::Shutdown::Write)).ok();
+    s.write_all(body.as_bytes())
+        .and_then(|_| s.shutdown(std::net::Shutdown::Write))
+        .ok();
     let mut reply = String::new();
     if let Err(e) = s.read_to_string(&mut reply) {
         eprintln!("swarm-linkd: {path}: {e}");
@@ -522,7 +663,12 @@ fn handle_control(eng: &mut Engine, q: &mut nfq::Queue, mut conn: UnixStream, st
     }
     let (cmd, body) = req.split_once('\n').unwrap_or((req.as_str(), ""));
     let reply = match cmd.trim() {
-        "ping" => format!("ok pid={} gen={} restarted={}\n", std::process::id(), eng.gen, eng.restarted as u8),
+        "ping" => format!(
+            "ok pid={} gen={} restarted={}\n",
+            std::process::id(),
+            eng.gen,
+            eng.restarted as u8
+        ),
         "stats" => eng.stats(q),
         "set" => match parse_config(body).and_then(|c| check_bound(&c, eng.max_bytes).map(|_| c)) {
             Ok(cfgs) => {
@@ -531,7 +677,10 @@ fn handle_control(eng: &mut Engine, q: &mut nfq::Queue, mut conn: UnixStream, st
                 if let Some(path) = state {
                     // the last configuration, read again by a restarted engine (so a restart keeps the links)
                     let tmp = format!("{path}.tmp");
-                    if std::fs::write(&tmp, body).and_then(|_| std::fs::rename(&tmp, path)).is_err() {
+                    if std::fs::write(&tmp, body)
+                        .and_then(|_| std::fs::rename(&tmp, path))
+                        .is_err()
+                    {
                         eprintln!("swarm-linkd: --state {path}: cannot save the configuration");
                     }
                 }
@@ -566,7 +715,9 @@ fn parse_instance(spec: &str, base: &Opts) -> Opts {
     o.inject_dev = None;
     o.inject_mac = None;
     for w in spec.split_whitespace() {
-        let (k, v) = w.split_once('=').unwrap_or_else(|| bad(&format!("--instance {spec:?}: {w:?} is not key=value")));
+        let (k, v) = w
+            .split_once('=')
+            .unwrap_or_else(|| bad(&format!("--instance {spec:?}: {w:?} is not key=value")));
         match k {
             "queue" => o.queue = v.parse().unwrap_or_else(|_| bad(&format!("--instance {spec:?}: queue {v:?}: expected 0-65535"))),
             "control" => o.control = Some(v.into()),
@@ -582,21 +733,36 @@ fn parse_instance(spec: &str, base: &Opts) -> Opts {
 
 fn open_instance(o: Opts) -> Inst {
     let mut text = String::new();
-    let saved = o.state.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
+    let saved = o
+        .state
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok());
     let restarted = saved.is_some();
     if let Some(saved) = saved {
         text = saved; // restarted: the last configuration handed over the control socket
     } else if let Some(path) = &o.config {
-        text = std::fs::read_to_string(path).unwrap_or_else(|e| bad(&format!("--config {path}: {e}")));
+        text =
+            std::fs::read_to_string(path).unwrap_or_else(|e| bad(&format!("--config {path}: {e}")));
     }
     for l in &o.links {
-        let line = if l.starts_with("link ") { l.clone() } else { format!("link {l}") };
+        let line = if l.starts_with("link ") {
+            l.clone()
+        } else {
+            format!("link {l}")
+        };
         parse_link_line(&line).unwrap_or_else(|e| bad(&format!("--link: {e}")));
         text += &format!("\n{line}");
     }
-    let cfgs = parse_config(&text).and_then(|c| check_bound(&c, o.max_bytes).map(|_| c))
+    let cfgs = parse_config(&text)
+        .and_then(|c| check_bound(&c, o.max_bytes).map(|_| c))
         .unwrap_or_else(|e| bad(&e.to_string()));
-    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW) };
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_RAW,
+        )
+    };
     let l2 = match (&o.inject_dev, o.inject_mac) {
         (Some(dev), Some(mac)) => Some(packet_socket(dev, mac)),
         (None, None) => None,
@@ -606,12 +772,40 @@ fn open_instance(o: Opts) -> Inst {
         (Some(dev), Some((fd, _, _))) => iface_mtu(fd, dev),
         _ => 65_535,
     };
-    let mut eng = Engine { links: HashMap::new(), gen: 0, set_at: 0, first_packet_at: 0, heap: BinaryHeap::new(),
-                           seq: 0, rng: Rng::new(if o.seed == 0 { real_ns() ^ o.queue as u64 } else { o.seed }),
-                           max_bytes: o.max_bytes, max_packets: o.max_packets, held_total: 0, held_peak: 0, unmatched: 0,
-                           dropped_full: 0, injected: 0, inject_errors: 0, raw, l2, inject_max, kernel_held: 0,
-                           kernel_held_peak: 0, kernel_hold: o.kernel_hold, stolen: 0, steal_armed: false, full_copy: false,
-                           gso: false, restarted, stamped: 0, late: [0; LATE_BOUNDS_US.len() + 1] };
+    let mut eng = Engine {
+        links: HashMap::new(),
+        gen: 0,
+        set_at: 0,
+        first_packet_at: 0,
+        heap: BinaryHeap::new(),
+        seq: 0,
+        rng: Rng::new(if o.seed == 0 {
+            real_ns() ^ o.queue as u64
+        } else {
+            o.seed
+        }),
+        max_bytes: o.max_bytes,
+        max_packets: o.max_packets,
+        held_total: 0,
+        held_peak: 0,
+        unmatched: 0,
+        dropped_full: 0,
+        injected: 0,
+        inject_errors: 0,
+        raw,
+        l2,
+        inject_max,
+        kernel_held: 0,
+        kernel_held_peak: 0,
+        kernel_hold: o.kernel_hold,
+        stolen: 0,
+        steal_armed: false,
+        full_copy: false,
+        gso: false,
+        restarted,
+        stamped: 0,
+        late: [0; LATE_BOUNDS_US.len() + 1],
+    };
     eng.apply(cfgs);
     let mut q = nfq::Queue::open(o.queue, COPY_META, o.max_packets, 64 << 20).unwrap_or_else(|e| {
         eprintln!("swarm-linkd: NFQUEUE {}: {e} (needs root/CAP_NET_ADMIN and the kernel's nfnetlink_queue; is another engine bound to it?)", o.queue);
@@ -627,9 +821,23 @@ fn open_instance(o: Opts) -> Inst {
         l.set_nonblocking(true).ok();
         l
     });
-    eprintln!("swarm-linkd: queue {} bound, {} link(s), pid {}{}", o.queue, eng.links.len(), std::process::id(),
-              if eng.restarted { " (restarted with the saved configuration: the previous engine died)" } else { "" });
-    Inst { eng, q, listener, o }
+    eprintln!(
+        "swarm-linkd: queue {} bound, {} link(s), pid {}{}",
+        o.queue,
+        eng.links.len(),
+        std::process::id(),
+        if eng.restarted {
+            " (restarted with the saved configuration: the previous engine died)"
+        } else {
+            ""
+        }
+    );
+    Inst {
+        eng,
+        q,
+        listener,
+        o,
+    }
 }
 
 /// Release what is due in every queue (each queue's verdicts go out in one datagram).
@@ -648,7 +856,15 @@ fn timestamp_socket() -> i32 {
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     let one: i32 = 1;
     if fd >= 0 {
-        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one as *const _ as *const libc::c_void, 4) };
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                &one as *const _ as *const libc::c_void,
+                4,
+            )
+        };
     }
     fd
 }
@@ -663,7 +879,12 @@ fn run(o: Opts) -> i32 {
     let specs: Vec<Opts> = if o.instances.is_empty() {
         vec![o.clone()]
     } else {
-        if o.control.is_some() || o.state.is_some() || o.config.is_some() || !o.links.is_empty() || o.inject_dev.is_some() {
+        if o.control.is_some()
+            || o.state.is_some()
+            || o.config.is_some()
+            || !o.links.is_empty()
+            || o.inject_dev.is_some()
+        {
             bad("--instance carries its own queue, control, state, config and inject-dev: give them there");
         }
         let specs: Vec<Opts> = o.instances.iter().map(|s| parse_instance(s, &o)).collect();
@@ -691,17 +912,25 @@ fn run(o: Opts) -> i32 {
     let mut fds = vec![];
     let mut owner = vec![];
     for (k, i) in insts.iter().enumerate() {
-        fds.push(libc::pollfd { fd: i.q.fd(), events: libc::POLLIN, revents: 0 });
+        fds.push(libc::pollfd {
+            fd: i.q.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
         owner.push(k);
     }
     let nq = fds.len();
     for (k, i) in insts.iter().enumerate() {
         if let Some(l) = &i.listener {
-            fds.push(libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            fds.push(libc::pollfd {
+                fd: l.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
             owner.push(k);
         }
     }
-    let mut batch: Vec<(u32, Option<Mac>, usize, usize, usize, bool, Option<u64>)> = Vec::with_capacity(64);
+    let mut batch: Vec<BatchEntry> = Vec::with_capacity(64);
     let mut arena: Vec<u8> = Vec::with_capacity(64 * 1600);
     let mut ready: Vec<usize> = Vec::with_capacity(nq);
     // Tick mode: above --tick-pps packets/s (all queues together) the engine stops waking for each packet and
@@ -722,14 +951,24 @@ fn run(o: Opts) -> i32 {
             window_start = now;
             window_packets = 0;
         }
-        let next = insts.iter().filter_map(|i| i.eng.heap.peek().map(|h| h.0.due)).min();
+        let next = insts
+            .iter()
+            .filter_map(|i| i.eng.heap.peek().map(|h| h.0.due))
+            .min();
         let mut wait = next.map(|d| d.saturating_sub(now)).unwrap_or(1_000_000_000);
         if ticking {
             wait = wait.max(o.tick_ns).min(o.tick_ns); // one tick, whatever is due within it waits for its end
         }
-        let ts = libc::timespec { tv_sec: (wait / 1_000_000_000) as i64, tv_nsec: (wait % 1_000_000_000) as i64 };
+        let ts = libc::timespec {
+            tv_sec: (wait / 1_000_000_000) as i64,
+            tv_nsec: (wait % 1_000_000_000) as i64,
+        };
         // ticking: the queues are not polled (they are read at the tick), only the control sockets
-        let (at, len) = if ticking { (nq, fds.len() - nq) } else { (0, fds.len()) };
+        let (at, len) = if ticking {
+            (nq, fds.len() - nq)
+        } else {
+            (0, fds.len())
+        };
         for f in fds.iter_mut() {
             f.revents = 0;
         }
@@ -741,7 +980,10 @@ fn run(o: Opts) -> i32 {
         wakes += 1;
         if ticking {
             // which queues hold packets: one poll without waiting, not a receive attempt on each
-            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            let zero = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
             unsafe { libc::ppoll(fds.as_mut_ptr(), nq as u64, &zero, std::ptr::null()) };
         }
         ready.clear();
@@ -756,7 +998,15 @@ fn run(o: Opts) -> i32 {
                 batch.clear();
                 arena.clear();
                 let got = inst.q.recv_batch(64, |p| {
-                    batch.push((p.id, p.hw_src, p.len, arena.len(), p.payload.len(), p.csum_not_ready, p.stamp_ns));
+                    batch.push((
+                        p.id,
+                        p.hw_src,
+                        p.len,
+                        arena.len(),
+                        p.payload.len(),
+                        p.csum_not_ready,
+                        p.stamp_ns,
+                    ));
                     arena.extend_from_slice(p.payload);
                 });
                 match got {
@@ -771,12 +1021,25 @@ fn run(o: Opts) -> i32 {
                             // the kernel's arrival stamp, on the engine's clock; never in the future nor more
                             // than a second back (a clock step)
                             let arrived = match stamp_ns {
-                                Some(t) if t <= real && real - t < 1_000_000_000 => now.saturating_sub(real - t),
+                                Some(t) if t <= real && real - t < 1_000_000_000 => {
+                                    now.saturating_sub(real - t)
+                                }
                                 _ => now,
                             };
                             stamped += stamp_ns.is_some() as u64;
-                            inst.eng.on_packet(&mut inst.q, nfq::Packet { id, hw_src, len, payload, csum_not_ready, stamp_ns },
-                                               arrived, now);
+                            inst.eng.on_packet(
+                                &mut inst.q,
+                                nfq::Packet {
+                                    id,
+                                    hw_src,
+                                    len,
+                                    payload,
+                                    csum_not_ready,
+                                    stamp_ns,
+                                },
+                                arrived,
+                                now,
+                            );
                         }
                         window_packets += batch.len() as u64;
                         inst.eng.arm_keeping(&mut inst.q);

@@ -59,7 +59,11 @@ pub struct Correlated {
 impl Correlated {
     pub fn next(&mut self, rng: &mut Rng, rho: f64) -> f64 {
         let r = rng.f64();
-        let v = if rho <= 0.0 { r } else { (1.0 - rho) * r + rho * self.last };
+        let v = if rho <= 0.0 {
+            r
+        } else {
+            (1.0 - rho) * r + rho * self.last
+        };
         self.last = v;
         v
     }
@@ -87,16 +91,38 @@ impl Dist {
 
 /// Inverse normal CDF (Acklam's rational approximation, |error| < 1.2e-9), so a correlated uniform gives a
 /// correlated normal deviate, as NetEm's table lookup does.
+#[allow(clippy::excessive_precision)] // Acklam's published coefficients, kept digit for digit
 pub fn norm_inv(p: f64) -> f64 {
     let p = p.clamp(1e-12, 1.0 - 1e-12);
-    const A: [f64; 6] = [-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
-        1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00];
-    const B: [f64; 5] = [-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
-        6.680131188771972e+01, -1.328068155288572e+01];
-    const C: [f64; 6] = [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
-        -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00];
-    const D: [f64; 4] = [7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
-        3.754408661907416e+00];
+    const A: [f64; 6] = [
+        -3.969683028665376e+01,
+        2.209460984245205e+02,
+        -2.759285104469687e+02,
+        1.383577518672690e+02,
+        -3.066479806614716e+01,
+        2.506628277459239e+00,
+    ];
+    const B: [f64; 5] = [
+        -5.447609879822406e+01,
+        1.615858368580409e+02,
+        -1.556989798598866e+02,
+        6.680131188771972e+01,
+        -1.328068155288572e+01,
+    ];
+    const C: [f64; 6] = [
+        -7.784894002430293e-03,
+        -3.223964580411365e-01,
+        -2.400758277161838e+00,
+        -2.549732539343734e+00,
+        4.374664141464968e+00,
+        2.938163982698783e+00,
+    ];
+    const D: [f64; 4] = [
+        7.784695709041462e-03,
+        3.224671290700398e-01,
+        2.445134137142996e+00,
+        3.754408661907416e+00,
+    ];
     let plow = 0.02425;
     if p < plow {
         let q = (-2.0 * p.ln()).sqrt();
@@ -130,7 +156,9 @@ pub fn deviate(dist: Dist, u: f64, u2: f64) -> f64 {
         Dist::Normal => norm_inv(u).clamp(-4.0, 4.0),
         Dist::Pareto => (pareto_std(u).clamp(-4.0, 4.0) + 0.023638) / 0.736380,
         // iproute2's paretonormal: 1/4 normal + 3/4 pareto
-        Dist::ParetoNormal => ((0.25 * norm_inv(u2) + 0.75 * pareto_std(u)).clamp(-4.0, 4.0) + 0.011770) / 0.639378,
+        Dist::ParetoNormal => {
+            ((0.25 * norm_inv(u2) + 0.75 * pareto_std(u)).clamp(-4.0, 4.0) + 0.011770) / 0.639378
+        }
     }
 }
 
@@ -171,8 +199,21 @@ pub struct LinkCfg {
 
 impl Default for LinkCfg {
     fn default() -> LinkCfg {
-        LinkCfg { delay_ns: 0, jitter_ns: 0, dist: Dist::Uniform, delay_corr: 0.0, loss: 0.0, loss_corr: 0.0,
-                  ge: None, rate_bps: 0, corrupt: 0.0, duplicate: 0.0, reorder: 0.0, down: false, limit: 1_000_000 }
+        LinkCfg {
+            delay_ns: 0,
+            jitter_ns: 0,
+            dist: Dist::Uniform,
+            delay_corr: 0.0,
+            loss: 0.0,
+            loss_corr: 0.0,
+            ge: None,
+            rate_bps: 0,
+            corrupt: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            down: false,
+            limit: 1_000_000,
+        }
     }
 }
 
@@ -190,7 +231,8 @@ impl LinkCfg {
         if self.rate_bps == 0 {
             return 0;
         }
-        ((self.rate_bps as u128 * (self.delay_ns + 4 * self.jitter_ns) as u128) / (8 * NS as u128)) as u64
+        ((self.rate_bps as u128 * (self.delay_ns + 4 * self.jitter_ns) as u128) / (8 * NS as u128))
+            as u64
     }
 }
 
@@ -214,7 +256,10 @@ pub fn parse_mac(s: &str) -> Option<Mac> {
 }
 
 pub fn fmt_mac(m: &Mac) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 #[derive(Debug, PartialEq)]
@@ -283,11 +328,17 @@ pub fn parse_link_line(line: &str) -> Result<(Option<Mac>, LinkCfg), ConfigError
     if words.next() != Some("link") {
         return err(format!("{line:?}: expected `link <mac|*> key=value ...`"));
     }
-    let who = words.next().ok_or_else(|| ConfigError("link: missing the source MAC (or *)".into()))?;
+    let who = words
+        .next()
+        .ok_or_else(|| ConfigError("link: missing the source MAC (or *)".into()))?;
     let mac = if who == "*" {
         None
     } else {
-        Some(parse_mac(who).ok_or_else(|| ConfigError(format!("link {who}: not a MAC address (aa:bb:cc:dd:ee:ff or *)")))?)
+        Some(parse_mac(who).ok_or_else(|| {
+            ConfigError(format!(
+                "link {who}: not a MAC address (aa:bb:cc:dd:ee:ff or *)"
+            ))
+        })?)
     };
     let mut cfg = LinkCfg::default();
     let mut limit_given = false;
@@ -296,7 +347,9 @@ pub fn parse_link_line(line: &str) -> Result<(Option<Mac>, LinkCfg), ConfigError
             cfg.down = true;
             continue;
         }
-        let (k, v) = w.split_once('=').ok_or_else(|| ConfigError(format!("link {who}: {w:?}: expected key=value")))?;
+        let (k, v) = w
+            .split_once('=')
+            .ok_or_else(|| ConfigError(format!("link {who}: {w:?}: expected key=value")))?;
         let bad = |what: &str| ConfigError(format!("link {who}: {k} {v:?}: {what}"));
         match k {
             "delay" => cfg.delay_ns = parse_time_ns(v).ok_or_else(|| bad("expected a time (e.g. 100ms, 1.3s)"))?,
@@ -329,7 +382,9 @@ pub fn parse_link_line(line: &str) -> Result<(Option<Mac>, LinkCfg), ConfigError
         }
     }
     if cfg.jitter_ns > 0 && cfg.delay_ns == 0 {
-        return err(format!("link {who}: jitter needs a delay (jitter varies the delay)"));
+        return err(format!(
+            "link {who}: jitter needs a delay (jitter varies the delay)"
+        ));
     }
     if !limit_given && cfg.rate_bps > 0 {
         // NetEm's sizing in the planner: 1.5 x the packets of one delay at the rate, at least 1000
@@ -355,7 +410,10 @@ pub fn parse_config(text: &str) -> Result<HashMap<Option<Mac>, LinkCfg>, ConfigE
 }
 
 /// Check a configuration against the engine's bound on held data.
-pub fn check_bound(cfgs: &HashMap<Option<Mac>, LinkCfg>, max_bytes: u64) -> Result<(), ConfigError> {
+pub fn check_bound(
+    cfgs: &HashMap<Option<Mac>, LinkCfg>,
+    max_bytes: u64,
+) -> Result<(), ConfigError> {
     for (mac, cfg) in cfgs {
         let held = cfg.held_bytes();
         if held > max_bytes {
@@ -399,7 +457,12 @@ pub enum Decision {
     Drop(DropWhy),
     /// Release at `due` (ns, monotonic clock); `corrupt_at`: flip bit `.1` of byte `.0`; `dup_due`: inject a
     /// copy at that time.
-    Hold { due: u64, corrupt_at: Option<(usize, u8)>, dup_due: Option<u64>, reordered: bool },
+    Hold {
+        due: u64,
+        corrupt_at: Option<(usize, u8)>,
+        dup_due: Option<u64>,
+        reordered: bool,
+    },
 }
 
 #[derive(Debug, PartialEq, Clone, Copy)]
@@ -411,8 +474,16 @@ pub enum DropWhy {
 
 impl Link {
     pub fn new(cfg: LinkCfg, gen: u64) -> Link {
-        Link { cfg, gen, delay_rnd: Correlated::default(), loss_rnd: Correlated::default(), ge_bad: false,
-               ser_end: 0, held: 0, stats: LinkStats::default() }
+        Link {
+            cfg,
+            gen,
+            delay_rnd: Correlated::default(),
+            loss_rnd: Correlated::default(),
+            ge_bad: false,
+            ser_end: 0,
+            held: 0,
+            stats: LinkStats::default(),
+        }
     }
 
     /// Replace the conditions; what the link remembers (its rate backlog, held packets) stays, so packets
@@ -425,7 +496,11 @@ impl Link {
     fn lost(&mut self, rng: &mut Rng) -> bool {
         if let Some([p, r, one_h, one_k]) = self.cfg.ge {
             // NetEm's gemodel: draw the loss in the current state, then the transition
-            let lose = if self.ge_bad { rng.f64() < one_h } else { rng.f64() < one_k };
+            let lose = if self.ge_bad {
+                rng.f64() < one_h
+            } else {
+                rng.f64() < one_k
+            };
             let flip = rng.f64();
             self.ge_bad = if self.ge_bad { flip >= r } else { flip < p };
             return lose;
@@ -471,7 +546,8 @@ impl Link {
             return Decision::Drop(DropWhy::Limit);
         }
         let dup = self.cfg.duplicate > 0.0 && rng.f64() < self.cfg.duplicate;
-        let corrupt_at = if self.cfg.corrupt > 0.0 && rng.f64() < self.cfg.corrupt && len > ip_hlen {
+        let corrupt_at = if self.cfg.corrupt > 0.0 && rng.f64() < self.cfg.corrupt && len > ip_hlen
+        {
             self.stats.corrupted += 1;
             Some((ip_hlen + rng.below(len - ip_hlen), rng.below(8) as u8))
         } else {
@@ -490,7 +566,12 @@ impl Link {
         } else {
             None
         };
-        Decision::Hold { due, corrupt_at, dup_due, reordered }
+        Decision::Hold {
+            due,
+            corrupt_at,
+            dup_due,
+            reordered,
+        }
     }
 }
 
@@ -504,24 +585,34 @@ mod tests {
 
     #[test]
     fn parses_units_and_defaults() {
-        let c = cfg("link 02:42:0a:c8:00:02 delay=1.3s jitter=10ms dist=normal loss=1% rate=10mbit");
+        let c =
+            cfg("link 02:42:0a:c8:00:02 delay=1.3s jitter=10ms dist=normal loss=1% rate=10mbit");
         assert_eq!(c.delay_ns, 1_300_000_000);
         assert_eq!(c.jitter_ns, 10_000_000);
         assert_eq!(c.dist, Dist::Normal);
         assert!((c.loss - 0.01).abs() < 1e-12);
         assert_eq!(c.rate_bps, 10_000_000);
         assert_eq!(c.limit, 1_675); // 10 Mbit/s x (1.3 s + 4 x 10 ms) = 1.675 MB -> x1.5 / 1500 bytes
-        assert_eq!(parse_link_line("link * delay=5").unwrap().1.delay_ns, 5_000_000);
+        assert_eq!(
+            parse_link_line("link * delay=5").unwrap().1.delay_ns,
+            5_000_000
+        );
         assert_eq!(parse_link_line("link * delay=5").unwrap().0, None);
     }
 
     #[test]
     fn bad_input_names_the_key_and_value() {
-        let e = parse_link_line("link 02:00:00:00:00:01 dist=gamma").unwrap_err().0;
+        let e = parse_link_line("link 02:00:00:00:00:01 dist=gamma")
+            .unwrap_err()
+            .0;
         assert!(e.contains("dist \"gamma\""), "{e}");
-        let e = parse_link_line("link 02:00:00:00:00:01 loss=-1%").unwrap_err().0;
+        let e = parse_link_line("link 02:00:00:00:00:01 loss=-1%")
+            .unwrap_err()
+            .0;
         assert!(e.contains("loss \"-1%\""), "{e}");
-        let e = parse_link_line("link 02:00:00:00:00:01 jitter=10ms").unwrap_err().0;
+        let e = parse_link_line("link 02:00:00:00:00:01 jitter=10ms")
+            .unwrap_err()
+            .0;
         assert!(e.contains("jitter needs a delay"), "{e}");
         let e = parse_link_line("link zz delay=1ms").unwrap_err().0;
         assert!(e.contains("not a MAC"), "{e}");
@@ -558,7 +649,10 @@ mod tests {
     #[test]
     fn shares_match_the_settings() {
         let mut rng = Rng::new(7);
-        let mut l = Link::new(cfg("link * delay=10ms loss=10% duplicate=5% corrupt=2% reorder=20%"), 1);
+        let mut l = Link::new(
+            cfg("link * delay=10ms loss=10% duplicate=5% corrupt=2% reorder=20%"),
+            1,
+        );
         let n = 200_000;
         for _ in 0..n {
             l.decide(0, 1000, 20, &mut rng);
@@ -587,13 +681,20 @@ mod tests {
 
     #[test]
     fn jitter_distributions_have_the_set_spread() {
-        for (d, want) in [("normal", 1.0), ("pareto", 1.0), ("paretonormal", 1.0), ("uniform", 1.0 / 3f64.sqrt())] {
+        for (d, want) in [
+            ("normal", 1.0),
+            ("pareto", 1.0),
+            ("paretonormal", 1.0),
+            ("uniform", 1.0 / 3f64.sqrt()),
+        ] {
             let mut rng = Rng::new(11);
             let mut l = Link::new(cfg(&format!("link * delay=100ms jitter=10ms dist={d}")), 1);
-            let xs: Vec<f64> = (0..100_000).map(|_| match l.decide(0, 100, 20, &mut rng) {
-                Decision::Hold { due, .. } => due as f64 / 1e6,
-                _ => panic!(),
-            }).collect();
+            let xs: Vec<f64> = (0..100_000)
+                .map(|_| match l.decide(0, 100, 20, &mut rng) {
+                    Decision::Hold { due, .. } => due as f64 / 1e6,
+                    _ => panic!(),
+                })
+                .collect();
             let m = xs.iter().sum::<f64>() / xs.len() as f64;
             let sd = (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / xs.len() as f64).sqrt();
             assert!((sd / 10.0 - want).abs() < 0.08, "{d}: sd {sd}");
@@ -607,7 +708,10 @@ mod tests {
         let mut l = Link::new(cfg("link * rate=8mbit"), 1);
         l.decide(0, 986, 20, &mut rng); // 1000 bytes on the wire: 1 ms
         l.reconfigure(cfg("link * down"), 2);
-        assert_eq!(l.decide(0, 986, 20, &mut rng), Decision::Drop(DropWhy::Down));
+        assert_eq!(
+            l.decide(0, 986, 20, &mut rng),
+            Decision::Drop(DropWhy::Down)
+        );
         l.reconfigure(cfg("link * rate=8mbit"), 3);
         match l.decide(0, 986, 20, &mut rng) {
             Decision::Hold { due, .. } => assert_eq!(due, 2_000_000),

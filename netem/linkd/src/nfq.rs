@@ -94,7 +94,7 @@ fn start_msg(buf: &mut Vec<u8>, msg: u16, flags: u16, seq: u32, queue: u16) -> u
     at
 }
 
-fn finish(buf: &mut Vec<u8>, at: usize) {
+fn finish(buf: &mut [u8], at: usize) {
     let len = (buf.len() - at) as u32;
     buf[at..at + 4].copy_from_slice(&len.to_ne_bytes());
 }
@@ -105,7 +105,8 @@ impl Queue {
     /// those whose message did not fit the socket (user_dropped). Newer kernels track held packets in a table
     /// that takes at most 65,536 per queue: beyond that the kernel drops new packets before we see them.
     pub fn kernel_drops(&self) -> (u64, u64) {
-        let text = std::fs::read_to_string("/proc/net/netfilter/nfnetlink_queue").unwrap_or_default();
+        let text =
+            std::fs::read_to_string("/proc/net/netfilter/nfnetlink_queue").unwrap_or_default();
         for line in text.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
             if f.len() >= 7 && f[0].parse::<u16>().ok() == Some(self.num) {
@@ -118,23 +119,60 @@ impl Queue {
     /// Open, bind queue `num`, copy up to `copy` bytes of each packet, hold at most `maxlen` packets in the
     /// kernel; fail closed (no FAIL_OPEN: a full queue or a dead engine drops).
     pub fn open(num: u16, copy: u16, maxlen: u32, rcvbuf: i32) -> io::Result<Queue> {
-        let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, NETLINK_NETFILTER) };
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                NETLINK_NETFILTER,
+            )
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        let mut q = Queue { fd, num, seq: 1, rbuf: vec![0u8; 256 * 1024], vbuf: Vec::with_capacity(64 * 1024),
-                            verdicts_sent: 0, verdict_errors: 0 };
+        let mut q = Queue {
+            fd,
+            num,
+            seq: 1,
+            rbuf: vec![0u8; 256 * 1024],
+            vbuf: Vec::with_capacity(64 * 1024),
+            verdicts_sent: 0,
+            verdict_errors: 0,
+        };
         unsafe {
             let mut addr: libc::sockaddr_nl = std::mem::zeroed();
             addr.nl_family = libc::AF_NETLINK as u16;
-            if libc::bind(fd, &addr as *const _ as *const libc::sockaddr, std::mem::size_of_val(&addr) as u32) < 0 {
+            if libc::bind(
+                fd,
+                &addr as *const _ as *const libc::sockaddr,
+                std::mem::size_of_val(&addr) as u32,
+            ) < 0
+            {
                 return Err(io::Error::last_os_error());
             }
             let one: i32 = 1;
-            libc::setsockopt(fd, SOL_NETLINK, NETLINK_NO_ENOBUFS, &one as *const _ as *const libc::c_void, 4);
+            libc::setsockopt(
+                fd,
+                SOL_NETLINK,
+                NETLINK_NO_ENOBUFS,
+                &one as *const _ as *const libc::c_void,
+                4,
+            );
             // SO_RCVBUFFORCE (root) so a burst of queued packets waits in the socket, not in a drop counter
-            if libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf as *const _ as *const libc::c_void, 4) < 0 {
-                libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf as *const _ as *const libc::c_void, 4);
+            if libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                &rcvbuf as *const _ as *const libc::c_void,
+                4,
+            ) < 0
+            {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUF,
+                    &rcvbuf as *const _ as *const libc::c_void,
+                    4,
+                );
             }
         }
         let mut cmd = vec![NFQNL_CFG_CMD_BIND, 0];
@@ -152,7 +190,11 @@ impl Queue {
         let flags = if gso { NFQA_CFG_F_GSO } else { 0 };
         self.config(|b| {
             put_attr(b, NFQA_CFG_FLAGS, &flags.to_be_bytes());
-            put_attr(b, NFQA_CFG_MASK, &(NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO).to_be_bytes());
+            put_attr(
+                b,
+                NFQA_CFG_MASK,
+                &(NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO).to_be_bytes(),
+            );
         })
     }
 
@@ -176,7 +218,14 @@ impl Queue {
         self.send(&buf)?;
         // wait for the ack (packets may already arrive in between: they wait in the socket buffer after it)
         loop {
-            let n = unsafe { libc::recv(self.fd, self.rbuf.as_mut_ptr() as *mut libc::c_void, self.rbuf.len(), 0) };
+            let n = unsafe {
+                libc::recv(
+                    self.fd,
+                    self.rbuf.as_mut_ptr() as *mut libc::c_void,
+                    self.rbuf.len(),
+                    0,
+                )
+            };
             if n < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -186,7 +235,8 @@ impl Queue {
                 let len = u32::from_ne_bytes(self.rbuf[off..off + 4].try_into().unwrap()) as usize;
                 let typ = u16::from_ne_bytes(self.rbuf[off + 4..off + 6].try_into().unwrap());
                 if typ == NLMSG_ERROR {
-                    let errno = i32::from_ne_bytes(self.rbuf[off + 16..off + 20].try_into().unwrap());
+                    let errno =
+                        i32::from_ne_bytes(self.rbuf[off + 16..off + 20].try_into().unwrap());
                     if errno == 0 {
                         return Ok(());
                     }
@@ -204,8 +254,14 @@ impl Queue {
         unsafe {
             let mut addr: libc::sockaddr_nl = std::mem::zeroed();
             addr.nl_family = libc::AF_NETLINK as u16;
-            let n = libc::sendto(self.fd, buf.as_ptr() as *const libc::c_void, buf.len(), 0,
-                                 &addr as *const _ as *const libc::sockaddr, std::mem::size_of_val(&addr) as u32);
+            let n = libc::sendto(
+                self.fd,
+                buf.as_ptr() as *const libc::c_void,
+                buf.len(),
+                0,
+                &addr as *const _ as *const libc::sockaddr,
+                std::mem::size_of_val(&addr) as u32,
+            );
             if n < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -219,7 +275,12 @@ impl Queue {
         let mut count = 0;
         while count < max {
             let n = unsafe {
-                libc::recv(self.fd, self.rbuf.as_mut_ptr() as *mut libc::c_void, self.rbuf.len(), libc::MSG_DONTWAIT)
+                libc::recv(
+                    self.fd,
+                    self.rbuf.as_mut_ptr() as *mut libc::c_void,
+                    self.rbuf.len(),
+                    libc::MSG_DONTWAIT,
+                )
             };
             if n < 0 {
                 let e = io::Error::last_os_error();
@@ -293,7 +354,9 @@ fn parse_packet(mut attrs: &[u8]) -> Option<Packet<'_>> {
         }
         let data = &attrs[4..alen];
         match typ {
-            NFQA_PACKET_HDR if data.len() >= 4 => id = Some(u32::from_be_bytes(data[..4].try_into().unwrap())),
+            NFQA_PACKET_HDR if data.len() >= 4 => {
+                id = Some(u32::from_be_bytes(data[..4].try_into().unwrap()))
+            }
             NFQA_HWADDR if data.len() >= 10 => {
                 let hlen = u16::from_be_bytes([data[0], data[1]]) as usize;
                 if hlen == 6 {
@@ -306,15 +369,25 @@ fn parse_packet(mut attrs: &[u8]) -> Option<Packet<'_>> {
                 let usec = u64::from_be_bytes(data[8..16].try_into().unwrap());
                 stamp_ns = Some(sec * 1_000_000_000 + usec * 1000);
             }
-            NFQA_CAP_LEN if data.len() >= 4 => cap_len = Some(u32::from_be_bytes(data[..4].try_into().unwrap()) as usize),
+            NFQA_CAP_LEN if data.len() >= 4 => {
+                cap_len = Some(u32::from_be_bytes(data[..4].try_into().unwrap()) as usize)
+            }
             NFQA_SKB_INFO if data.len() >= 4 => {
-                csum_not_ready = u32::from_be_bytes(data[..4].try_into().unwrap()) & NFQA_SKB_CSUMNOTREADY != 0
+                csum_not_ready =
+                    u32::from_be_bytes(data[..4].try_into().unwrap()) & NFQA_SKB_CSUMNOTREADY != 0
             }
             _ => {}
         }
         attrs = &attrs[align4(alen).min(attrs.len())..];
     }
-    Some(Packet { id: id?, hw_src, len: cap_len.unwrap_or(payload.len()), payload, csum_not_ready, stamp_ns })
+    Some(Packet {
+        id: id?,
+        hw_src,
+        len: cap_len.unwrap_or(payload.len()),
+        payload,
+        csum_not_ready,
+        stamp_ns,
+    })
 }
 
 impl Drop for Queue {

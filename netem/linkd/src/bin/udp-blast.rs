@@ -17,14 +17,20 @@ fn main() {
     let dst: SocketAddr = args[1].parse().expect("HOST:PORT");
     let rate: f64 = args[2].parse().expect("rate");
     let secs: f64 = args[3].parse().expect("seconds");
-    let size: usize = args.get(4).map(|s| s.parse().expect("size")).unwrap_or(1400);
+    let size: usize = args
+        .get(4)
+        .map(|s| s.parse().expect("size"))
+        .unwrap_or(1400);
     let sock = UdpSocket::bind("0.0.0.0:0").expect("bind");
     sock.connect(dst).expect("connect");
     let fd = sock.as_raw_fd();
     let buf = vec![0u8; size];
     const BATCH: usize = 64;
     let mut iov: Vec<libc::iovec> = (0..BATCH)
-        .map(|_| libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: size })
+        .map(|_| libc::iovec {
+            iov_base: buf.as_ptr() as *mut libc::c_void,
+            iov_len: size,
+        })
         .collect();
     let mut msgs: Vec<libc::mmsghdr> = (0..BATCH)
         .map(|i| {
@@ -36,7 +42,11 @@ fn main() {
         .collect();
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(secs);
-    let per_pkt = if rate > 0.0 { (size as f64 * 8.0) / rate } else { 0.0 };
+    let per_pkt = if rate > 0.0 {
+        (size as f64 * 8.0) / rate
+    } else {
+        0.0
+    };
     let mut sent: u64 = 0;
     loop {
         let now = Instant::now();
