@@ -369,8 +369,12 @@ class NetnsBackend(Backend):
         try:  # a zombie child of ours counts as gone once reaped
             done, _ = os.waitpid(pid, os.WNOHANG)
             return done == 0
-        except ChildProcessError:
-            return True
+        except ChildProcessError:  # not our child: a zombie its (new) parent has not reaped yet is gone too
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except (OSError, IndexError):
+                return False
 
     def _remove(self, namespaces: list[str], links: list[str]) -> list[str]:
         removed = []
