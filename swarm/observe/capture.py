@@ -327,8 +327,11 @@ def capture(swarm, ends: list[CaptureEnd], output: Path, *, duration: float | No
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a kill stops the dumpcaps too, like Ctrl-C
     try:
         cap.start(duration)
-        started(cap.running)
-        cap.wait()
+        try:  # a kill that lands while `started` reports (before wait() listens for it) stops the dumpcaps too
+            started(cap.running)
+            cap.wait()
+        except KeyboardInterrupt:
+            cap.stop()
         return cap.finish(), cap.link_counts
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -356,7 +356,8 @@ class NetnsBackend(Backend):
                     except ProcessLookupError:
                         pass
                 deadline = time.monotonic() + (3 if sig == signal.SIGTERM else 1)
-                while time.monotonic() < deadline and any(self._alive(p) for p in victims):
+                # a list, not a generator: every victim is looked at, so each one of our children is reaped
+                while time.monotonic() < deadline and any([self._alive(p) for p in victims]):
                     time.sleep(0.05)
         return count
 
