@@ -68,6 +68,26 @@ def swarm_namespaces(prefix: str) -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.startswith(f"swarm-emu_{prefix}")]
 
 
+def csv_rows(path: Path) -> list[dict]:
+    """The rows of a results CSV as dicts."""
+    import csv
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def run_dtn_doc(doc: dict, tmp_path: Path) -> Path:
+    """Run a `type: dtn` experiment document into tmp_path/results; its run folder. Asserts that the swarm's
+    namespaces are gone afterwards (the run tears its swarms down)."""
+    from experiments.dtn.model import experiment_from_dict
+    from experiments.dtn.run import run_dtn_experiment
+    from experiments.store import ResultsStore, host_facts
+    exp = experiment_from_dict(doc, str(tmp_path / "exp.yaml"))
+    store = ResultsStore.create(tmp_path / "results", exp, host_facts())
+    run_dtn_experiment(exp, store, message=print)
+    assert not swarm_namespaces(doc["name"]), "the test's namespaces outlived it"
+    return store.dir
+
+
 def interruptible() -> None:
     """Popen preexec_fn for a child the test will interrupt as Ctrl-C does: SIGINT back to its default. A shell
     that starts a job in the background without job control (`cmd &` in a script, as a CI runner may) has it

@@ -3,37 +3,19 @@ bundle; a contact gap (cut, then heal) delays bundles but loses none; `swarm dtn
 before anything exists; nothing is left behind. Subnets 10.210-219.x, swarm names dtn-* (issue 13's range)."""
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from experiments.dtn.model import experiment_from_dict
-from experiments.dtn.run import run_dtn_experiment
-from experiments.store import ResultsStore, host_facts
 from netem.engines import choose_engine
 from swarm.runtime.probe import capabilities
-from conftest import REPO, swarm_namespaces as _namespaces
+from conftest import REPO, csv_rows as _rows, run_dtn_doc as _run, swarm_namespaces as _namespaces
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 SWARM = [sys.executable, "-m", "swarm"]
-
-
-def _rows(path: Path) -> list[dict]:
-    with path.open() as f:
-        return list(csv.DictReader(f))
-
-
-def _run(doc: dict, tmp_path: Path) -> Path:
-    exp = experiment_from_dict(doc, str(tmp_path / "exp.yaml"))
-    store = ResultsStore.create(tmp_path / "results", exp, host_facts())
-    run_dtn_experiment(exp, store, message=print)
-    assert not _namespaces(doc["name"]), "the test's namespaces outlived it"
-    return store.dir
 
 
 def test_three_node_chain_delivers_every_bundle(need_dtn7, tmp_path):

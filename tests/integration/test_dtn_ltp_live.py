@@ -5,7 +5,6 @@ per a contact plan loses nothing and cancels nothing (timers suspended while dow
 Subnets 10.190-199.x, swarm names ltp-* (issue 26's LTP range)."""
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -14,26 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from experiments.dtn.model import experiment_from_dict
-from experiments.dtn.run import run_dtn_experiment
-from experiments.store import ResultsStore, host_facts
-from conftest import REPO, swarm_namespaces as _namespaces
+from conftest import REPO, csv_rows as _rows, run_dtn_doc as _run, swarm_namespaces as _namespaces
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 SWARM = [sys.executable, "-m", "swarm"]
-
-
-def _rows(path: Path) -> list[dict]:
-    with path.open() as f:
-        return list(csv.DictReader(f))
-
-
-def _run(doc: dict, tmp_path: Path) -> Path:
-    exp = experiment_from_dict(doc, str(tmp_path / "exp.yaml"))
-    store = ResultsStore.create(tmp_path / "results", exp, host_facts())
-    run_dtn_experiment(exp, store, message=print)
-    assert not _namespaces(doc["name"]), "the test's namespaces outlived it"
-    return store.dir
 
 
 def _events(run: Path, node: str) -> list[dict]:
