@@ -88,6 +88,22 @@ def run_dtn_doc(doc: dict, tmp_path: Path) -> Path:
     return store.dir
 
 
+def assert_run_refused(exp: dict, tmp_path: Path, message: str) -> None:
+    """`swarm run` of the experiment document `exp` exits 2 with one line containing `message`, and creates
+    neither a results folder nor a namespace of the experiment's swarm."""
+    import json
+    import os
+    import sys
+    path = tmp_path / "bad.yaml"
+    path.write_text(json.dumps(exp))
+    res = subprocess.run([sys.executable, "-m", "swarm", "run", str(path), "--results", str(tmp_path / "results")],
+                         capture_output=True, text=True, env={**os.environ, "SWARM_WORKDIR": str(REPO)}, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], res.stderr
+    assert not (tmp_path / "results").exists() and not swarm_namespaces(exp["name"])
+
+
 def interruptible() -> None:
     """Popen preexec_fn for a child the test will interrupt as Ctrl-C does: SIGINT back to its default. A shell
     that starts a job in the background without job control (`cmd &` in a script, as a CI runner may) has it

@@ -12,7 +12,7 @@ import pytest
 
 from netem.engines import choose_engine
 from swarm.runtime.probe import capabilities
-from conftest import REPO, csv_rows as _rows, run_dtn_doc as _run, swarm_namespaces as _namespaces
+from conftest import REPO, assert_run_refused, csv_rows as _rows, run_dtn_doc as _run, swarm_namespaces as _namespaces
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 SWARM = [sys.executable, "-m", "swarm"]
@@ -137,14 +137,7 @@ def test_swarm_dtn_by_hand_and_down_leaves_nothing(need_dtn7, tmp_path):
 def test_bad_input_is_one_line_exit_2_and_nothing_is_created(need_netns, tmp_path, doc, message):
     exp = {"type": "dtn", "name": "dtn-it-bad", "backend": "netns", "sizes": [2], "bundle_sizes": ["100kB"],
            "swarm": {"networks": {"isl": {"subnet": "10.216.1.0/24"}, "ground": {"subnet": "10.217.1.0/24"}}}, **doc}
-    path = tmp_path / "bad.yaml"
-    path.write_text(json.dumps(exp))
-    res = subprocess.run(SWARM + ["run", str(path), "--results", str(tmp_path / "results")], capture_output=True,
-                         text=True, env={**os.environ, "SWARM_WORKDIR": str(REPO)}, timeout=120)
-    assert res.returncode == 2, res.stdout + res.stderr
-    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and message in lines[0], res.stderr
-    assert not (tmp_path / "results").exists() and not _namespaces("dtn-it-bad")
+    assert_run_refused(exp, tmp_path, message)
 
 
 def test_bad_contact_plan_file_names_the_line(need_netns, tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, csv_rows as _rows, run_dtn_doc as _run, swarm_namespaces as _namespaces
+from conftest import REPO, assert_run_refused, csv_rows as _rows, run_dtn_doc as _run, swarm_namespaces as _namespaces
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 SWARM = [sys.executable, "-m", "swarm"]
@@ -99,14 +99,7 @@ def test_contact_gap_suspends_timers_and_loses_nothing(need_dtn7, tmp_path):
 def test_bad_ltp_input_is_one_line_exit_2_and_nothing_is_created(need_netns, tmp_path, doc, message):
     exp = {"type": "dtn", "name": "ltp-it-bad", "backend": "netns", "sizes": [1], "bundle_sizes": ["100kB"],
            "swarm": {"networks": {"isl": {"subnet": "10.190.4.0/24"}, "ground": {"subnet": "10.191.4.0/24"}}}, **doc}
-    path = tmp_path / "bad.yaml"
-    path.write_text(json.dumps(exp))
-    res = subprocess.run(SWARM + ["run", str(path), "--results", str(tmp_path / "results")], capture_output=True,
-                         text=True, env={**os.environ, "SWARM_WORKDIR": str(REPO)}, timeout=120)
-    assert res.returncode == 2, res.stdout + res.stderr
-    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and message in lines[0], res.stderr
-    assert not (tmp_path / "results").exists() and not _namespaces("ltp-it-bad")
+    assert_run_refused(exp, tmp_path, message)
 
 
 def test_swarm_up_with_ltp_and_down_leaves_nothing(need_dtn7, tmp_path):
