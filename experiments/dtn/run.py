@@ -54,7 +54,7 @@ BUNDLE_OVERHEAD = 82
 LTP_COLUMNS = ["run_id", "test_id", "node", "blocks_queued", "blocks_sent", "blocks_done", "blocks_received",
                "bytes_sent", "bytes_received", "segments_out", "segments_in", "retransmitted_segments",
                "retransmitted_bytes", "cancels", "recv_cancels", "refused", "dropped", "send_would_block",
-               "sndbuf", "rcvbuf", "dtnd_handed_over", "lost_in_dtnd_channel"]
+               "sndbuf", "rcvbuf", "dtnd_handed_over", "lost_in_dtnd_channel", "cpu_s"]
 
 
 def traffic_plans(exp: DtnExperiment, test: DtnTest, isl_ips: dict[str, str], release: float, web_port: int,
@@ -158,8 +158,9 @@ def _record_ltp(agents, dtnd_logs: dict[str, str], raw: Path, store: ResultsStor
         handed = ltp_handovers(dtnd_logs[n.name])
         queued = counters.get("blocks_queued")
         ltp_rows.append({"run_id": store.run_id, "test_id": test_id, "node": n.name,
-                         **{k: counters.get(k, "") for k in LTP_COLUMNS[3:-2]}, "dtnd_handed_over": handed,
-                         "lost_in_dtnd_channel": handed - queued if isinstance(queued, int) else ""})
+                         **{k: counters.get(k, "") for k in LTP_COLUMNS[3:-3]}, "dtnd_handed_over": handed,
+                         "lost_in_dtnd_channel": handed - queued if isinstance(queued, int) else "",
+                         "cpu_s": agents.ltp_cpu_seconds(n.name) or ""})
         if isinstance(queued, int) and handed > queued:
             message(f"{test_id}: {n.name}: dtnd handed {handed} bundles to its ltp module, which "
                     f"received {queued}: dtnd dropped {handed - queued} in its 100-slot ECLA channel")

@@ -335,6 +335,16 @@ class DtnAgents:
         except ValueError:
             return {}
 
+    def ltp_cpu_seconds(self, node: str) -> Optional[float]:
+        """CPU time (user + system, s) swarm-ltpcla on `node` has used so far (its /proc stat), None without one:
+        the LTP program's cost per bit, the figure a segment size changes (seed 004)."""
+        script = 'p=$(cat "$0/ltpcla.pid") && awk -v t=$(getconf CLK_TCK) \'{print ($14 + $15) / t}\' /proc/$p/stat'
+        res = self._exec(node, ["sh", "-c", script, self.workdir(node)], check=False, timeout=30)
+        try:
+            return float(res.stdout.strip()) if res.ok else None
+        except ValueError:
+            return None
+
     def ltp_record(self, node: str) -> str:
         """swarm-ltpcla's CSV record on `node` (every block, retransmission, cancel, refusal)."""
         res = self._exec(node, ["cat", f"{self.workdir(node)}/{LTP_LOG}"], check=False, timeout=60)

@@ -76,3 +76,12 @@ def test_status_table_shows_ltp_columns_only_with_ltp():
     console = Console(width=160, record=True)
     console.print(status_table("s", plain, 160))
     assert "ltp sessions" not in console.export_text()
+
+
+def test_segment_factors_with_ltp_cpu():
+    tests = pd.DataFrame({"test_id": ["a", "b"], "cla": ["ltp"] * 2, "isl_mtu": [1500, 1500],
+                          "ltp_segment": [1360, 64000], "goodput_bps": [100e6, 120e6]})
+    ltp = pd.DataFrame({"test_id": ["a", "a", "b", "b"], "node": ["sat01", "ground"] * 2,
+                        "bytes_received": [0, 100e6, 0, 100e6], "cpu_s": [3.0, 1.0, 0.5, 0.5]})
+    f = segment_factors(tests, ltp)
+    assert list(f["ltp_mbit_per_cpu_s"]) == [200.0, 800.0] and list(f["cpu_factor"]) == [1.0, 4.0]
