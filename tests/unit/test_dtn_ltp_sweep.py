@@ -70,7 +70,7 @@ def test_status_table_shows_ltp_columns_only_with_ltp():
     console.print(status_table("s", rows, 160))
     text = console.export_text()
     assert "ltp sessions" in text and "rtx" in text and "cancels" in text
-    line = next(l for l in text.splitlines() if "sat01" in l and "ground" in l)
+    line = next(row for row in text.splitlines() if "sat01" in row and "ground" in row)
     assert [c.strip() for c in line.split("│")[-5:-1]] == ["2", "5", "1", "ok"]
     plain = [AgentStatus("sat01", "dtn://sat01/", "tcp", "epidemic", ["ground"], 0, 0, 1, 0, 0, "ok", ["tcp"])]
     console = Console(width=160, record=True)
