@@ -163,7 +163,7 @@ def segment_figure(factors: pd.DataFrame, path: Path) -> tuple[Path, str]:
         ax.plot(g["segment"], g["factor"], "s--", color=f"C{i}", alpha=0.6, label=f"HDTN, MTU {mtu} (seed 004)")
     ax.set_xscale("log")
     ax.set_xlabel("LTP segment size (bytes; above the MTU IP-fragmented)")
-    ax.set_ylabel("goodput ÷ goodput at the smallest size")
+    ax.set_ylabel("ratio to the smallest segment size")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
