@@ -10,7 +10,7 @@ from analysis.dtn import segment_factors
 from experiments.dtn.model import experiment_from_dict
 from swarm.cli.dtn import status_table
 from swarm.dtn.plan import ltp_summary, peer_clas
-from swarm.dtn.runtime import AgentStatus
+from swarm.runtime.dtn import AgentStatus
 from swarm.errors import SpecError
 
 BASE = {"type": "dtn", "name": "seg", "backend": "netns", "pattern": "all-to-ground", "sizes": [1], "clas": ["ltp"],
