@@ -501,7 +501,7 @@ fn usage() -> ! {
                [--max-bytes B] [--max-packets N] [--kernel-hold N] [--seed S] [--pidfile PATH]\n       \
                swarm-linkd run --instance 'queue=N control=PATH state=PATH [inject-dev=IF inject-mac=MAC]'... \
                [--tick-us T] [--tick-pps R] [--max-bytes B] [--max-packets N] [--realtime]\n       \
-               swarm-linkd ctl --control PATH set|stats|ping   (set reads the config from stdin)\n       \
+               swarm-linkd ctl --control PATH set|sched|stats|ping|schedlog|schedclear   (set and sched read stdin)\n       \
                swarm-linkd check [--max-bytes B] < config");
     std::process::exit(2);
 }
