@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from netem.engines import linkd_line
-from netem.model import Impairment
+from netem.spec.links import Impairment
 from swarm.errors import SpecError
 
 #: "0" makes the driver apply each step itself even where the engine could (for comparisons)

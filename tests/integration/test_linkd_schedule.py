@@ -17,7 +17,7 @@ import pytest
 
 from netem.engines import LINKD_CONTROL
 from netem.orbits.planner import plan as make_plan
-from netem.orbits.spec import parse_orbits
+from netem.spec.orbits import parse_orbits
 from netem.runtime.orbits import LinkTimelineDriver, links_csv_writer
 from swarm.errors import SpecError
 from swarm.runtime.backends.netns.backend import node_ns

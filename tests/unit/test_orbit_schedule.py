@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from netem.engines import linkd_line
-from netem.model import NONE, Impairment
+from netem.spec.links import NONE, Impairment
 from netem.runtime.linkd import ctl_body, ctl_socket, instance_spec, linkd_binary, parse_kv
 from netem.runtime.orbit_schedule import Change, entry_line, link_rows, step_summary
 
