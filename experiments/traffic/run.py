@@ -29,7 +29,7 @@ from swarm.mesh.plan import mesh_row
 from swarm.runtime.runner import Runner
 from swarm.runtime.swarm import Swarm
 
-SweepProgress = Callable[[int, int, str], None]
+SweepProgress = Callable[[float, float, str], None]
 
 __all__ = ["run_sweep", "sweep", "window_note", "TestRunner", "MuxTestRunner", "SweepProgress"]
 
@@ -67,7 +67,7 @@ def sweep(ctx: RunContext) -> list[dict]:
 
     def on_up(swarm: Swarm) -> None:
         if swarm.mesh_result is not None:
-            store.append_mesh(mesh_row(store.run_id, "", len(swarm.nodes), swarm.mesh.implementation, "up", "",
+            store.append_mesh(mesh_row(store.run_id, "", len(swarm.nodes), swarm.mesh.implementation or "", "up", "",
                                        swarm.mesh_result))
         if not (store.dir / "host.json").exists() or "backend" not in json.loads((store.dir / "host.json").read_text()):
             facts = {**host_facts(swarm), "traffic_engine": exp.engine}
