@@ -77,7 +77,7 @@ class Loop:
     - run_test(swarm, test): one test on the swarm that is up; returns its tests.csv row (already written).
     - resumable: run only the tests tests.csv does not hold; progress then counts tests (done, total, what).
       A type whose progress is in seconds (resumable False) reports it from its run_test and `starting`.
-    - on_up(swarm): once per bring-up (host facts, the mesh's convergence); starting(test, i, n): before each
+    - on_up(swarm, test): once per bring-up, with its first test (host facts, the mesh's convergence); starting(test, i, n): before each
       test's bring-up; done_line(test, row): the progress line after a test; after(test, row): notes, abort checks.
     - settle: seconds to wait after each test; up: keyword arguments of Swarm.up.
     """
@@ -87,7 +87,7 @@ class Loop:
     run_test: Callable[[Swarm, Any], dict]
     share: Callable[[Any], Hashable] | None = None
     resumable: bool = True
-    on_up: Callable[[Swarm], None] = _nothing
+    on_up: Callable[[Swarm, Any], None] = _nothing
     starting: Callable[[Any, int, int], None] = _nothing
     done_line: Callable[[Any, dict], str] = lambda test, row: test.test_id
     after: Callable[[Any, dict], None] = _nothing
@@ -123,7 +123,7 @@ def run_tests(ctx: RunContext, loop: Loop) -> list[dict]:
                 ctx.message(f"bringing up {len(swarm.nodes)} nodes ({swarm.backend.name})")
             swarm.up(**loop.up)
             try:
-                loop.on_up(swarm)
+                loop.on_up(swarm, group[0])
                 for test in group:
                     if loop.resumable:
                         ctx.progress(finished, total, test.test_id)

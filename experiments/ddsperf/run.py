@@ -100,7 +100,7 @@ def sweep(ctx: RunContext) -> list[dict]:
     """The sweep through the one run loop: a bring-up per size, the tests of that size on it."""
     exp, store = ctx.exp, ctx.store
 
-    def on_up(swarm) -> None:
+    def on_up(swarm, _first: DdsTest) -> None:
         if "backend" not in json.loads((store.dir / "host.json").read_text() or "{}"):
             (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
 

@@ -65,9 +65,9 @@ def sweep(ctx: RunContext) -> list[dict]:
     store.drop_incomplete_flows()
     current: dict[str, TestRunner] = {}  # the test runner of the swarm that is up
 
-    def on_up(swarm: Swarm) -> None:
+    def on_up(swarm: Swarm, first: TestCase) -> None:
         if swarm.mesh_result is not None:
-            store.append_mesh(mesh_row(store.run_id, "", len(swarm.nodes), swarm.mesh.implementation or "", "up", "",
+            store.append_mesh(mesh_row(store.run_id, "", first.size, swarm.mesh.implementation or "", "up", "",
                                        swarm.mesh_result))
         if not (store.dir / "host.json").exists() or "backend" not in json.loads((store.dir / "host.json").read_text()):
             facts = {**host_facts(swarm), "traffic_engine": exp.engine}
