@@ -35,7 +35,7 @@ from experiments.loop import RunContext, Loop, run_tests
 from experiments.store import ResultsStore, host_facts
 from experiments.timeline import FaultTimeline
 from swarm.mesh.plan import mesh_row
-from swarm.mesh.runtime import MeshWatcher
+from swarm.runtime.mesh import MeshWatcher
 from swarm.runtime.swarm import Swarm
 
 NODE_FILES = ("peers", "plans")

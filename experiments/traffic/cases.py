@@ -22,7 +22,7 @@ from experiments.traffic.mux import engine_plans, flow_result
 from flightsw import protocol as proto
 from swarm.errors import CommandError
 from swarm.mesh.plan import healed_pairs, mesh_row
-from swarm.mesh.runtime import MeshWatcher
+from swarm.runtime.mesh import MeshWatcher
 from swarm.runtime.clocks import NodeClocks
 from swarm.runtime.swarm import Swarm
 
