@@ -15,6 +15,7 @@ from experiments.dtn.parse import STORE_COLUMNS, bundle_rows, parse_dtnd_log, re
 from experiments.dtn.run import TrafficReader
 from experiments.orbits.bundles import ORBIT_BUNDLE_COLUMNS, judge, last_hops, summary
 from experiments.orbits.model import OrbitsExperiment
+from experiments.orbits.plan import traffic_plans
 from flightsw import protocol as proto
 from swarm.dtn.contacts import ContactPlan, parse_contact_plan
 
@@ -23,20 +24,6 @@ if TYPE_CHECKING:
     from swarm.runtime.swarm import Swarm
 
 RELEASE_LEAD_S = 2.0  # plans handed out -> release: every program and agent connection is ready by then
-
-
-def traffic_plans(exp: OrbitsExperiment, release: float, wall_s: float, port: int) -> dict[str, dict]:
-    """{node: its traffic program's plan} (pure). Bundles are created in [release, release + send window);
-    receivers listen until the plan's end plus `drain`."""
-    d = exp.dtn
-    assert d is not None
-    send_s = (d.send_until if d.send_until is not None else exp.orbits_spec().duration) / exp.speedup
-    plans = {n: proto.dtn_plan(n, port, release, send_s, max(0.0, wall_s - send_s) + d.drain, d.lifetime,
-                               d.store_interval) for n in exp.orbits_spec().node_names()}
-    for src, dst, flow in d.flows_by_source(exp.satellites()):
-        plans[src]["flows"].append(proto.dtn_flow(dst, flow.size, flow.rate, None))
-        plans[dst]["receive"] = True
-    return plans
 
 
 class DtnTraffic:
