@@ -20,7 +20,7 @@ import math
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from experiments.dtn.model import MAX_RATE, DtnExperiment, DtnTest, flows, swarm_nodes
 from experiments.dtn.parse import (IP_COLUMNS, ltp_handovers, BUNDLE_COLUMNS, STORE_COLUMNS, bundle_rows, figures,
@@ -73,6 +73,18 @@ class TrafficReader(threading.Thread):
                 self.lines.append(line)
                 if proto.is_event(line, proto.EV_RECV_DONE):
                     self.finished_receiving = True
+
+
+def start_program(swarm: Swarm, node: str, plan: dict, out: Path) -> tuple[Any, TrafficReader]:
+    """Start `node`'s traffic program with its plan on stdin; a reader copies its output to `out` as it arrives."""
+    proc = swarm.runner.popen(swarm.dtn.traffic_argv(node, proto.DTN_RUN, proto.STDIN))
+    stdin = proc.stdin
+    assert stdin is not None  # the runner's popen opens stdin
+    stdin.write(proto.dumps(plan))
+    stdin.close()
+    reader = TrafficReader(proc, out)
+    reader.start()
+    return proc, reader
 
 
 def _cut_before_release(links, initial, run_id: str, test_id: str) -> list[dict]:
@@ -172,12 +184,7 @@ class DtnCase:
         for node, plan in plans.items():
             if not plan["flows"] and not plan["receive"] and not self.exp.store_interval:
                 continue
-            proc = swarm.runner.popen(agents.traffic_argv(node, proto.DTN_RUN, proto.STDIN))
-            proc.stdin.write(json.dumps(plan))
-            proc.stdin.close()
-            procs[node] = proc
-            readers[node] = TrafficReader(proc, raw / f"{node}.traffic.jsonl")
-            readers[node].start()
+            procs[node], readers[node] = start_program(swarm, node, plan, raw / f"{node}.traffic.jsonl")
         return plans, readers
 
     def _wait(self, test: DtnTest, plans: dict[str, dict], procs: dict, readers: dict[str, TrafficReader],

@@ -6,17 +6,15 @@ row per bundle judged against the exact contact plan (experiments.orbits.bundles
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from experiments.dtn.parse import STORE_COLUMNS, bundle_rows, parse_dtnd_log, read_events, store_rows
-from experiments.dtn.run import TrafficReader
+from experiments.dtn.run import TrafficReader, start_program
 from experiments.orbits.bundles import ORBIT_BUNDLE_COLUMNS, judge, last_hops, summary
 from experiments.orbits.model import OrbitsExperiment
 from experiments.orbits.plan import traffic_plans
-from flightsw import protocol as proto
 from swarm.dtn.contacts import ContactPlan, parse_contact_plan
 
 if TYPE_CHECKING:
@@ -46,12 +44,8 @@ class DtnTraffic:
         plans = traffic_plans(self.exp, release, wall_s, port)
         self.until = release + max(p["duration"] + p["drain"] for p in plans.values())
         for node, plan in plans.items():
-            proc = self.swarm.runner.popen(agents.traffic_argv(node, proto.DTN_RUN, proto.STDIN))
-            proc.stdin.write(json.dumps(plan))
-            proc.stdin.close()
-            self.procs[node] = proc
-            self.readers[node] = TrafficReader(proc, self.raw / f"{node}.traffic.jsonl")
-            self.readers[node].start()
+            self.procs[node], self.readers[node] = start_program(self.swarm, node, plan,
+                                                                self.raw / f"{node}.traffic.jsonl")
 
     def wait(self, progress: Callable[[float, float, str], None] = lambda d, t, w: None) -> None:
         """Until every program ended (they stop at their plan's end), at most a minute past it."""
