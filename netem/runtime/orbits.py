@@ -39,6 +39,7 @@ from netem.orbits.records import LINK_COLUMNS
 from netem.state import node_links, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.observe.events import emit
+from swarm.observe.track import publish as publish_track
 
 if TYPE_CHECKING:
     from netem.runtime.links import LinkController
@@ -64,7 +65,7 @@ class LinkTimelineDriver:
 
     def __init__(self, links: "LinkController", plan: Plan, *, speedup: float = 1.0, workers: int = 16,
                  on_rows: Callable[[list[dict]], None] = lambda rows: None,
-                 message: Callable[[str], None] = lambda m: None, run_id: str = ""):
+                 message: Callable[[str], None] = lambda m: None, run_id: str = "", orbits=None):
         if not speedup > 0:
             raise SpecError(f"speedup {speedup!r}: must be positive")
         self.plan, self.speedup = plan, float(speedup)
@@ -72,6 +73,7 @@ class LinkTimelineDriver:
         swarm = links.swarm  # the swarm's context: its nodes
         self.engine = self.ctl.engine
         self.workers, self.on_rows, self.message, self.run_id = workers, on_rows, message, run_id
+        self.orbits = orbits  # the OrbitsSpec the plan came from: its ground tracks go to the live view's map
         names = [n.name for n in swarm.nodes]
         check_plan_nodes(plan, names)
         self.by_name = {n.name: n for n in swarm.nodes}
@@ -212,6 +214,8 @@ class LinkTimelineDriver:
         initial_s = self.initial_s
         with self._pool as pool:
             t0 = release if release is not None else time.time()
+            if self.orbits is not None:  # the live view's map: where the nodes are at each plan second
+                publish_track(self.ctl.dir, self.orbits, t0, self.speedup)
             i = 0
             n_batches = coalesced_steps = late_steps = 0
             while i < len(steps) and not self.stop_event.is_set():
