@@ -20,6 +20,7 @@ from pathlib import Path
 
 from swarm.errors import SpecError
 from swarm.observe.capture import host_netns_prefix
+from swarm.observe import track
 from swarm.observe.events import follow
 from swarm.runtime.backends import swarm_dir
 
@@ -30,6 +31,19 @@ MAX_EVENTS = 2000  # kept in memory for the page; the log itself keeps everythin
 #: Node states from the backend (netns: one `ip netns pids` per node): a commanded change (fault node ...) is
 #: in the event log at once; this poll only finds a node that died by itself, so it can be slow and cheap.
 NODE_POLL_S = 5.0
+DTN_POLL_S = 2.0  # the agents' stores: one small HTTP request per DTN node
+
+
+def store_counts(entries: list) -> dict:
+    """Bundles an agent holds (not deleted) and those waiting to be forwarded, from its /status/store answer:
+    one string per bundle ending in its constraints, e.g. "dtn://sat01/in-... {ForwardPending}" (pure)."""
+    held = pending = 0
+    for entry in entries:
+        text = str(entry)
+        constraints = text[text.find("{") + 1:text.rfind("}")] if "{" in text else ""
+        held += "Deleted" not in constraints
+        pending += "ForwardPending" in constraints
+    return {"bundles": held, "forward_pending": pending}
 
 
 class LiveState:
@@ -44,12 +58,17 @@ class LiveState:
         self.first_event = 0  # index of events[0] in the whole stream (the page asks `since`)
         self.node_states: dict[str, str] = {}
         self.rates: dict[str, dict] = {}  # node -> {tx_bps, rx_bps} on its ISL interface
+        self.orbit: dict | None = None  # an orbit run's tracks and clock (swarm.observe.track), once published
+        self.dtn: dict[str, dict] = {}  # node -> its DTN agent's store: {bundles, forward_pending}
         self.down = False
         self.stop = threading.Event()
 
     # ---------------------------------------------------------------------------------------- loops
     def start(self) -> None:
-        for loop in (self._follow, self._nodes, self._counters):
+        loops = [self._follow, self._nodes, self._counters, self._orbit]
+        if any(n.spec.dtn is not None for n in self.swarm.nodes):
+            loops.append(self._dtn)
+        for loop in loops:
             threading.Thread(target=loop, daemon=True).start()
 
     def _follow(self) -> None:
@@ -100,6 +119,38 @@ class LiveState:
                 self.rates = rates
             self.stop.wait(1.0)
 
+    def _orbit(self) -> None:
+        """An orbit run's tracks and clock: published when its driver's clock starts, maybe after the view."""
+        seen = None
+        while not self.stop.is_set():
+            path = self.dir / track.TRACK_FILE
+            try:
+                stamp = path.stat().st_mtime_ns
+            except OSError:
+                stamp = None
+            if stamp != seen:
+                doc = track.read(self.dir) if stamp is not None else None
+                if doc is not None or stamp is None:
+                    seen = stamp
+                    with self.lock:
+                        self.orbit = doc
+            self.stop.wait(1.0)
+
+    def _dtn(self) -> None:
+        """Each DTN agent's store (GET /status/store on the node's ground address, like the traffic programs'
+        sampler): bundles held and those waiting for a contact, every DTN_POLL_S."""
+        agents = self.swarm.dtn
+        while not self.stop.is_set():
+            found = {}
+            for n in agents.nodes:
+                try:
+                    found[n.name] = store_counts(json.loads(agents.http(n.name, "/status/store", timeout=1.0)))
+                except Exception:  # noqa: BLE001 - an agent not (yet) answering: no figure
+                    continue
+            with self.lock:
+                self.dtn = found
+            self.stop.wait(DTN_POLL_S)
+
     def read_counters(self) -> dict[str, tuple[int, int]]:
         """(tx bytes, rx bytes) of each node's ISL interface. netns: one `ip -s` in the swarm's switch, whose
         port towards each node (backend.forwarding_hop) is the node's ISL veth seen from the other side (its rx
@@ -131,15 +182,32 @@ class LiveState:
 
     # ---------------------------------------------------------------------------------------- answers
     def snapshot(self) -> dict:
+        now = time.time()
         with self.lock:
+            orbit, where = None, {}
+            if self.orbit is not None:
+                t_plan = track.plan_time(self.orbit, now)
+                where = track.positions(self.orbit, t_plan)
+                orbit = {"t_plan": round(t_plan, 3), "duration": self.orbit["duration"], "epoch": self.orbit["epoch"],
+                         "speedup": self.orbit["speedup"], "release": self.orbit["release"]}
             return {
-                "swarm": self.swarm.name, "backend": self.swarm.backend.traits.name, "t": time.time(), "down": self.down,
+                "swarm": self.swarm.name, "backend": self.swarm.backend.traits.name, "t": now, "down": self.down,
                 "nodes": [{"name": n.name, "isl_ip": n.isl_ip, "ground_ip": n.ground_ip, "role": n.spec.role,
-                           "state": self.node_states.get(n.name, "?"), **self.rates.get(n.name, {})}
+                           "state": self.node_states.get(n.name, "?"), **self.rates.get(n.name, {}),
+                           **where.get(n.name, {}), **({"dtn": self.dtn[n.name]} if n.name in self.dtn else {})}
                           for n in self.swarm.nodes],
                 "links": [{"src": s, "dst": d, **v} for (s, d), v in sorted(self.links.items())],
+                "orbit": orbit,
                 "next_event": self.first_event + len(self.events),
             }
+
+    def tracks(self) -> dict:
+        """The ground tracks (the page draws them once per orbit run): {"release", "times", "nodes"}."""
+        with self.lock:
+            doc = self.orbit
+        if doc is None:
+            return {}
+        return {"release": doc["release"], "times": doc["times"], "nodes": doc["nodes"]}
 
     def events_since(self, since: int) -> dict:
         with self.lock:
@@ -167,6 +235,8 @@ def make_handler(state: LiveState):
                 return self._send((STATIC / file).read_bytes(), ctype)
             if path == "/api/state":
                 return self._send(json.dumps(state.snapshot()).encode(), "application/json")
+            if path == "/api/track":
+                return self._send(json.dumps(state.tracks()).encode(), "application/json")
             if path == "/api/events":
                 m = re.search(r"(?:^|&)since=(\d+)", query)
                 return self._send(json.dumps(state.events_since(int(m.group(1)) if m else 0)).encode(),
