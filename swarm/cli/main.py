@@ -27,10 +27,11 @@ from swarm.cli import observe as observe_commands
 from swarm.cli.console import err, out, warn
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
+from swarm.observe.events import RunEvents
 from netem.engines import ENGINES, choose_engine
 from swarm.mesh.spec import MeshSpec, choose_implementation
 from swarm.runtime.probe import capabilities
-from swarm.runtime.backends import REGISTRY, TRAITS
+from swarm.runtime.backends import REGISTRY, TRAITS, swarm_dir
 from swarm.runtime.backends.compose import ComposeBackend
 from swarm.spec.model import check_swarm_name, json_schema, spec_from_dict
 
@@ -344,12 +345,22 @@ def _run_experiment(command: str, experiment_file, resume_dir, backend, results_
     bar = Progress(TextColumn(f"[bold]{kind.name}[/] {{task.description}}"), BarColumn(),
                    TextColumn(f"{{task.completed:.0f}}/{{task.total:.0f}}{unit}"), TimeElapsedColumn(),
                    TextColumn("ETA"), TimeRemainingColumn(), console=err)
+    watched = RunEvents([swarm_dir(default_workdir(), spec.name) for spec in kind.swarms(exp)],
+                        getattr(exp, "name", kind.name))
+
+    def message(m: str) -> None:
+        bar.console.print(m)
+        watched.message(m)
+
+    def progress(d: float, t: float, w: str) -> None:
+        bar.update(task, completed=d, total=t, description=w)
+        watched.progress(d, t, w)
+
     try:
         with bar:
             task = bar.add_task("starting", total=0)  # a number from the start: the count column formats it
-            run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error,
-                               message=lambda m: bar.console.print(m),
-                               progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w))
+            run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error, message=message,
+                               progress=progress)
     except BaseException:
         if not resume_dir and discard_if_empty(store):  # the first swarm never came up: no empty folder left
             err.print(f"removed the empty run folder {store.dir}")
