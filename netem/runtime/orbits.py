@@ -38,7 +38,7 @@ from netem.orbits.planner import Plan
 from netem.orbits.records import LINK_COLUMNS
 from netem.state import node_links, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
-from swarm.observe.events import emit
+from swarm.observe.events import caused_by, emit
 from swarm.observe.track import publish as publish_track
 
 if TYPE_CHECKING:
@@ -164,9 +164,10 @@ class LinkTimelineDriver:
                 emit(self.ctl.dir, "link", src=src, dst=dst, state="up" if r["up"] else "down", conditions=cond,
                      cause="orbit schedule", step=r["step"])
 
-    def _save(self) -> None:
-        """links.json: the configured conditions with the plan's current ones, and the per-node records."""
-        with self.ctl.transaction() as state:
+    def _save(self, events: bool = False) -> None:
+        """links.json: the configured conditions with the plan's current ones, and the per-node records.
+        `events`: log the changes since the last save (the initial state; later steps log their own rows)."""
+        with caused_by("orbit schedule"), self.ctl.transaction(events) as state:
             merged = dict(self.base)
             for links in self.eff.values():
                 merged.update(links)
@@ -190,7 +191,7 @@ class LinkTimelineDriver:
             self._set(a, b, *self.conditions(a, b, False, float("nan"), 0))
         done = self._apply_nodes(list(self.plan.nodes), pool, force=True)
         failed = [(n, e) for n, (_, e) in done.items() if e]
-        self._save()
+        self._save(events=True)
         if failed:
             raise RuntimeFailure(f"orbits: initial link state not applied on {len(failed)} node(s): "
                                  f"{failed[0][0]}: {failed[0][1]}")

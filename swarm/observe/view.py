@@ -1,12 +1,15 @@
 """`swarm view`: a local web page that shows a running swarm live (topology, link states and conditions,
-per-node ISL throughput, the event stream).
+per-node ISL throughput, the event stream; while an orbit plan drives the links, a latitude/longitude map of
+the nodes where the orbit puts them with the links the plan has up; each DTN agent's store).
 
 Why Python's own http.server and a hand-written page (static/view.html: SVG + a little JavaScript) rather than
 a web framework and a graph library: the page polls one JSON document twice a second and draws at most a few
 hundred lines; stdlib serving means no new dependency, and every byte of the page ships in this package, so it
 works offline (no CDN) and nothing runs when nobody watches. The server is the only process that pays: it
-follows the swarm's event log (swarm.observe.events), asks the backend for node states every 5 s and reads
-interface counters every second, only while it runs.
+follows the swarm's event log (swarm.observe.events), asks the backend for node states every 5 s, reads
+interface counters every second, an orbit run's tracks (swarm.observe.track) when they appear and, with DTN
+agents, their stores every 2 s, only while it runs. The map is the same SVG over a longitude/latitude grid
+(equirectangular): no map tiles or coastline data to ship.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ MAX_EVENTS = 2000  # kept in memory for the page; the log itself keeps everythin
 #: in the event log at once; this poll only finds a node that died by itself, so it can be slow and cheap.
 NODE_POLL_S = 5.0
 DTN_POLL_S = 2.0  # the agents' stores: one small HTTP request per DTN node
+LINK_POLL_S = 2.0  # the userspace engines' per-link counters: one control-socket request per node
 
 
 def store_counts(entries: list) -> dict:
@@ -60,6 +64,7 @@ class LiveState:
         self.rates: dict[str, dict] = {}  # node -> {tx_bps, rx_bps} on its ISL interface
         self.orbit: dict | None = None  # an orbit run's tracks and clock (swarm.observe.track), once published
         self.dtn: dict[str, dict] = {}  # node -> its DTN agent's store: {bundles, forward_pending}
+        self.link_rates: dict[tuple[str, str], float] = {}  # directed link -> bit/s into it (userspace engine)
         self.down = False
         self.stop = threading.Event()
 
@@ -68,6 +73,9 @@ class LiveState:
         loops = [self._follow, self._nodes, self._counters, self._orbit]
         if any(n.spec.dtn is not None for n in self.swarm.nodes):
             loops.append(self._dtn)
+        links = self.swarm.links
+        if links.engine.name == "userspace":
+            loops.append(lambda: self._link_counters(links))
         for loop in loops:
             threading.Thread(target=loop, daemon=True).start()
 
@@ -151,6 +159,32 @@ class LiveState:
                 self.dtn = found
             self.stop.wait(DTN_POLL_S)
 
+    def _link_counters(self, links) -> None:
+        """Per directed link, the bytes the userspace engine took in for it (what the sender put on the link,
+        before the link's loss or cut): each node's engine keeps a counter per destination MAC (`stats` over
+        its control socket; netns: a socket in a host folder, no process), read every LINK_POLL_S."""
+        by_mac = {n.isl_mac.lower(): n.name for n in self.swarm.nodes}
+        last: dict[tuple[str, str], tuple[float, int]] = {}
+        while not self.stop.is_set():
+            rates = {}
+            for n in self.swarm.nodes:
+                try:
+                    _head, per_link = links.linkd.stats(n.name)
+                except Exception:  # noqa: BLE001 - an engine not (yet) answering: no figure
+                    continue
+                now = time.monotonic()
+                for row in per_link:
+                    dst = by_mac.get(row.get("mac", "").lower())
+                    if dst is None or not row.get("bytes", "").isdigit():
+                        continue
+                    pair, count = (n.name, dst), int(row["bytes"])
+                    if pair in last and count >= last[pair][1]:
+                        rates[pair] = (count - last[pair][1]) * 8 / max(1e-3, now - last[pair][0])
+                    last[pair] = (now, count)
+            with self.lock:
+                self.link_rates = rates
+            self.stop.wait(LINK_POLL_S)
+
     def read_counters(self) -> dict[str, tuple[int, int]]:
         """(tx bytes, rx bytes) of each node's ISL interface. netns: one `ip -s` in the swarm's switch, whose
         port towards each node (backend.forwarding_hop) is the node's ISL veth seen from the other side (its rx
@@ -197,6 +231,7 @@ class LiveState:
                            **where.get(n.name, {}), **({"dtn": self.dtn[n.name]} if n.name in self.dtn else {})}
                           for n in self.swarm.nodes],
                 "links": [{"src": s, "dst": d, **v} for (s, d), v in sorted(self.links.items())],
+                "link_rates": [{"src": s, "dst": d, "bps": round(v, 1)} for (s, d), v in sorted(self.link_rates.items())],
                 "orbit": orbit,
                 "next_event": self.first_event + len(self.events),
             }

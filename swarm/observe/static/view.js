@@ -28,6 +28,14 @@ function rate(bps) {
 
 const RANK = {up: 0, impaired: 1, down: 2, cut: 3};
 
+let linkRates = {};  // "a>b" -> bit/s into the directed link (userspace engine), from the last state
+
+function pairRate(a, b) {
+  const ab = linkRates[a + ">" + b], ba = linkRates[b + ">" + a];
+  if (ab === undefined && ba === undefined) return "";
+  return `${a}→${b} ${rate(ab)}, ${b}→${a} ${rate(ba)}`;
+}
+
 function pairState(byDir, a, b) {
   const ab = byDir[a + ">" + b], ba = byDir[b + ">" + a];
   let state = "up";
@@ -179,18 +187,25 @@ function drawMap(st) {
   const byDir = {};
   for (const l of st.links) byDir[l.src + ">" + l.dst] = l;
   const placed = st.nodes.filter(n => n.lat !== undefined);
-  const links = el("g", {id: "links"});
+  const links = el("g", {id: "links"}), labels = el("g", {id: "labels"});
   for (let i = 0; i < placed.length; i++) for (let j = i + 1; j < placed.length; j++) {
     const a = placed[i], b = placed[j], ps = pairState(byDir, a.name, b.name);
     if (ps.state === "down") continue;  // out of sight: the plan has no link
     for (const [la1, lo1, la2, lo2] of wrapped(a.lat, a.lon, b.lat, b.lon)) {
       const line = el("line", {class: "link", x1: X(lo1), y1: Y(la1), x2: X(lo2), y2: Y(la2), "data-src": a.name,
                                "data-dst": b.name, "data-state": ps.state, "data-conditions": ps.conditions});
-      line.appendChild(el("title", {}, `${a.name} – ${b.name}: ${ps.state}${ps.conditions ? " (" + ps.conditions + ")" : ""}`));
+      line.appendChild(el("title", {}, `${a.name} – ${b.name}: ${ps.state}${ps.conditions ? " (" + ps.conditions + ")" : ""}`
+                                       + (pairRate(a.name, b.name) ? " · " + pairRate(a.name, b.name) : "")));
       links.appendChild(line);
     }
+    const both = (linkRates[a.name + ">" + b.name] || 0) + (linkRates[b.name + ">" + a.name] || 0);
+    if (both > 0 && Math.abs(a.lon - b.lon) <= 180)  // the link's traffic, both directions, at its middle
+      labels.appendChild(el("text", {class: "link-rate", x: X((a.lon + b.lon) / 2), y: Y((a.lat + b.lat) / 2) - 4,
+                                     "text-anchor": "middle", "data-src": a.name, "data-dst": b.name, "data-bps": both},
+                            rate(both)));
   }
   svg.appendChild(links);
+  svg.appendChild(labels);
   const nodes = el("g", {id: "nodeset"});
   for (const node of placed) {
     const g = el("g", {class: "node " + (node.kind || ""), "data-node": node.name, "data-state": node.state,
@@ -231,6 +246,7 @@ async function tick() {
       trackRelease = st.orbit.release;
     }
     lastState = st;
+    linkRates = Object.fromEntries((st.link_rates || []).map(r => [r.src + ">" + r.dst, r.bps]));
     draw(st);
     const list = document.getElementById("events");
     for (const ev of evs.events) {
@@ -258,6 +274,8 @@ function send() {
     shown.t_plan = lastState.orbit.t_plan;
     shown.pos = Object.fromEntries([...document.querySelectorAll("g.node")].map(
       g => [g.dataset.node, [Number(g.dataset.lat), Number(g.dataset.lon)]]));
+    shown.link_bps = Object.fromEntries([...document.querySelectorAll("text.link-rate")].map(
+      t => [t.dataset.src + "-" + t.dataset.dst, Number(t.dataset.bps)]));
     shown.bundles = Object.fromEntries([...document.querySelectorAll("g.node text.bundles")].map(
       t => [t.parentNode.dataset.node, parseInt(t.textContent)]));
   }
