@@ -16,9 +16,9 @@ import yaml
 from matplotlib.figure import Figure
 
 from analysis.pages import write_report_pages
-from netem.model import load_profiles
+from netem.spec.links import load_profiles
 from swarm.dtn.contacts import link_schedule, parse_contact_plan
-from swarm.dtn.spec import parse_size
+from swarm.spec.dtn import parse_size
 from swarm.errors import SpecError
 from swarm.units import parse_time_ms
 

@@ -15,7 +15,7 @@ duration: 10s               # bundles are created in [0, duration)
 drain: 30s                  # then the receivers wait this long for late bundles
 lifetime: 1h                # bundle lifetime
 repeats: 1
-dtn: {peers: static, janitor: 1s, storage: {limit: 256m}}   # any other `dtn:` field (swarm.dtn.spec.DtnSpec)
+dtn: {peers: static, janitor: 1s, storage: {limit: 256m}}   # any other `dtn:` field (swarm.spec.dtn.DtnSpec)
 contacts:                   # optional: a contact plan drives the link cuts (ION syntax, swarm.dtn.contacts)
   plan: contacts/lunar.txt  # a file (relative to the experiment file), or `text: |` inline,
   others: down              #   or periodic: {period: 20s, up: 10s}; pairs outside the plan: down | keep
@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from experiments.timeline import FaultEvent, check_timeline
 from swarm.dtn.contacts import ContactPlan, LinkEvent, link_schedule, parse_contact_plan, periodic_plan, resolve_nodes
 from swarm.dtn.plan import plan_agents, spec_link_view
-from swarm.dtn.spec import CLAS, ROUTINGS, DtnSpec, parse_seconds, parse_size
+from swarm.spec.dtn import CLAS, ROUTINGS, DtnSpec, parse_seconds, parse_size
 from swarm.errors import SpecError
 from experiments.base import ExperimentModel
 from swarm.spec.safe_yaml import PLAN_LIMIT, read_text

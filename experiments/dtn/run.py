@@ -3,7 +3,7 @@ contact plan and faults on a timeline, then the tables.
 
 Per test:
 1. the test's swarm comes up (netns or compose) with a dtnd on every node and waits until all agents answer and
-   list their peers (swarm.dtn.runtime);
+   list their peers (swarm.runtime.dtn);
 2. links not in contact at time 0 are cut (contact plan), then every node's traffic program
    (flightsw/dtn_traffic.py) gets its plan: the bundles it sends (a fixed count at a fixed rate, or as many as its
    agent accepts), what it receives, its store sampling and the UDP probe beside each flow; all start at one
@@ -30,7 +30,7 @@ from experiments.store import HostSampler, ResultsStore, host_facts
 from experiments.timeline import FaultEvent, FaultTimeline
 from swarm.dtn.contacts import down_windows
 from swarm.dtn.plan import node_rtts
-from swarm.dtn.runtime import link_delays_ms
+from swarm.runtime.dtn import link_delays_ms
 from swarm.errors import RuntimeFailure
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 from swarm.spec.model import SwarmSpec

@@ -29,7 +29,7 @@ from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
 from swarm.observe.events import RunEvents
 from netem.engines import ENGINES, choose_engine
-from swarm.mesh.spec import MeshSpec, choose_implementation
+from swarm.spec.mesh import MeshSpec, choose_implementation
 from swarm.runtime.probe import capabilities
 from swarm.runtime.backends import REGISTRY, TRAITS, swarm_dir
 from swarm.runtime.backends.compose import ComposeBackend

@@ -25,9 +25,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from netem.model import resolve_links
-
-from .spec import APP_SERVICE, DISCOVERY_PORT, DtnSpec, endpoint
+from netem.spec.links import resolve_links
+from swarm.spec.dtn import APP_SERVICE, DISCOVERY_PORT, DtnSpec, endpoint
 
 DTND = "dtnd"
 LTPCLA = "swarm-ltpcla"
@@ -148,7 +147,7 @@ def peer_url(cla: str, peer: Peer, port: int) -> str:
 
 
 def spec_link_view(links: Any, names: list[str]) -> Any:
-    """a, b -> LinkView of the directed ISL link a->b as a spec's `links:` sets it (pure; netem.model resolves)."""
+    """a, b -> LinkView of the directed ISL link a->b as a spec's `links:` sets it (pure; netem.spec.links resolves)."""
     resolved = resolve_links(links, names) if links else {}
 
     def view(a: str, b: str) -> LinkView:

@@ -35,10 +35,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from netem.model import LinksSpec, resolve_links
+from netem.spec.links import LinksSpec, resolve_links
 from swarm.dtn.plan import (LTP_DOWN, LTP_LOG, LTP_STATUS, AgentPlan, ltp_down_windows, plan_agents, spec_link_view,
                             readiness, peer_names)
-from swarm.dtn.spec import DtnSpec
+from swarm.spec.dtn import DtnSpec
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.runtime.backends import swarm_dir
 from swarm.runtime.image import files_digest
