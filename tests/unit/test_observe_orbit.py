@@ -20,7 +20,7 @@ WALKER = {"epoch": "2026-03-20T12:00:00Z", "duration": "10min", "step": "1s",
 
 @pytest.fixture(scope="module")
 def spec():
-    from netem.orbits.spec import parse_orbits
+    from netem.spec.orbits import parse_orbits
 
     return parse_orbits(WALKER)
 
