@@ -12,6 +12,7 @@ Each line: {"t": unix seconds, "type": ..., "cause": who made it happen, ...}. T
   fault   {"kind": "cut"|"heal"|"partition"|"node", "args": [...]}
   node    {"node", "state": "stopped"|"killed"|"paused"|"running"...}
   engine  {"node", "what": "restart", "line": the engine's log line}   (seen by the follower in the log)
+  mesh    {"state": "converged"|"not converged", "converge_s", "problem"}: a wait for the mesh (up, faults)
   run     {"experiment", "message"} or {"experiment", "done", "total", "what"}: an experiment's progress
 The cause is a ContextVar: "command: swarm fault ..." by default, "fault timeline" or "orbit schedule" inside
 `caused_by(...)`.
@@ -100,6 +101,9 @@ def format_event(ev: dict) -> str:
         what = f"{ev['node']}: {ev.get('what', '')} {ev.get('line', '')}".strip()
     elif kind == "swarm":
         what = f"{ev.get('state', '')}" + (f" ({ev['nodes']} nodes)" if "nodes" in ev else "")
+    elif kind == "mesh":
+        what = f"mesh {ev.get('state', '')}" + (f" in {ev['converge_s']} s" if ev.get("converge_s") != "" else "") \
+            + (f": {ev['problem']}" if ev.get("problem") else "")
     elif kind == "run":
         what = ev.get("message") or f"{ev.get('what', '')} ({ev.get('done', 0):.0f}/{ev.get('total', 0):.0f})"
     else:

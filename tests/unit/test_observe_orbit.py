@@ -100,3 +100,11 @@ def test_run_events_keep_messages_and_thin_progress_out_per_phase(tmp_path, monk
                for e in got)
     assert "step t=25 s" in format_event(got[2]) and "(2/60)" in format_event(got[2])
     assert not (tmp_path / "not-up" / EVENTS_FILE).exists()
+
+
+def test_mesh_events_read_as_one_line():
+    from swarm.observe.events import event
+
+    ok = format_event(event("mesh", state="converged", converge_s=1.25))
+    bad = format_event(event("mesh", state="not converged", converge_s="", problem="sat03: no route to sat01"))
+    assert "mesh converged in 1.25 s" in ok and "mesh not converged: sat03: no route to sat01" in bad

@@ -231,6 +231,7 @@ function describe(ev) {
   else if (ev.type === "fault") what = `${ev.kind} ${(ev.args || []).join(" ")}`;
   else if (ev.type === "node") what = `${ev.node}: ${ev.action || ""} ${ev.state}`;
   else if (ev.type === "engine") what = `${ev.node}: engine ${ev.what}`;
+  else if (ev.type === "mesh") what = `${ev.state}${ev.converge_s !== "" ? " in " + ev.converge_s + " s" : ""} ${ev.problem || ""}`;
   else if (ev.type === "run") what = ev.message || `${ev.what || ""} (${(ev.done || 0).toFixed(0)}/${(ev.total || 0).toFixed(0)})`;
   else what = `${ev.state || ""}`;
   return `${when} ${ev.type} ${what} — ${ev.cause || ""}`;
