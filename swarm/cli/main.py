@@ -28,12 +28,13 @@ from swarm.cli.console import err, out, warn
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
 from swarm.observe.events import RunEvents
+from swarm.observe.runcapture import RunCaptures, check_names, take_section
 from netem.engines import ENGINES, choose_engine
 from swarm.spec.mesh import MeshSpec, choose_implementation
 from swarm.runtime.probe import capabilities
 from swarm.runtime.backends import REGISTRY, TRAITS, swarm_dir
 from swarm.runtime.backends.compose import ComposeBackend
-from swarm.spec.model import check_swarm_name, json_schema, spec_from_dict
+from swarm.spec.model import check_swarm_name, json_schema, read_yaml, spec_from_dict
 
 
 
@@ -339,14 +340,23 @@ def _run_experiment(command: str, experiment_file, resume_dir, backend, results_
     from experiments.runs import discard_if_empty, open_run  # here, not at the top: the experiment types pull in pandas and
     # matplotlib (~1.5 s), which `swarm status` and the other swarm commands never need
 
+    section = None
+    if experiment_file and not resume_dir:  # an experiment's `capture:` (any type): its nodes, before anything is made
+        section = take_section(read_yaml(experiment_file, "experiment"), experiment_file)
+        if section is not None:
+            from experiments import registry  # start-up: see above
+
+            first_kind, first_exp = registry.load(experiment_file)
+            check_names(section, [n.name for spec in first_kind.swarms(first_exp) for n in spec.resolved_nodes()],
+                        experiment_file)
     kind, exp, store = open_run(experiment_file, resume_dir, results_root, backend, command)
     err.print(f"run folder: {store.dir}")
     unit = f" {kind.unit}" if kind.unit else ""
     bar = Progress(TextColumn(f"[bold]{kind.name}[/] {{task.description}}"), BarColumn(),
                    TextColumn(f"{{task.completed:.0f}}/{{task.total:.0f}}{unit}"), TimeElapsedColumn(),
                    TextColumn("ETA"), TimeRemainingColumn(), console=err)
-    watched = RunEvents([swarm_dir(default_workdir(), spec.name) for spec in kind.swarms(exp)],
-                        getattr(exp, "name", kind.name))
+    specs = kind.swarms(exp)
+    watched = RunEvents([swarm_dir(default_workdir(), spec.name) for spec in specs], getattr(exp, "name", kind.name))
 
     def message(m: str) -> None:
         bar.console.print(m)
@@ -356,11 +366,20 @@ def _run_experiment(command: str, experiment_file, resume_dir, backend, results_
         bar.update(task, completed=d, total=t, description=w)
         watched.progress(d, t, w)
 
+    captures = None
     try:
         with bar:
             task = bar.add_task("starting", total=0)  # a number from the start: the count column formats it
-            run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error, message=message,
-                               progress=progress)
+            if section is not None:
+                captures = RunCaptures(section, [spec.name for spec in specs], store.dir / "capture", default_workdir(),
+                                       message)
+                captures.start()
+            try:
+                run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error, message=message,
+                                   progress=progress)
+            finally:
+                if captures is not None:
+                    captures.stop()
     except BaseException:
         if not resume_dir and discard_if_empty(store):  # the first swarm never came up: no empty folder left
             err.print(f"removed the empty run folder {store.dir}")

@@ -71,6 +71,11 @@ def with_engine(spec: SwarmSpec, engine: str) -> SwarmSpec:
     """`spec` with its impairment engine pinned (`swarm up --engine`); kept in the swarm's state with the spec."""
     return spec.model_copy(update={"links": links_with_engine(spec.links, engine)})
 
+#: Called with the swarm's name before `down` removes anything, in this process (swarm.observe.runcapture:
+#: an experiment's captures stop and close their files first). A hook must not raise.
+BEFORE_DOWN: list[Callable[[str], None]] = []
+
+
 class Swarm:
     """A swarm described by a spec, on one backend."""
 
@@ -259,6 +264,8 @@ class Swarm:
 
     def down(self) -> list[str]:
         """Remove everything of this swarm; an empty list means there was nothing to remove."""
+        for hook in BEFORE_DOWN:  # e.g. an experiment's captures end while the interfaces still exist
+            hook(self.name)
         with swarm_operation(self.name, "down", cancel_up=True, message=self.message):
             removed = self.backend.down(self.name)
             if forget_state(self.workdir, self.name):

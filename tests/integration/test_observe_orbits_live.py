@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import REPO, require, swarm_namespaces
+from conftest import REPO, assert_run_refused, require, swarm_namespaces
 from test_observe_live import Collector, chromium, per_interface, start_view
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -105,6 +105,7 @@ def test_walker_dtn_run_watched_live_view_events_and_capture(need_dtn7, caps, tm
     doc.update(name=NAME, speedup=SPEEDUP)
     doc["orbits"]["duration"] = "6min"  # sat01's pass over gs01 opens at 110 s, sat01-sat10 is up at ~118-361 s
     doc["swarm"]["networks"] = {"isl": {"subnet": "10.170.0.0/24"}, "ground": {"subnet": "10.171.0.0/24"}}
+    doc["capture"] = {"links": [["sat01", "sat10"]]}  # the whole run's sat01 -> sat10, kept in the run folder
     exp = tmp_path / "walker-dtn.yaml"
     exp.write_text(yaml.safe_dump(doc))
     results = tmp_path / "results"
@@ -172,6 +173,14 @@ def test_walker_dtn_run_watched_live_view_events_and_capture(need_dtn7, caps, tm
 
     folder = next(results.iterdir())
     rows = plan_rows(folder)
+
+    # the experiment's capture: section: sat01 -> sat10 over the whole run, both ends, closed before `down`
+    kept = folder / "capture" / f"{NAME}-sat01-sat10.pcapng"
+    info = subprocess.run(["capinfos", str(kept)], capture_output=True, text=True, timeout=60)
+    assert info.returncode == 0 and "Number of interfaces in file: 2" in info.stdout, info.stdout + info.stderr
+    whole = per_interface(kept, "icmp.type == 8")
+    # 5 pings/s: over the ~24 s the link is up they arrive; out of sight the engine drops them after egress
+    assert whole.get(1, 0) >= 60 and whole.get(0, 0) > whole.get(1, 0) + 30, whole
     meta = json.loads((folder / "run.json").read_text())
     release = meta["release_ts"]
 
@@ -222,3 +231,14 @@ def test_walker_dtn_run_watched_live_view_events_and_capture(need_dtn7, caps, tm
     progress = [e for e in evs if e["type"] == "run" and e.get("what", "").startswith("step t=")]
     assert len(progress) >= 10 and all(e["experiment"] == NAME for e in progress)
     assert any(e["type"] == "run" and e.get("message", "").startswith("dtn: ") for e in evs)
+    assert any(e["type"] == "run" and e.get("message", "").startswith(f"capture: {kept}") for e in evs)
+
+
+def test_a_capture_section_naming_an_unknown_node_is_refused(need_netns, tmp_path):
+    doc = yaml.safe_load((REPO / "experiments/walker-dtn.yaml").read_text())
+    doc.update(name="obs-walker-bad")
+    doc["swarm"]["networks"] = {"isl": {"subnet": "10.172.0.0/24"}, "ground": {"subnet": "10.173.0.0/24"}}
+    doc["capture"] = {"links": [["sat01", "sat99"]]}
+    assert_run_refused(doc, tmp_path, "capture: node 'sat99' is not a node of the experiment's swarms")
+    doc["capture"] = {"nodes": [{"node": "sat01", "iface": "eth7"}]}
+    assert_run_refused(doc, tmp_path, "capture: nodes[0].iface")

@@ -108,3 +108,28 @@ def test_mesh_events_read_as_one_line():
     ok = format_event(event("mesh", state="converged", converge_s=1.25))
     bad = format_event(event("mesh", state="not converged", converge_s="", problem="sat03: no route to sat01"))
     assert "mesh converged in 1.25 s" in ok and "mesh not converged: sat03: no route to sat01" in bad
+
+
+# ------------------------------------------------------------------------------------------------ capture:
+def test_an_experiments_capture_section_is_taken_out_and_checked():
+    from swarm.errors import SpecError
+    from swarm.observe.runcapture import check_names, take_section
+
+    doc = {"type": "orbits", "capture": {"links": [["sat01", "sat10"]], "nodes": ["gs01", {"node": "sat03",
+                                         "iface": "ground"}], "snaplen": 128, "ring": {"size": "10MB", "files": 4}}}
+    section = take_section(doc, "x.yaml")
+    assert "capture" not in doc and section.links == [("sat01", "sat10")] and section.snaplen == 128
+    assert [(n.node, n.iface) for n in section.nodes] == [("gs01", "isl"), ("sat03", "ground")]
+    assert section.ring.size == 10_000_000 and section.ring.files == 4
+    assert take_section({"type": "orbits"}, "x.yaml") is None
+    check_names(section, ["sat01", "sat03", "sat10", "gs01"], "x.yaml")
+    for bad, named in (({"links": [["sat01"]]}, "links"), ({"nodes": [{"node": "a", "iface": "eth9"}]}, "eth9"),
+                       ({"snaplen": -1}, "snaplen"), ({"ring": {"size": "10", "files": 4}}, "1kB"), ({}, "at least one"),
+                       ({"link": [["a", "b"]]}, "link")):
+        with pytest.raises(SpecError, match=named) as exc:
+            take_section({"capture": bad}, "x.yaml")
+        assert "\n" not in str(exc.value)
+    with pytest.raises(SpecError, match="'sat99' is not a node"):
+        check_names(take_section({"capture": {"links": [["sat01", "sat99"]]}}, "x.yaml"), ["sat01"], "x.yaml")
+    with pytest.raises(SpecError, match="two different"):
+        check_names(take_section({"capture": {"links": [["sat01", "sat01"]]}}, "x.yaml"), ["sat01"], "x.yaml")
