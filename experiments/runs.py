@@ -10,6 +10,7 @@ from experiments import registry
 from experiments.registry import ExperimentType
 from experiments.store import ResultsStore, host_facts
 from swarm.errors import SpecError
+from swarm.observe.runcapture import check_names, section_of
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import SwarmSpec
 
@@ -34,6 +35,9 @@ def open_run(experiment_file: str | None, resume_dir: str | None, results_root: 
     kind, exp = registry.load(experiment_file)
     _check_command(kind, experiment_file, command)
     preflight(kind, exp, backend, experiment_file)
+    section = section_of(experiment_file)  # `capture:` (swarm.observe.runcapture): only nodes the swarms have
+    if section is not None:
+        check_names(section, [n.name for s in experiment_swarms(kind, exp) for n in s.resolved_nodes()], experiment_file)
     return kind, exp, ResultsStore.create(Path(results_root), exp, host_facts())
 
 

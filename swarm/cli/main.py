@@ -20,7 +20,7 @@ from rich.table import Table
 from swarm import __version__
 from swarm.cfs.node import check_cfs
 from swarm.runtime.state import all_states, default_workdir, down_by_name, leftovers, wipe as wipe_all
-from swarm.runtime.swarm import NodeFailed, Swarm
+from swarm.runtime.swarm import BEFORE_DOWN, NodeFailed, Swarm
 from swarm.cli import cfs as cfs_commands, dtn as dtn_commands, links as link_commands, mesh as mesh_commands, \
     orbits as orbit_commands
 from swarm.cli import observe as observe_commands
@@ -28,13 +28,13 @@ from swarm.cli.console import err, out, warn
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
 from swarm.observe.events import RunEvents
-from swarm.observe.runcapture import RunCaptures, check_names, take_section
+from swarm.observe.runcapture import RunCaptures, section_of
 from netem.engines import ENGINES, choose_engine
 from swarm.spec.mesh import MeshSpec, choose_implementation
 from swarm.runtime.probe import capabilities
 from swarm.runtime.backends import REGISTRY, TRAITS, swarm_dir
 from swarm.runtime.backends.compose import ComposeBackend
-from swarm.spec.model import check_swarm_name, json_schema, read_yaml, spec_from_dict
+from swarm.spec.model import check_swarm_name, json_schema, spec_from_dict
 
 
 
@@ -340,16 +340,8 @@ def _run_experiment(command: str, experiment_file, resume_dir, backend, results_
     from experiments.runs import discard_if_empty, open_run  # here, not at the top: the experiment types pull in pandas and
     # matplotlib (~1.5 s), which `swarm status` and the other swarm commands never need
 
-    section = None
-    if experiment_file and not resume_dir:  # an experiment's `capture:` (any type): its nodes, before anything is made
-        section = take_section(read_yaml(experiment_file, "experiment"), experiment_file)
-        if section is not None:
-            from experiments import registry  # start-up: see above
-
-            first_kind, first_exp = registry.load(experiment_file)
-            check_names(section, [n.name for spec in first_kind.swarms(first_exp) for n in spec.resolved_nodes()],
-                        experiment_file)
     kind, exp, store = open_run(experiment_file, resume_dir, results_root, backend, command)
+    section = section_of(experiment_file) if experiment_file and not resume_dir else None  # checked by open_run
     err.print(f"run folder: {store.dir}")
     unit = f" {kind.unit}" if kind.unit else ""
     bar = Progress(TextColumn(f"[bold]{kind.name}[/] {{task.description}}"), BarColumn(),
@@ -372,7 +364,7 @@ def _run_experiment(command: str, experiment_file, resume_dir, backend, results_
             task = bar.add_task("starting", total=0)  # a number from the start: the count column formats it
             if section is not None:
                 captures = RunCaptures(section, [spec.name for spec in specs], store.dir / "capture", default_workdir(),
-                                       message)
+                                       attach=Swarm.attach, before_down=BEFORE_DOWN, message=message)
                 captures.start()
             try:
                 run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error, message=message,

@@ -27,7 +27,7 @@ from swarm.observe.capture import IFACES, Capture, link_ends, node_end
 from swarm.observe.events import EVENTS_FILE, follow
 from swarm.runtime.backends import swarm_dir
 from swarm.spec.dtn import parse_size
-from swarm.spec.model import validate_document
+from swarm.spec.model import read_yaml, validate_document
 
 
 class NodeCapture(BaseModel):
@@ -80,6 +80,16 @@ def take_section(data: Any, source: str) -> Optional[CaptureSection]:
     return section
 
 
+def section_of(path: str | Path) -> Optional[CaptureSection]:
+    """The `capture:` section of an experiment file (None without one, or when the file cannot be read: the
+    experiment's own loading says why)."""
+    try:
+        data = read_yaml(path, "experiment")
+    except SpecError:
+        return None
+    return take_section(data, str(path))
+
+
 def check_names(section: CaptureSection, nodes: list[str], source: str) -> None:
     """Every node the section names is a node of one of the experiment's swarms (one-line SpecError)."""
     known = set(nodes)
@@ -96,9 +106,12 @@ class RunCaptures:
     section that is one of its nodes; stopped and merged just before the swarm goes down (a hook of
     Swarm.down in this process) or when the run ends."""
 
-    def __init__(self, section: CaptureSection, swarm_names: list[str], out_dir: Path, workdir: Path,
-                 message: Callable[[str], None] = lambda m: None):
+    def __init__(self, section: CaptureSection, swarm_names: list[str], out_dir: Path, workdir: Path, *,
+                 attach: Callable[[str], Any], before_down: list, message: Callable[[str], None] = lambda m: None):
+        """`attach(name)`: the running swarm (Swarm.attach); `before_down`: the list of hooks Swarm.down calls
+        (swarm.runtime.swarm.BEFORE_DOWN), handed in so this module needs no import of the facade."""
         self.section, self.out, self.workdir, self.message = section, out_dir, workdir, message
+        self.attach, self.before_down = attach, before_down
         self.stop_event = threading.Event()
         self.lock = threading.Lock()
         self.active: dict[str, list[Capture]] = {}
@@ -106,21 +119,17 @@ class RunCaptures:
         self.written: list[Path] = []
 
     def start(self) -> None:
-        from swarm.runtime.swarm import BEFORE_DOWN  # here: the runtime imports the observe package
-
-        BEFORE_DOWN.append(self._finish)
+        self.before_down.append(self._finish)
         for t in self.threads:
             t.start()
 
     def stop(self) -> list[Path]:
         """End every capture still running (the run ended with its swarm up); returns the files written."""
-        from swarm.runtime.swarm import BEFORE_DOWN
-
         self.stop_event.set()
         for t in self.threads:
             t.join(30)
-        if self._finish in BEFORE_DOWN:
-            BEFORE_DOWN.remove(self._finish)
+        if self._finish in self.before_down:
+            self.before_down.remove(self._finish)
         for name in list(self.active):
             self._finish(name)
         return self.written
@@ -139,10 +148,8 @@ class RunCaptures:
                 pass  # until this swarm goes down (its state directory goes) or the run ends
 
     def _start(self, name: str) -> None:
-        from swarm.runtime.swarm import Swarm
-
         try:
-            swarm = Swarm.attach(name, workdir=self.workdir)
+            swarm = self.attach(name)
         except SpecError:
             return
         nodes = {n.name for n in swarm.nodes}
