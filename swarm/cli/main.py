@@ -337,7 +337,7 @@ def _check_experiment(command: str, experiment_file: str | None, backend: str | 
 def _run_experiment(command: str, experiment_file, resume_dir, backend, results_root, make_report,
                     abort_on_error: bool = False) -> None:
     """Any registered experiment type: open (or resume) its run folder, run it with a progress bar, report."""
-    from experiments.runs import discard_if_empty, open_run  # here, not at the top: the experiment types pull in pandas and
+    from experiments.runs import RunContext, discard_if_empty, open_run  # here, not at the top: the experiment types pull in pandas and
     # matplotlib (~1.5 s), which `swarm status` and the other swarm commands never need
 
     kind, exp, store = open_run(experiment_file, resume_dir, results_root, backend, command)
@@ -367,8 +367,8 @@ def _run_experiment(command: str, experiment_file, resume_dir, backend, results_
                                        attach=Swarm.attach, before_down=BEFORE_DOWN, message=message)
                 captures.start()
             try:
-                run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error, message=message,
-                                   progress=progress)
+                run_dir = kind.run(RunContext(exp, store, backend=backend, abort_on_error=abort_on_error,
+                                              message=message, progress=progress))
             finally:
                 if captures is not None:
                     captures.stop()
