@@ -318,6 +318,8 @@ class LinkTimelineDriver:
         if self.engine.name != "userspace" or not wanted():
             return None
         t0 = release if release is not None else time.time() + LEAD_S
+        if self.orbits is not None:  # the live view's map, as in the driver's own loop
+            publish_track(self.ctl.dir, self.orbits, t0, self.speedup)
         sched = EngineSchedule(self, t0)
         if not sched.build():
             self.message("orbits: a link of the plan is not held by the userspace engine: the driver applies each step")
