@@ -15,4 +15,4 @@ def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d,
 TYPE = ExperimentType(
     name="dtn", summary="bundles through dtn7-rs agents: patterns x CLAs x routings x link profiles x contacts",
     command="run", from_dict=experiment_from_dict, swarms=test_swarms, run=_run,
-    report=write_dtn_report, resumable=False, unit="s")
+    report=write_dtn_report, unit="s")

@@ -278,11 +278,15 @@ def _rounded(m: dict) -> dict:
 def run_dtn_experiment(exp: DtnExperiment, store: ResultsStore, *, backend: Optional[str] = None,
                        message: Callable[[str], None] = lambda m: None,
                        progress: Callable[[float, float, str], None] = lambda d, t, w: None) -> Path:
-    """Every test of the sweep, in order, into `store`; returns the run folder."""
+    """Every test of the sweep missing from `store`'s tests.csv, in order (`run --resume` runs only the tests
+    an interrupted run did not finish); returns the run folder."""
     previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     try:
         tests = exp.tests()
+        done = store.completed_tests()
         for i, test in enumerate(tests, start=1):
+            if test.test_id in done:
+                continue
             progress(0, exp.duration + exp.drain, f"{test.test_id}: swarm up")
             message(f"test {i}/{len(tests)}: {test.test_id}")
             row = run_test(exp, test, store, backend, message, progress)
