@@ -28,7 +28,7 @@ from analysis.dtn import write_dtn_report
 from experiments.dtn.model import experiment_from_dict
 from experiments.dtn.run import run_dtn_experiment
 from experiments.store import ResultsStore, host_facts
-from swarm.dtn.spec import parse_size
+from swarm.spec.dtn import parse_size
 
 ROOT = Path(__file__).resolve().parents[1]
 

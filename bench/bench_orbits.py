@@ -44,7 +44,7 @@ def child(total: int, duration: str, step: str) -> None:
     sys.path.insert(0, str(REPO))
     from netem.orbits.export import to_hdtn, to_ion
     from netem.orbits.planner import plan
-    from netem.orbits.spec import parse_orbits
+    from netem.spec.orbits import parse_orbits
 
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     ru0 = resource.getrusage(resource.RUSAGE_SELF)

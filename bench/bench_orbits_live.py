@@ -31,7 +31,7 @@ import pandas as pd  # noqa: E402
 
 from analysis.orbits import lag_summary  # noqa: E402
 from netem.orbits.planner import plan as make_plan  # noqa: E402
-from netem.orbits.spec import parse_orbits  # noqa: E402
+from netem.spec.orbits import parse_orbits  # noqa: E402
 from netem.orbits.records import LINK_COLUMNS  # noqa: E402
 from netem.runtime.orbits import LinkTimelineDriver  # noqa: E402
 from swarm.runtime.swarm import Swarm  # noqa: E402

@@ -9,7 +9,7 @@ from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from netem.model import LinkOverride
+from netem.spec.links import LinkOverride
 from netem.state import check_partition, span
 from swarm.errors import SpecError
 from swarm.mesh.plan import healed_pairs

@@ -37,7 +37,7 @@ from functools import lru_cache
 from typing import ClassVar
 
 from swarm.errors import SpecError
-from netem.model import DirectedLinks, Impairment, PARAMS
+from netem.spec.links import DirectedLinks, Impairment, PARAMS
 from swarm.units import format_rate, format_time
 from swarm.caps import Capabilities
 

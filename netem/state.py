@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netem.engines import NodeCommands
-from netem.model import NONE, DirectedLinks, Impairment
+from netem.spec.links import NONE, DirectedLinks, Impairment
 from swarm.errors import SpecError
 
 LINKS_FILE = "links.json"

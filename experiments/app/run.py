@@ -34,7 +34,7 @@ from experiments.app.parse import tidy_tables
 from experiments.store import ResultsStore, host_facts
 from experiments.timeline import FaultTimeline
 from swarm.mesh.plan import mesh_row
-from swarm.mesh.runtime import MeshWatcher
+from swarm.runtime.mesh import MeshWatcher
 from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 
 NODE_FILES = ("peers", "plans")

@@ -5,8 +5,8 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from netem.orbits.spec import parse_orbits
-from swarm.dtn.spec import DtnSpec, parse_size
+from netem.spec.orbits import parse_orbits
+from swarm.spec.dtn import DtnSpec, parse_size
 from experiments.base import ExperimentModel
 from swarm.spec.model import SwarmSpec, spec_from_dict, validate_document
 from swarm.units import parse_duration
@@ -33,7 +33,7 @@ class OrbitsDtn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    agent: dict[str, Any] = Field(default_factory=dict)  # swarm.dtn.spec.DtnSpec fields (cla, routing, ...)
+    agent: dict[str, Any] = Field(default_factory=dict)  # swarm.spec.dtn.DtnSpec fields (cla, routing, ...)
     flows: list[DtnFlow]
     send_until: Optional[float] = None  # plan seconds: bundles are created in [0, send_until) (default: all)
     drain: float = 10.0  # wall seconds the receivers wait after the plan's end

@@ -5,7 +5,7 @@ type: orbits              # experiments/walker-dtn.yaml
 name: walker-dtn
 backend: netns
 speedup: 1                # time compression: plan second t is applied at wall second t / speedup
-orbits: {...}             # netem.orbits.spec: satellites, ground stations, link policy, duration, step
+orbits: {...}             # netem.spec.orbits: satellites, ground stations, link policy, duration, step
 swarm: {mesh: ...}        # any other swarm spec fields; the nodes are the plan's (satellites + stations)
 probes: [[sat01, gs01]]   # pairs pinged all along (optional): does the link follow the plan?
 probe_interval: 200ms

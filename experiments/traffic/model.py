@@ -17,7 +17,7 @@ from swarm.units import parse_rate, rate_label
 from swarm.errors import SpecError
 from swarm.units import parse_duration
 from experiments.timeline import FaultEvent, check_timeline
-from netem.model import LinksSpec
+from netem.spec.links import LinksSpec
 from experiments.base import ExperimentModel
 from swarm.spec.model import (MAX_NODES, NodePlan, SwarmSpec, _Strict, read_yaml, swarm_from_template, unique,
                               validate_document)
@@ -62,7 +62,7 @@ class ExperimentSpec(ExperimentModel):
     iperf3: IperfOptions = IperfOptions()
     backend: Optional[Literal["compose", "netns", "swarm"]] = None
     swarm: dict[str, Any] = Field(default_factory=dict)  # swarm spec fields (networks, defaults, ...)
-    links: Optional[LinksSpec] = None  # link conditions of every test's swarm (netem.model)
+    links: Optional[LinksSpec] = None  # link conditions of every test's swarm (netem.spec.links)
     faults: list[FaultEvent] = Field(default_factory=list)  # timeline per test, from the traffic's release
 
     @field_validator("duration", mode="before")

@@ -35,7 +35,7 @@ from swarm.runtime.runner import Runner
 from experiments.store import HostSampler, ResultsStore, host_facts
 from experiments.timeline import FaultTimeline
 from swarm.mesh.plan import healed_pairs, mesh_row
-from swarm.mesh.runtime import MeshWatcher
+from swarm.runtime.mesh import MeshWatcher
 from swarm.runtime.backends import no_progress
 
 SweepProgress = Callable[[int, int, str], None]

@@ -61,7 +61,8 @@ jobs="${CARGO_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 started=$(date +%s)
 # The registry's .crate (downloaded by Cargo, by name and version, when this machine has not yet got it).
 CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}"
-find_crate() { ls "$CARGO_HOME"/registry/cache/*/"dtn7-$VERSION.crate" 2>/dev/null | head -1; }
+# `|| true`: on a machine whose Cargo cache lacks the crate, ls fails and (pipefail + set -e) would end the script.
+find_crate() { ls "$CARGO_HOME"/registry/cache/*/"dtn7-$VERSION.crate" 2>/dev/null | head -1 || true; }
 crate="$(find_crate)"
 if [ -z "$crate" ]; then
     mkdir -p "$tmp/fetch/src" && touch "$tmp/fetch/src/lib.rs"

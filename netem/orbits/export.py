@@ -40,10 +40,9 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from netem.orbits.planner import Plan
 from swarm.dtn.contacts import ION_RATE_MAX, Contact, Range, write_hdtn, write_ion
 from swarm.errors import SpecError
-
-from .planner import Plan
 
 DEFAULT_RATE_BPS = 1_000_000_000  # a link the plan leaves unmanaged (rate 0) is announced at 1 Gbit/s
 _EPS = 1e-9

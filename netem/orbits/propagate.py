@@ -15,9 +15,8 @@ from datetime import datetime
 import numpy as np
 from sgp4.api import WGS72, Satrec, SatrecArray, jday
 
+from netem.spec.orbits import EARTH_RADIUS_KM, MU_KM3_S2, Elements, GroundStation, OrbitsSpec
 from swarm.errors import SpecError
-
-from .spec import EARTH_RADIUS_KM, MU_KM3_S2, Elements, GroundStation, OrbitsSpec
 
 WGS84_F = 1 / 298.257223563
 _SGP4_EPOCH_JD = 2433281.5  # 1949-12-31 00:00 UT: sgp4init counts its epoch in days from here

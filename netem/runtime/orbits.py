@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Optional
 
 from netem.incremental import tc_changes
-from netem.model import NONE, DirectedLinks, Impairment
+from netem.spec.links import NONE, DirectedLinks, Impairment
 from netem.orbits.planner import Plan
 from netem.orbits.records import LINK_COLUMNS
 from netem.state import node_links, signature

@@ -22,7 +22,7 @@ import click
 from rich.table import Table
 
 from swarm.errors import SpecError
-from netem.model import LinkValues, _validate
+from netem.spec.links import LinkValues, _validate
 from swarm.cli.console import out
 from swarm.cli.mesh import wait_after_fault
 from swarm.runtime.swarm import Swarm

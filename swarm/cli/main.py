@@ -28,7 +28,7 @@ from swarm.cli.console import err, out, warn
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
 from netem.engines import ENGINES, choose_engine
-from swarm.mesh.spec import MeshSpec, choose_implementation
+from swarm.spec.mesh import MeshSpec, choose_implementation
 from swarm.runtime.probe import capabilities
 from swarm.runtime.backends import REGISTRY, TRAITS
 from swarm.runtime.backends.compose import ComposeBackend

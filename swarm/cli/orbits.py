@@ -5,7 +5,7 @@
                                                     # (FILE's, or the `orbits:` of NAME's own spec)
 
 FILE is a YAML file with an `orbits:` mapping (an orbits experiment, a swarm spec) or the mapping itself
-(netem/orbits/spec.py has the fields). Bad input: one line, exit 2, nothing started.
+(netem/spec/orbits.py has the fields). Bad input: one line, exit 2, nothing started.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def plan_cmd(file: str, out_dir: str | None, as_json: bool) -> None:
     """Plan FILE's orbits: print the timeline summary, write plots and contact plans. Starts no swarm."""
     from analysis.orbits import write_plan_report
     from netem.orbits.planner import plan as make_plan
-    from netem.orbits.spec import load_orbits_file
+    from netem.spec.orbits import load_orbits_file
 
     spec = load_orbits_file(file)
     plan = make_plan(spec)
@@ -88,7 +88,7 @@ def apply_cmd(name: str, file: str | None, speedup: float, out_dir: str | None, 
 
     from analysis.orbits import lag_summary
     from netem.orbits.planner import plan as make_plan
-    from netem.orbits.spec import load_orbits_file, parse_orbits
+    from netem.spec.orbits import load_orbits_file, parse_orbits
     from netem.orbits.records import LINK_COLUMNS
     from netem.runtime.orbits import LinkTimelineDriver
 

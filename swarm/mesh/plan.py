@@ -1,5 +1,5 @@
 """B.A.T.M.A.N. mesh on the ISL network (pure): plans, route parsing and convergence. The spec piece is
-swarm/mesh/spec.py, the code that runs it in a swarm swarm/mesh/runtime.py.
+swarm/spec/mesh.py, the code that runs it in a swarm swarm/runtime/mesh.py.
 
 Spec key (swarm spec, validated; an unknown value is one line, exit 2, nothing started):
 
@@ -45,7 +45,7 @@ import json
 from collections import deque
 from dataclasses import dataclass, field
 
-from swarm.mesh.spec import MeshSpec
+from swarm.spec.mesh import MeshSpec
 
 BATMAND_HOST_TABLE = 66  # batmand's rt_table_hosts (`batmand -i`): one route per originator
 BATADV_OVERHEAD = 32  # bytes batman-adv adds to every frame on the hard interface

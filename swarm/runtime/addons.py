@@ -14,13 +14,13 @@ import time
 from typing import ClassVar
 
 from netem.runtime.links import LinkController
-from swarm.cfs.image import ensure_cfs_image, host_ulimits
+from swarm.runtime.cfs_image import ensure_cfs_image, host_ulimits
 from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs
-from swarm.dtn.runtime import DtnAgents, ensure_dtn_image
+from swarm.runtime.dtn import DtnAgents, ensure_dtn_image
 from swarm.errors import NodeFailed
 from swarm.mesh.plan import STABLE_S
-from swarm.mesh.runtime import Mesh
-from swarm.mesh.spec import choose_implementation
+from swarm.runtime.mesh import Mesh
+from swarm.spec.mesh import choose_implementation
 from swarm.runtime.context import SwarmContext
 from swarm.spec.apps import check_runnable
 

@@ -19,10 +19,10 @@ from typing import Callable
 
 from swarm.spec.apps import with_backend_defaults
 from swarm.runtime.backends import Backend, Progress, get_backend, no_progress, swarm_dir
-from swarm.dtn.runtime import DtnAgents
+from swarm.runtime.dtn import DtnAgents
 from swarm.errors import NodeFailed, RuntimeFailure, SpecError  # noqa: F401  (NodeFailed: re-exported)
-from swarm.mesh.runtime import Mesh
-from swarm.mesh.spec import choose_implementation
+from swarm.runtime.mesh import Mesh
+from swarm.spec.mesh import choose_implementation
 from swarm.runtime.host import ensure_neighbour_capacity
 from swarm.runtime.image import ensure_image
 from netem.runtime.links import LinkController
@@ -38,7 +38,7 @@ from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_fr
 # written before the move)
 from swarm.runtime.state import (OWNER, StateError, all_states, default_workdir, down_by_name, forget_state,  # noqa: F401
                                  leftovers, read_state, state_names, wipe, write_state)
-from netem.model import links_with_engine
+from netem.spec.links import links_with_engine
 from swarm.observe.events import emit
 
 #: How long a reachability or health probe waits: three echoes at 0, 0.3 and 0.75 s, answers awaited until

@@ -17,14 +17,14 @@ from typing import Any, Literal, Optional, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from swarm.dtn.spec import DtnSpec, check_dtn_nodes
+from swarm.spec.dtn import DtnSpec, check_dtn_nodes
 from swarm.spec.apps import AppSettings, app_environment, app_image, check_apps
 from swarm.errors import SpecError
 from swarm.spec.safe_yaml import load_yaml, read_text
 from swarm.spec.validation import error_location, show
-from netem.model import LinksSpec, resolve_links
-from netem.orbits.spec import parse_orbits
-from swarm.mesh.spec import MeshSpec
+from netem.spec.links import LinksSpec, resolve_links
+from netem.spec.orbits import parse_orbits
+from swarm.spec.mesh import MeshSpec
 from swarm.spec.hosts import HostSpec, PlacementSpec, check_hosts, dynamic_range, place, placeables
 
 MAX_NODES = 1000
@@ -209,11 +209,11 @@ class SwarmSpec(_Strict):
     backend: Optional[Literal["compose", "netns", "swarm"]] = None
     hosts: Optional[list[HostSpec]] = None  # swarm backend: the Docker Engines (the first is the Swarm manager)
     placement: PlacementSpec = PlacementSpec()  # swarm backend: spread nodes evenly, or each group on one host
-    links: Optional[LinksSpec] = None  # ISL link conditions (netem.model): default + per-link/per-node overrides
+    links: Optional[LinksSpec] = None  # ISL link conditions (netem.spec.links): default + per-link/per-node overrides
     apps: list[str] = Field(default_factory=list)  # apps in every node (swarm.apps): swarm-app, or a user's image
     app: AppSettings = AppSettings()  # their settings: rate_hz, domain_id, targets, window_s
     mesh: MeshSpec = MeshSpec()  # routing on the ISL network (swarm.mesh): `batman` or `none`
-    # orbit-driven links (netem/orbits/spec.py): validated here, applied by `swarm orbits apply NAME`
+    # orbit-driven links (netem/spec/orbits.py): validated here, applied by `swarm orbits apply NAME`
     orbits: Optional[dict[str, Any]] = None
 
     @field_validator("name")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm.cfs.image import cfs_image_tag, ensure_cfs_image
+from swarm.runtime.cfs_image import cfs_image_tag, ensure_cfs_image
 from swarm.cfs.ground import (CFE_EVS_LONG_EVENT_MID, TO_LAB_CMD_MID, TO_LAB_HK_TLM_MID, TO_LAB_NOOP_CC, GroundStation,
                               command_packet, parse_event, to_lab_counters)
 from swarm.runtime.swarm import NodeFailed, Swarm

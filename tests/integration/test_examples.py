@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from experiments import registry
-from netem.orbits.spec import parse_orbits
+from netem.spec.orbits import parse_orbits
 from swarm.spec.model import spec_from_dict
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ import time
 import pytest
 
 from swarm.runtime.swarm import Swarm
-from netem.model import impairment
+from netem.spec.links import impairment
 from experiments.traffic.iperf3 import parse_client_json
 from swarm.spec.model import spec_from_dict
 

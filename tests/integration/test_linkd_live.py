@@ -22,7 +22,7 @@ import pytest
 
 from compose.render import container_name
 from netem.engines import LINKD_CHAIN
-from netem.model import impairment
+from netem.spec.links import impairment
 from swarm.runtime.backends.netns.backend import node_ns, switch_ns
 from netem.runtime.linkd import KERNEL_HOLD_ENV
 from swarm.runtime.probe import capabilities

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from netem.orbits.planner import plan as make_plan
-from netem.orbits.spec import parse_orbits
+from netem.spec.orbits import parse_orbits
 from netem.runtime.orbits import LinkTimelineDriver
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from swarm.cfs.node import CfsRuntime, check_cfs, clamp_ulimits, ci_lab_port, core_command, node_ids
-from swarm.cfs.image import cfs_image_tag
+from swarm.runtime.cfs_image import cfs_image_tag
 from compose.render import render_compose
 from swarm.errors import SpecError
 from swarm.spec.model import plan_nodes, spec_from_dict

@@ -21,7 +21,7 @@ from experiments.orbits.bundles import judge, router_plan, summary
 from experiments.orbits.model import experiment_from_dict
 from netem.orbits.export import node_numbers, passes, to_hdtn, to_ion
 from netem.orbits.planner import Plan, plan as make_plan
-from netem.orbits.spec import parse_orbits
+from netem.spec.orbits import parse_orbits
 from swarm.dtn.contacts import (ION_RATE_MAX, Contact, ContactPlan, Range, ion_load, parse_contact_plan, parse_hdtn,
                                 write_hdtn, write_ion)
 

@@ -4,7 +4,7 @@ from pydantic import ValidationError
 
 from swarm.dtn.contacts import LinkEvent, down_windows
 from swarm.dtn.plan import LinkView, ltp_down_windows, plan_agents
-from swarm.dtn.spec import LTP_MAX_BUNDLE, DtnSpec, LtpSpec
+from swarm.spec.dtn import LTP_MAX_BUNDLE, DtnSpec, LtpSpec
 
 
 def test_ltp_defaults():

@@ -3,7 +3,7 @@ import pytest
 from pydantic import ValidationError
 
 from swarm.dtn.plan import Peer, plan_agent, plan_agents, readiness, static_routes
-from swarm.dtn.spec import DtnSpec, check_dtn_nodes, endpoint, parse_seconds, parse_size
+from swarm.spec.dtn import DtnSpec, check_dtn_nodes, endpoint, parse_seconds, parse_size
 
 
 def test_defaults_and_endpoint():
@@ -95,7 +95,7 @@ def test_readiness():
 
 
 def test_agent_wrapper_records_pid_and_log_without_interpolation():
-    from swarm.dtn.runtime import WRAPPER, wrapper_argv
+    from swarm.runtime.dtn import WRAPPER, wrapper_argv
 
     argv = wrapper_argv("/w/sat01", ["dtnd", "-n", "sat01"])
     assert argv == ["sh", "-c", WRAPPER, "/w/sat01", "dtnd", "-n", "sat01"]

@@ -3,11 +3,11 @@ the patched dtn7's settings that let `cla: tcp` cross 2 s and 4 s one-way."""
 import pytest
 from pydantic import ValidationError
 
-from netem.model import LinksSpec
+from netem.spec.links import LinksSpec
 from swarm.dtn.plan import (DEFAULT_TIMEOUTS, ClaTimeouts, Peer, cla_timeouts, node_rtts, plan_agent, plan_agents,
                             route_attributes, timeout_args)
-from swarm.dtn.runtime import link_delays_ms
-from swarm.dtn.spec import DtnSpec
+from swarm.runtime.dtn import link_delays_ms
+from swarm.spec.dtn import DtnSpec
 
 
 def _opts(argv: list[str]) -> dict[str, str]:

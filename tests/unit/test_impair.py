@@ -16,7 +16,7 @@ from netem.engines import (NetemEngine, NftEngine, choose_engine, netem_args, pl
 from swarm.errors import SpecError
 from netem.state import LinkState, check_partition
 from experiments.timeline import FaultEvent, FaultTimeline, check_timeline
-from netem.model import Impairment, LinksSpec, impairment, load_profiles, resolve_links, round_trip_ms
+from netem.spec.links import Impairment, LinksSpec, impairment, load_profiles, resolve_links, round_trip_ms
 from swarm.units import parse_link_rate, parse_percent, parse_time_ms
 from swarm.caps import Capabilities
 from swarm.runtime.runner import RecordingRunner, Result

@@ -10,9 +10,9 @@ import pytest
 
 from netem.engines import NetemEngine
 from swarm.errors import SpecError
-from netem.model import impairment
+from netem.spec.links import impairment
 from swarm.mesh.plan import BATMAND_HOST_TABLE, batmand_argv, evaluate, healed_pairs, parse_batmand_originators, parse_route_table, plan_batman_adv, reachable, usable_neighbours
-from swarm.mesh.spec import MeshSpec, choose_implementation
+from swarm.spec.mesh import MeshSpec, choose_implementation
 from swarm.caps import Capabilities
 from swarm.spec.model import spec_from_dict
 
@@ -225,9 +225,9 @@ def test_swarm_mesh_of_a_swarm_without_mesh_is_exit_2(tmp_path):
 def test_wait_converged_times_the_first_converged_snapshot_and_its_resolution(monkeypatch):
     """Snapshots: unconverged, unconverged, converged: converged_ts is the end of the third, and the change
     happened after the second began (resolution)."""
-    from swarm.mesh import runtime as mesh_mod
+    from swarm.runtime import mesh as mesh_mod
     from swarm.mesh.plan import MeshSnapshot
-    from swarm.mesh.runtime import Mesh
+    from swarm.runtime.mesh import Mesh
 
     clock = iter([100.0 + 0.1 * i for i in range(100)])
     monkeypatch.setattr(mesh_mod.time, "time", lambda: next(clock))
@@ -267,7 +267,7 @@ def test_batman_adv_routes_are_named_by_the_nodes_isl_macs():
     from types import SimpleNamespace
 
     from swarm.mesh.plan import batadv_originators_argv
-    from swarm.mesh.runtime import Mesh
+    from swarm.runtime.mesh import Mesh
 
     calls = []
 

@@ -44,7 +44,7 @@ def test_an_unwritable_output_is_refused_before_anything_starts(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ events
-from netem.model import NONE, Impairment, impairment  # noqa: E402
+from netem.spec.links import NONE, Impairment, impairment  # noqa: E402
 from swarm.observe.events import (EVENTS_FILE, LogWatch, NodeWatch, caused_by, emit, follow, format_event,  # noqa: E402
                                   link_changes, link_view)
 

@@ -10,8 +10,8 @@ import pytest
 
 from netem.orbits.export import to_hdtn, to_ion
 from netem.orbits.planner import plan
-from netem.orbits.spec import parse_orbits
-from netem.orbits.spec import tle_epoch
+from netem.spec.orbits import parse_orbits
+from netem.spec.orbits import tle_epoch
 from swarm.dtn.contacts import parse_contact_plan
 from swarm.errors import SpecError
 
@@ -391,7 +391,7 @@ def test_swarm_spec_takes_an_orbits_section_whose_nodes_it_has():
 def test_tc_tree_of_the_same_shape_changes_in_place():
     from netem.engines import plan_netem, plan_rate
     from netem.incremental import tc_changes
-    from netem.model import Impairment
+    from netem.spec.links import Impairment
     a, b = "02:42:0a:e6:00:03", "02:42:0a:e6:00:04"
     old = plan_netem("eth0", {a: Impairment(delay=5.0, rate=10_000_000), b: Impairment(delay=7.0)})
     new = plan_netem("eth0", {a: Impairment(delay=5.5, rate=20_000_000), b: Impairment(delay=7.0)})

@@ -260,7 +260,7 @@ def test_the_dtn_status_table_is_readable_at_80_columns():
     from rich.console import Console
 
     from swarm.cli.dtn import status_table
-    from swarm.dtn.runtime import AgentStatus
+    from swarm.runtime.dtn import AgentStatus
 
     rows = [AgentStatus(f"sat{i:02d}", f"dtn://sat{i:02d}/", "tcp", "epidemic", ["sat01", "sat02", "ground"],
                         12, 345, 6789, 1011, 0, "ok") for i in range(1, 4)]
@@ -316,7 +316,7 @@ def test_fuzzed_orbits_sections_are_accepted_or_one_line():
     import random
 
     import yaml
-    from netem.orbits.spec import parse_orbits
+    from netem.spec.orbits import parse_orbits
     base = yaml.safe_load((REPO / "experiments" / "walker-dtn.yaml").read_text())["orbits"]
     values = [None, 0, -1, 10 ** 50, 1e400, "", "x", [], {}, "1e400km", "9" * 60 + "s", "10min", True, 10001,
               "0s", "-5deg", {"walker": {}}, [{"name": "gs\n"}]]

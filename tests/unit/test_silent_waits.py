@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import click
 import pytest
 
-from swarm.mesh.spec import MeshSpec
+from swarm.spec.mesh import MeshSpec
 
 
 def fake_mesh(snapshots, clock_step=0.1):
-    from swarm.mesh import runtime as mesh_mod
-    from swarm.mesh.runtime import Mesh
+    from swarm.runtime import mesh as mesh_mod
+    from swarm.runtime.mesh import Mesh
 
     m = Mesh.__new__(Mesh)
     m.spec, m.implementation = MeshSpec(protocol="batman"), "batmand"
@@ -69,7 +69,7 @@ def test_without_a_window_the_first_converged_snapshot_counts(monkeypatch):
 
 def test_mesh_report_reads_every_node_at_once():
     from swarm.mesh.plan import MeshSnapshot
-    from swarm.mesh.runtime import Mesh
+    from swarm.runtime.mesh import Mesh
 
     names = [f"sat{i:02d}" for i in range(1, 9)]
     m = Mesh.__new__(Mesh)
@@ -134,7 +134,7 @@ def test_readme_impair_example_works_on_a_host_without_netem():
     import shlex
     from pathlib import Path
 
-    from netem.model import PARAMS
+    from netem.spec.links import PARAMS
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     first = next(line for line in readme.splitlines() if line.startswith("swarm impair my-swarm --between"))

@@ -12,7 +12,7 @@ from swarm.errors import CommandError, RuntimeFailure
 from swarm.mesh.plan import (BATMAND_HOST_TABLE, POLL_S, MeshSnapshot, Originator, batadv_originators_argv,
                              batmand_argv, batmand_query_argv, evaluate, mesh_row, parse_batadv_originators,
                              parse_batmand_originators, parse_route_table, plan_batman_adv, usable_neighbours)
-from swarm.mesh.spec import MeshSpec, choose_implementation
+from swarm.spec.mesh import MeshSpec, choose_implementation
 
 if TYPE_CHECKING:
     from netem.runtime.links import LinkController

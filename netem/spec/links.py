@@ -354,7 +354,7 @@ def profile_dirs() -> list[Path]:
         dirs.append(Path(os.environ["SWARM_NETEM_DIR"]))
     if os.environ.get("SWARM_WORKDIR"):
         dirs.append(Path(os.environ["SWARM_WORKDIR"]) / "netem" / "profiles")
-    dirs.append(Path(__file__).resolve().parent / "profiles")
+    dirs.append(Path(__file__).resolve().parents[1] / "profiles")
     return dirs
 
 
