@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from experiments import registry
+from experiments.loop import RunContext
 from experiments.registry import ExperimentType
 from experiments.store import ResultsStore, host_facts
 from swarm.errors import SpecError
@@ -15,6 +16,8 @@ from swarm.runtime.locks import run_lock
 from swarm.runtime.state import OWNER, StateError, default_workdir, down_by_name, read_state
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import SwarmSpec
+
+__all__ = ["RunContext", "open_run", "preflight", "check_experiment", "discard_if_empty", "experiment_swarms"]
 
 
 def open_run(experiment_file: str | None, resume_dir: str | None, results_root: str | Path,

@@ -229,6 +229,14 @@ class DtnExperiment(ExperimentModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "DtnExperiment":
+        self._check_pieces()
+        self._check_clas()
+        self._check_sizes()
+        self._check_ltp_peers()
+        return self
+
+    def _check_pieces(self) -> None:
+        """What the experiment sets itself may not come in `swarm:` or `dtn:` too."""
         for key in ("name", "nodes", "node_list", "groups", "backend"):
             if key in self.swarm:
                 raise ValueError(f"swarm.{key}: set by the experiment")
@@ -240,6 +248,9 @@ class DtnExperiment(ExperimentModel):
                 raise ValueError(f"dtn.{key}: set by the experiment ({which})")
         if self.ltp_segments and self.clas != ["ltp"]:
             raise ValueError(f"ltp_segments: sweeps the ltp CLA's segment size; clas must be [ltp], not {self.clas}")
+
+    def _check_clas(self) -> None:
+        """Every DtnSpec field checked once per CLA, and the largest bundle against that CLA's limits."""
         for cla in self.clas:  # every DtnSpec field checked once, and the largest bundle against the limits
             try:
                 piece = DtnSpec(**{**self.dtn, "cla": cla, "routing": self.routings[0]})
@@ -251,6 +262,9 @@ class DtnExperiment(ExperimentModel):
                        else f"what the ltp CLA hands dtnd in one WebSocket frame ({limit} bytes)" if cla == "ltp"
                        else f"one UDP datagram ({limit} bytes), the udp CLA's unit")
                 raise ValueError(f"bundle_sizes {max(self.bundle_sizes)}: larger than {why}")
+
+    def _check_sizes(self) -> None:
+        """The contact plan and the fault timeline against the nodes of every size."""
         for size in self.sizes:
             nodes = swarm_nodes(size)
             plan = self.contact_plan(nodes)
@@ -260,7 +274,10 @@ class DtnExperiment(ExperimentModel):
                 check_timeline(list(self.faults), nodes, self.duration + self.drain, note=f" at size {size}")
             except SpecError as exc:
                 raise ValueError(str(exc)) from None
-        for test in self.tests():  # cla: ltp: every LTP peer has a delay and a rate to pace at
+
+    def _check_ltp_peers(self) -> None:
+        """cla: ltp: every LTP peer has a delay and a rate to pace at."""
+        for test in self.tests():
             if test.cla == "ltp" and test.repeat == 1:
                 try:
                     spec = self.swarm_spec(test)
@@ -269,7 +286,6 @@ class DtnExperiment(ExperimentModel):
                 nodes = plan_nodes(spec)
                 plan_agents([(n.name, n.isl_ip, n.spec.dtn) for n in nodes], spec.networks.isl.subnet,
                             lambda n: "/", link_of=spec_link_view(spec.links, [n.name for n in nodes]))
-        return self
 
     # ---------------------------------------------------------------------------------- contacts
     def contact_text(self) -> Optional[tuple[str, str]]:
