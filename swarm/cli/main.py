@@ -339,8 +339,9 @@ def _check_experiment(command: str, experiment_file: str | None, backend: str | 
 def _run_experiment(command: str, experiment_file, resume_dir, backend, results_root, make_report,
                     abort_on_error: bool = False) -> None:
     """Any registered experiment type: open (or resume) its run folder, run it with a progress bar, report."""
-    from experiments.runs import RunContext, discard_if_empty, open_run, running  # here, not at the top: the experiment types pull in pandas and
-    # matplotlib (~1.5 s), which `swarm status` and the other swarm commands never need
+    # here, not at the top: the experiment types pull in pandas and matplotlib (~1.5 s), which `swarm status` and
+    # the other swarm commands never need
+    from experiments.runs import RunContext, discard_if_empty, open_run, running
 
     kind, exp, store = open_run(experiment_file, resume_dir, results_root, backend, command)
     err.print(f"run folder: {store.dir}")
