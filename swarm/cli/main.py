@@ -313,17 +313,21 @@ def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, ma
 
 
 @cli.command("run")
-@click.argument("experiment_file", type=click.Path())
+@click.argument("experiment_file", required=False, type=click.Path())
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False),
+              help="Finish the interrupted run in this folder (types that resume: dtn).")
 @click.option("--backend", help=f"{ONE_HOST_BACKENDS} (default: the experiment's, else the host's default).")
 @click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
 @click.option("--report/--no-report", "make_report", default=True, show_default=True)
 @click.option("--check", is_flag=True, help="Only validate the experiment and its swarm; create nothing.")
-def run_cmd(experiment_file: str, backend: str | None, results_root: str, make_report: bool, check: bool) -> None:
-    """Run the experiment in EXPERIMENT_FILE (e.g. the reference swarm app under a fault timeline); results and a report."""
+def run_cmd(experiment_file: str | None, resume_dir: str | None, backend: str | None, results_root: str,
+            make_report: bool, check: bool) -> None:
+    """Run the experiment in EXPERIMENT_FILE (e.g. the reference swarm app under a fault timeline), or --resume a
+    run folder; results and a report."""
     if check:
         _check_experiment("run", experiment_file, backend)
         return
-    _run_experiment("run", experiment_file, None, backend, results_root, make_report)
+    _run_experiment("run", experiment_file, resume_dir, backend, results_root, make_report)
 
 
 def _check_experiment(command: str, experiment_file: str | None, backend: str | None) -> None:
@@ -337,8 +341,9 @@ def _check_experiment(command: str, experiment_file: str | None, backend: str | 
 def _run_experiment(command: str, experiment_file, resume_dir, backend, results_root, make_report,
                     abort_on_error: bool = False) -> None:
     """Any registered experiment type: open (or resume) its run folder, run it with a progress bar, report."""
-    from experiments.runs import RunContext, discard_if_empty, open_run  # here, not at the top: the experiment types pull in pandas and
-    # matplotlib (~1.5 s), which `swarm status` and the other swarm commands never need
+    # here, not at the top: the experiment types pull in pandas and matplotlib (~1.5 s), which `swarm status` and
+    # the other swarm commands never need
+    from experiments.runs import RunContext, discard_if_empty, open_run, running
 
     kind, exp, store = open_run(experiment_file, resume_dir, results_root, backend, command)
     section = section_of(experiment_file) if experiment_file and not resume_dir else None  # checked by open_run
@@ -360,7 +365,7 @@ def _run_experiment(command: str, experiment_file, resume_dir, backend, results_
 
     captures = None
     try:
-        with bar:
+        with bar, running(kind, exp, store, resume=bool(resume_dir), message=lambda m: bar.console.print(m)):
             task = bar.add_task("starting", total=0)  # a number from the start: the count column formats it
             if section is not None:
                 captures = RunCaptures(section, [spec.name for spec in specs], store.dir / "capture", default_workdir(),
