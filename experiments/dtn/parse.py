@@ -215,8 +215,9 @@ _LTP_HANDOVER_RE = re.compile(r"Sending bundle succeeded: \S+ \S+ ltp ")
 
 
 def ltp_handovers(dtnd_log: str) -> int:
-    """Bundles dtnd handed to its `ltp` module (cla: ltp). dtnd 0.21.0 counts a hand-over as sent even when its
-    100-slot channel to the module was full and the bundle was dropped; the module's own count tells."""
+    """Bundles dtnd handed to its `ltp` module (cla: ltp). The published dtnd 0.21.0 counts a hand-over as sent
+    even when its 100-slot channel to the module was full and the bundle was dropped (images/dtn's patch makes
+    that a failed transfer, retried); the module's own count tells."""
     return len(_LTP_HANDOVER_RE.findall(dtnd_log))
 
 

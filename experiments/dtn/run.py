@@ -116,7 +116,7 @@ def _record_ltp(agents, dtnd_logs: dict[str, str], raw: Path, store: ResultsStor
                          "cpu_s": agents.ltp_cpu_seconds(n.name) or ""})
         if isinstance(queued, int) and handed > queued:
             message(f"{test_id}: {n.name}: dtnd handed {handed} bundles to its ltp module, which "
-                    f"received {queued}: dtnd dropped {handed - queued} in its 100-slot ECLA channel")
+                    f"received {queued}: {handed - queued} lost in dtnd's 100-slot ECLA channel")
     store.append("ltp.csv", LTP_COLUMNS, ltp_rows)
 
 

@@ -175,3 +175,49 @@ def test_swarm_dtn_status_shows_ltp_sessions_retransmissions_and_cancels(need_dt
     finally:
         down = subprocess.run(SWARM + ["down", "ltp-it-status"], capture_output=True, text=True, env=env, timeout=120)
     assert down.returncode == 0, down.stderr
+
+
+def test_burst_past_dtnds_ecla_channel_loses_nothing(need_dtn7, tmp_path):
+    # dtnd passes bundles to the ltp module through a 100-slot channel (try_send). With the module frozen
+    # (SIGSTOP) a burst of 250 x 100 kB fills the WebSocket's socket buffers and then the channel; the published
+    # dtnd 0.21.0 reported the refused hand-overs as sent and deleted those bundles (the module then queued
+    # fewer than 250). Patched (images/dtn/dtn7-0.21.0.patch, 3.), a refused hand-over is a failed transfer that
+    # the janitor retries, so every bundle reaches the module and crosses the link.
+    name, count = "ltp-it-burst", 250
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(f"name: {name}\nbackend: netns\nnodes: 2\n"
+                    "networks: {isl: {subnet: 10.190.6.0/24}, ground: {subnet: 10.191.6.0/24}}\n"
+                    "links: {default: {delay: 100ms, rate: 50Mbit}}\n"
+                    "defaults: {dtn: {cla: ltp, routing: epidemic}}\n")
+    env = {**os.environ, "SWARM_WORKDIR": str(REPO)}
+    bindir = subprocess.run(["bash", str(REPO / "images" / "dtn" / "build.sh")], capture_output=True, text=True,
+                            check=True).stdout.strip().splitlines()[-1]
+    burst = (f"for i in $(seq {count}); do head -c 100000 /dev/zero | tr '\\0' x | "
+             f"{bindir}/dtnsend -p 3000 -r dtn://sat02/in -l 3600 >/dev/null || exit 1; done")
+
+    def ltp() -> dict:
+        res = subprocess.run(SWARM + ["dtn", name, "--json"], capture_output=True, text=True, env=env)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return {r["node"]: r["ltp"] for r in json.loads(res.stdout)}
+
+    try:
+        up = subprocess.run(SWARM + ["up", str(spec)], capture_output=True, text=True, env=env, timeout=180)
+        assert up.returncode == 0, up.stderr
+        pid = int((REPO / ".swarm" / name / "dtn" / "sat01" / "ltpcla.pid").read_text())
+        os.kill(pid, 19)  # SIGSTOP: the module reads nothing while the burst arrives
+        try:
+            sent = subprocess.run(SWARM + ["exec", name, "sat01", "sh", "-c", burst], capture_output=True,
+                                  text=True, env=env, timeout=240)
+        finally:
+            os.kill(pid, 18)  # SIGCONT
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        deadline = time.time() + 90
+        while time.time() < deadline and ltp()["sat02"]["blocks_received"] < count:
+            time.sleep(2)
+        counts = ltp()
+        assert counts["sat01"]["blocks_sent"] == count, counts["sat01"]
+        assert counts["sat02"]["blocks_received"] == count, counts["sat02"]
+    finally:
+        down = subprocess.run(SWARM + ["down", name], capture_output=True, text=True, env=env, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert not _namespaces(name)
