@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from swarm.errors import SpecError
+from swarm.spec.validation import Strict
 
 HOST_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?\Z")
 ENDPOINT_SCHEMES = ("unix", "ssh", "tcp")
@@ -36,11 +37,7 @@ ENDPOINT_SCHEMES = ("unix", "ssh", "tcp")
 VXLAN_OVERHEAD = 50
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TlsSpec(_Strict):
+class TlsSpec(Strict):
     """Client certificate and the CA that signed the daemon's, for a tcp:// endpoint (paths)."""
 
     ca: str
@@ -55,7 +52,7 @@ class TlsSpec(_Strict):
         return str(Path(os.path.abspath(Path(v).expanduser())))
 
 
-class HostSpec(_Strict):
+class HostSpec(Strict):
     """One Docker Engine the swarm may use."""
 
     name: str
@@ -114,7 +111,7 @@ class HostSpec(_Strict):
         return args
 
 
-class PlacementSpec(_Strict):
+class PlacementSpec(Strict):
     """How nodes without a `host:` are placed: `spread` evenly, or each `group` whole on one host."""
 
     policy: Literal["spread", "group"] = "spread"

@@ -21,7 +21,7 @@ from swarm.spec.dtn import DtnSpec, check_dtn_nodes
 from swarm.spec.apps import AppSettings, app_environment, app_image, check_apps
 from swarm.errors import SpecError
 from swarm.spec.safe_yaml import load_yaml, read_text
-from swarm.spec.validation import error_location, show
+from swarm.spec.validation import Strict, error_location, show
 from netem.spec.links import LinksSpec, resolve_links
 from netem.spec.orbits import parse_orbits
 from swarm.spec.mesh import MeshSpec
@@ -42,6 +42,7 @@ def check_name(kind: str, value: str) -> str:
 
 
 _check_name = check_name  # the former private name, for code written before it was public
+_Strict = Strict  # likewise (experiments/traffic/model.py)
 
 
 def check_swarm_name(name: str) -> str:
@@ -52,11 +53,7 @@ def check_swarm_name(name: str) -> str:
     return name
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class NetworkSpec(_Strict):
+class NetworkSpec(Strict):
     """One bridge network: its IPv4 subnet and MTU."""
 
     subnet: str
@@ -74,7 +71,7 @@ class NetworkSpec(_Strict):
         return v
 
 
-class Networks(_Strict):
+class Networks(Strict):
     """The two networks every swarm has."""
 
     isl: NetworkSpec = NetworkSpec(subnet="10.77.0.0/16")
@@ -88,7 +85,7 @@ class Networks(_Strict):
         return self
 
 
-class Resources(_Strict):
+class Resources(Strict):
     """Optional per-node limits (Compose `cpus` and `mem_limit`)."""
 
     cpus: Optional[float] = Field(None, gt=0, le=1024)
@@ -105,7 +102,7 @@ class Resources(_Strict):
 MAX_CFS_CPU_ID = 65535 - 1234 + 1  # CI_LAB listens on UDP 1234 + CPU ID - 1
 
 
-class CfsSpec(_Strict):
+class CfsSpec(Strict):
     """A user's natively built cFS install tree (build/exe/cpu1) run on the node (swarm.cfs.node).
 
     Node i (1-based, swarm-wide) gets CPU ID `cpu_id + i - 1` and spacecraft ID `spacecraft_id + i - 1`.
@@ -126,7 +123,7 @@ class CfsSpec(_Strict):
         return str(Path(os.path.abspath(Path(v).expanduser())))
 
 
-class NodeTemplate(_Strict):
+class NodeTemplate(Strict):
     """What nodes of one group share."""
 
     image: Optional[str] = None
@@ -197,7 +194,7 @@ class GroupSpec(NodeTemplate):
         return check_name("group prefix", v + "0")[:-1]
 
 
-class SwarmSpec(_Strict):
+class SwarmSpec(Strict):
     """A whole swarm. Exactly one of `nodes` (a count), `node_list` or `groups` says which nodes exist."""
 
     name: str

@@ -11,7 +11,7 @@ import pytest
 from netem.orbits.export import to_hdtn, to_ion
 from netem.orbits.planner import plan
 from netem.spec.orbits import parse_orbits
-from netem.spec.orbits import tle_epoch
+from netem.spec.satellites import tle_epoch
 from swarm.dtn.contacts import parse_contact_plan
 from swarm.errors import SpecError
 
