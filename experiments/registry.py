@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from swarm.errors import SpecError
-from swarm.spec.model import read_yaml
+from swarm.spec.documents import read_yaml
 
 from experiments.app.entry import TYPE as APP
 from experiments.ddsperf.entry import TYPE as DDSPERF

@@ -41,7 +41,8 @@ from swarm.spec.dtn import CLAS, ROUTINGS, DtnSpec, parse_seconds, parse_size
 from swarm.errors import SpecError
 from experiments.base import ExperimentModel
 from swarm.spec.safe_yaml import PLAN_LIMIT, read_text
-from swarm.spec.model import read_yaml, spec_from_dict, validate_document
+from swarm.spec.documents import read_yaml, validate_document
+from swarm.spec.model import spec_from_dict
 from swarm.spec.model import SwarmSpec, plan_nodes
 
 PATTERNS = ("chain", "all-to-ground", "all-to-all")

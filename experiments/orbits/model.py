@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from netem.spec.orbits import parse_orbits
 from swarm.spec.dtn import DtnSpec, parse_size
 from experiments.base import ExperimentModel
-from swarm.spec.model import SwarmSpec, spec_from_dict, validate_document
+from swarm.spec.documents import validate_document
+from swarm.spec.model import SwarmSpec, spec_from_dict
 from swarm.units import parse_duration
 
 
