@@ -103,6 +103,23 @@ def bundle_rows(sent: dict[str, list[dict]], received: dict[str, list[dict]],
     """One row per bundle sent. `sent`/`received`: node -> its traffic events; `agent_logs`: node -> its
     parse_dtnd_log events (optional, for the agent's own delivery stamp). A bundle received more than once
     (epidemic copies, a retransmission) is one row with `copies` > 1 and the first delivery's time."""
+    first, copies = _first_receptions(received)
+    agent_delivery = _agent_deliveries(agent_logs or {})
+    rows = []
+    for node, events in sent.items():
+        for ev in events:
+            if ev.get("ev") != "sent":
+                continue
+            dst = node_of(ev["dst"])
+            key = (node, dst, int(ev["seq"]))
+            rows.append(_bundle_row(ev, node, dst, first.get(key), copies.get(key, 0), agent_delivery, run_id, test_id))
+    rows.sort(key=lambda r: (r["created_ts"], r["src"], r["seq"]))
+    return rows
+
+
+def _first_receptions(received: dict[str, list[dict]]
+                      ) -> tuple[dict[tuple[str, str, int], dict], dict[tuple[str, str, int], int]]:
+    """Per (source, receiver, seq): the earliest `recv` event, and how many copies arrived."""
     first: dict[tuple[str, str, int], dict] = {}
     copies: dict[tuple[str, str, int], int] = {}
     for node, events in received.items():
@@ -113,33 +130,33 @@ def bundle_rows(sent: dict[str, list[dict]], received: dict[str, list[dict]],
             copies[key] = copies.get(key, 0) + 1
             if key not in first or ev["t"] < first[key]["t"]:
                 first[key] = ev
-    agent_delivery: dict[tuple[str, str], float] = {}
-    for node, events in (agent_logs or {}).items():
+    return first, copies
+
+
+def _agent_deliveries(agent_logs: dict[str, list[dict]]) -> dict[tuple[str, str], float]:
+    """(node, bundle id) -> when the node's agent first logged it delivered."""
+    out: dict[tuple[str, str], float] = {}
+    for node, events in agent_logs.items():
         for ev in events:
             if ev["kind"] == "delivered":
-                agent_delivery.setdefault((node, ev["bid"]), ev["t"])
-    rows = []
-    for node, events in sent.items():
-        for ev in events:
-            if ev.get("ev") != "sent":
-                continue
-            dst = node_of(ev["dst"])
-            key = (node, dst, int(ev["seq"]))
-            got = first.get(key)
-            delivered = got is not None
-            bid = got["bid"] if got else ""
-            rows.append({
-                "run_id": run_id, "test_id": test_id, "src": node, "dst": dst, "seq": int(ev["seq"]), "bid": bid,
-                "size": int(ev["size"]), "created_ts": round(ev["t"], 6), "accepted_ts": round(ev.get("t_ack", ev["t"]), 6),
-                "delivered_ts": round(got["t"], 6) if got else "",
-                "agent_delivered_ts": round(agent_delivery[(dst, bid)], 3) if got and (dst, bid) in agent_delivery else "",
-                "latency_s": round(got["t"] - ev["t"], 6) if got else "",
-                "hops": got.get("hops") if got and got.get("hops") is not None else "",
-                "delivered": delivered, "copies": copies.get(key, 0),
-                "error": ev.get("error", "") if not ev.get("ok", True) else "",
-            })
-    rows.sort(key=lambda r: (r["created_ts"], r["src"], r["seq"]))
-    return rows
+                out.setdefault((node, ev["bid"]), ev["t"])
+    return out
+
+
+def _bundle_row(ev: dict, node: str, dst: str, got: Optional[dict], copies: int,
+                agent_delivery: dict[tuple[str, str], float], run_id: str, test_id: str) -> dict:
+    """The row of one sent bundle (`ev`), with its first reception `got` (None: not delivered)."""
+    bid = got["bid"] if got else ""
+    return {
+        "run_id": run_id, "test_id": test_id, "src": node, "dst": dst, "seq": int(ev["seq"]), "bid": bid,
+        "size": int(ev["size"]), "created_ts": round(ev["t"], 6), "accepted_ts": round(ev.get("t_ack", ev["t"]), 6),
+        "delivered_ts": round(got["t"], 6) if got else "",
+        "agent_delivered_ts": round(agent_delivery[(dst, bid)], 3) if got and (dst, bid) in agent_delivery else "",
+        "latency_s": round(got["t"] - ev["t"], 6) if got else "",
+        "hops": got.get("hops") if got and got.get("hops") is not None else "",
+        "delivered": got is not None, "copies": copies,
+        "error": ev.get("error", "") if not ev.get("ok", True) else "",
+    }
 
 
 def store_rows(samples: dict[str, list[dict]], t0: float, run_id: str = "", test_id: str = "") -> list[dict]:
