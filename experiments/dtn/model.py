@@ -217,7 +217,14 @@ class DtnExperiment(ExperimentModel):
             if key in self.dtn:
                 which = "clas" if key == "cla" else "routings" if key == "routing" else "pattern"
                 raise ValueError(f"dtn.{key}: set by the experiment ({which})")
-        for cla in self.clas:  # every DtnSpec field checked once, and the largest bundle against the limits
+        self._check_bundle_limits()
+        self._check_sizes()
+        self._check_ltp_peers()
+        return self
+
+    def _check_bundle_limits(self) -> None:
+        """Every DtnSpec field checked once per CLA, and the largest bundle against that CLA's limits."""
+        for cla in self.clas:
             try:
                 piece = DtnSpec(**{**self.dtn, "cla": cla, "routing": self.routings[0]})
             except ValueError as exc:
@@ -228,6 +235,9 @@ class DtnExperiment(ExperimentModel):
                        else f"what the ltp CLA hands dtnd in one WebSocket frame ({limit} bytes)" if cla == "ltp"
                        else f"one UDP datagram ({limit} bytes), the udp CLA's unit")
                 raise ValueError(f"bundle_sizes {max(self.bundle_sizes)}: larger than {why}")
+
+    def _check_sizes(self) -> None:
+        """At every swarm size: the contact plan names its nodes, the fault timeline fits the run."""
         for size in self.sizes:
             nodes = swarm_nodes(size)
             plan = self.contact_plan(nodes)
@@ -237,7 +247,10 @@ class DtnExperiment(ExperimentModel):
                 check_timeline(list(self.faults), nodes, self.duration + self.drain, note=f" at size {size}")
             except SpecError as exc:
                 raise ValueError(str(exc)) from None
-        for test in self.tests():  # cla: ltp: every LTP peer has a delay and a rate to pace at
+
+    def _check_ltp_peers(self) -> None:
+        """cla: ltp: every LTP peer has a delay and a rate to pace at (planned once per test, first repeat)."""
+        for test in self.tests():
             if test.cla == "ltp" and test.repeat == 1:
                 try:
                     spec = self.swarm_spec(test)
@@ -246,7 +259,6 @@ class DtnExperiment(ExperimentModel):
                 nodes = plan_nodes(spec)
                 plan_agents([(n.name, n.isl_ip, n.spec.dtn) for n in nodes], spec.networks.isl.subnet,
                             lambda n: "/", link_of=spec_link_view(spec.links, [n.name for n in nodes]))
-        return self
 
     # ---------------------------------------------------------------------------------- contacts
     def contact_text(self) -> Optional[tuple[str, str]]:
