@@ -25,6 +25,7 @@ from swarm.units import parse_time_ms
 REFERENCE = Path(__file__).resolve().parent / "reference" / "dtn"
 SEED001 = REFERENCE / "seed001_hdtn_rpi4_table1.csv"
 SEED002 = REFERENCE / "seed002_hdtn_ltp_delay.csv"
+SEED004 = REFERENCE / "seed004_hdtn_segment_factors.csv"
 BUNDLE_OVERHEAD = 82  # BPv7 header bytes dtn7-rs's /send adds to a payload (experiments.dtn.run)
 
 
@@ -130,6 +131,50 @@ def delay_figure(tests: pd.DataFrame, path: Path) -> tuple[Path, str]:
                   "bundles where the run used them); seed 002: HDTN to DTNME over LTP with 100,000-byte bundles.")
 
 
+def segment_factors(tests: pd.DataFrame, ltp: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per ISL MTU and LTP segment size: goodput and its ratio to the MTU's smallest segment size (the sweep of
+    `ltp_segments` x `isl_mtus`; the fastest test per point); with ltp.csv also the LTP programs' cost, payload
+    bits carried per CPU-second of both ends (sender + receiver swarm-ltpcla), and its ratio: the capacity an
+    LTP program bound by its CPU would have, which is what a segment size changes (seed 004)."""
+    t = tests[tests["cla"] == "ltp"].dropna(subset=["ltp_segment", "isl_mtu"]).copy()
+    if ltp is not None and not ltp.empty and "cpu_s" in ltp.columns:
+        per = ltp.groupby("test_id").agg(cpu_s=("cpu_s", "sum"), carried=("bytes_received", "sum"))
+        t = t.join(per, on="test_id")
+        t["ltp_mbit_per_cpu_s"] = t["carried"] * 8 / t["cpu_s"] / 1e6
+    cols = {"goodput_bps": "max", **({"ltp_mbit_per_cpu_s": "max"} if "ltp_mbit_per_cpu_s" in t else {})}
+    g = t.groupby(["isl_mtu", "ltp_segment"]).agg(cols).reset_index()
+    g["factor"] = g["goodput_bps"] / g.groupby("isl_mtu")["goodput_bps"].transform("first")
+    if "ltp_mbit_per_cpu_s" in g:
+        g["cpu_factor"] = g["ltp_mbit_per_cpu_s"] / g.groupby("isl_mtu")["ltp_mbit_per_cpu_s"].transform("first")
+    g["fragments"] = [math.ceil((s + 8) / ((m - 20) // 8 * 8)) for s, m in zip(g["ltp_segment"], g["isl_mtu"])]
+    return g.astype({"isl_mtu": int, "ltp_segment": int})
+
+
+def segment_figure(factors: pd.DataFrame, path: Path) -> tuple[Path, str]:
+    """Goodput ratio to the smallest segment size against segment size, per MTU, beside seed 004's HDTN factors."""
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.add_subplot()
+    for i, (mtu, g) in enumerate(factors.groupby("isl_mtu")):
+        ax.plot(g["ltp_segment"], g["factor"], "o-", color=f"C{i}", label=f"goodput, MTU {mtu} (this run)")
+        if "cpu_factor" in g:
+            ax.plot(g["ltp_segment"], g["cpu_factor"], "^:", color=f"C{i}", label=f"bits per LTP CPU-s, MTU {mtu}")
+    seed = pd.read_csv(SEED004)
+    for i, (mtu, g) in enumerate(seed.groupby("mtu")):
+        ax.plot(g["segment"], g["factor"], "s--", color=f"C{i}", alpha=0.6, label=f"HDTN, MTU {mtu} (seed 004)")
+    ax.set_xscale("log")
+    ax.set_xlabel("LTP segment size (bytes; above the MTU IP-fragmented)")
+    ax.set_ylabel("ratio to the smallest segment size")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path, ("LTP goodput per segment size as a ratio to the run's smallest segment size at the same ISL MTU "
+                  "(circles), and the payload carried per CPU-second of the two swarm-ltpcla programs as the same ratio "
+                  "(triangles). Seed 004 (HDTN, 100 Gbit/s NICs): its stated factors over sub-MTU ('conventional') "
+                  "segments (squares).")
+
+
 def _contact_spans(exp: dict, nodes: list[str]) -> list[tuple[str, float, float]]:
     """(pair label, down from, down to) from the stored experiment's contact plan text (if any)."""
     c = exp.get("contacts") or {}
@@ -224,6 +269,11 @@ def write_dtn_report(run_dir: Path) -> dict[str, Path]:
     sections = [("Tests", [("table", t)]),
                 ("Seed 001 Table 1 shape: payload and bundle rates per CLA", [("table", t1)]),
                 ("Goodput against one-way delay (seed 002 shape)", [("figure", delay_figure(tests, out / "goodput_vs_delay.png"))])]
+    if "ltp_segment" in tests.columns and tests["ltp_segment"].nunique() > 1:
+        factors = segment_factors(tests, _read(run_dir, "ltp.csv"))
+        factors.to_csv(out / "segment_factors.csv", index=False)
+        sections.append(("LTP goodput against segment size (seed 004 shape)",
+                         [("table", factors), ("figure", segment_figure(factors, out / "segment_factors.png"))]))
     timelines = []
     has_events = bool(exp.get("contacts")) or bool(exp.get("faults"))
     for _, test in tests.iterrows():

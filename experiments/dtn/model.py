@@ -11,6 +11,8 @@ rates: [10, max]            # bundles/s per flow; max = as fast as the sending a
 clas: [tcp]                 # tcp | mtcp | udp | http
 routings: [epidemic]        # epidemic | sprayandwait | flooding | static
 profiles: [none, {delay: 1.3s}]   # link conditions on every ISL link: none, a netem profile name, or values
+ltp_segments: [576, 1360, 64000]  # optional sweeps: cla ltp's segment size (seed 004) and the ISL network's MTU
+isl_mtus: [1500, 9000]
 duration: 10s               # bundles are created in [0, duration)
 drain: 30s                  # then the receivers wait this long for late bundles
 lifetime: 1h                # bundle lifetime
@@ -118,6 +120,8 @@ class DtnTest:
     bundle_size: int
     rate: float  # bundles/s per flow; 0 = max
     repeat: int
+    segment: Optional[int] = None  # cla: ltp segment size of this test (`ltp_segments`), None: dtn.ltp's
+    mtu: Optional[int] = None  # the ISL network's MTU of this test (`isl_mtus`), None: the swarm's
 
 
 class DtnExperiment(ExperimentModel):
@@ -133,6 +137,8 @@ class DtnExperiment(ExperimentModel):
     clas: list[str] = Field(default_factory=lambda: ["tcp"], min_length=1)
     routings: list[str] = Field(default_factory=lambda: ["epidemic"], min_length=1)
     profiles: list[Union[str, dict[str, Any]]] = Field(default_factory=lambda: ["none"], min_length=1)
+    ltp_segments: list[int] = Field(default_factory=list)  # a sweep of dtn.ltp.segment (seed 004), bytes
+    isl_mtus: list[int] = Field(default_factory=list)  # a sweep of swarm.networks.isl.mtu, bytes
     duration: float = 10.0
     drain: float = 30.0
     lifetime: float = 3600.0
@@ -185,6 +191,22 @@ class DtnExperiment(ExperimentModel):
             out.append(rate)
         return out
 
+    @field_validator("ltp_segments")
+    @classmethod
+    def _segments(cls, v: list[int]) -> list[int]:
+        for seg in v:
+            if not 64 <= seg <= 65_507:
+                raise ValueError(f"ltp_segments {seg}: must be 64..65507 bytes (one UDP datagram)")
+        return v
+
+    @field_validator("isl_mtus")
+    @classmethod
+    def _mtus(cls, v: list[int]) -> list[int]:
+        for mtu in v:
+            if not 576 <= mtu <= 9000:
+                raise ValueError(f"isl_mtus {mtu}: must be 576..9000 bytes")
+        return v
+
     @field_validator("clas")
     @classmethod
     def _clas(cls, v: list[str]) -> list[str]:
@@ -217,6 +239,8 @@ class DtnExperiment(ExperimentModel):
             if key in self.dtn:
                 which = "clas" if key == "cla" else "routings" if key == "routing" else "pattern"
                 raise ValueError(f"dtn.{key}: set by the experiment ({which})")
+        if self.ltp_segments and self.clas != ["ltp"]:
+            raise ValueError(f"ltp_segments: sweeps the ltp CLA's segment size; clas must be [ltp], not {self.clas}")
         self._check_bundle_limits()
         self._check_sizes()
         self._check_ltp_peers()
@@ -308,23 +332,29 @@ class DtnExperiment(ExperimentModel):
         return {"default": dict(profile)}
 
     def tests(self) -> list[DtnTest]:
+        """The sweep: every combination, in order; `isl_mtus` and `ltp_segments` (when given) vary fastest last,
+        so one MTU's segment sizes run back to back."""
         out = []
-        for size, cla, routing, profile, bsize, rate, rep in itertools.product(
+        for size, cla, routing, profile, bsize, rate, rep, mtu, seg in itertools.product(
                 self.sizes, self.clas, self.routings, self.profiles, self.bundle_sizes, self.rates,
-                range(1, self.repeats + 1)):
+                range(1, self.repeats + 1), self.isl_mtus or [None], self.ltp_segments or [None]):
             label = self.profile_label(profile)
             rate_label = "max" if rate == MAX_RATE else f"{rate:g}"
-            test_id = f"n{size}-{cla}-{routing}-{_slug(label)}-{bsize}B-{rate_label}ps-r{rep}"
-            out.append(DtnTest(test_id, size, cla, routing, label, self.links_of(profile), bsize, rate, rep))
+            extra = (f"-mtu{mtu}" if mtu else "") + (f"-seg{seg}" if seg else "")
+            test_id = f"n{size}-{cla}-{routing}-{_slug(label)}-{bsize}B-{rate_label}ps{extra}-r{rep}"
+            out.append(DtnTest(test_id, size, cla, routing, label, self.links_of(profile), bsize, rate, rep, seg, mtu))
         return out
 
-    def dtn_piece(self, cla: str, routing: str) -> dict[str, Any]:
-        return {**self.dtn, "cla": cla, "routing": routing}
+    def dtn_piece(self, cla: str, routing: str, segment: Optional[int] = None) -> dict[str, Any]:
+        piece = {**self.dtn, "cla": cla, "routing": routing}
+        if segment is not None:
+            piece["ltp"] = {**piece.get("ltp", {}), "segment": segment}
+        return piece
 
     def swarm_data(self, test: DtnTest) -> dict[str, Any]:
         """The swarm spec document of `test` (validated by the caller with swarm_from_template)."""
         nodes = swarm_nodes(test.size)
-        piece = self.dtn_piece(test.cla, test.routing)
+        piece = self.dtn_piece(test.cla, test.routing, test.segment)
         peers = chain_neighbours(nodes) if self.pattern == "chain" else {}
         node_list = []
         for n in nodes:
@@ -341,6 +371,10 @@ class DtnExperiment(ExperimentModel):
         defaults["dtn"] = piece
         data = {k: v for k, v in self.swarm.items() if k != "defaults"}
         data.update(name=self.name, node_list=node_list, defaults=defaults)
+        if test.mtu is not None:
+            networks = dict(data.get("networks", {}))
+            networks["isl"] = {**networks.get("isl", {}), "mtu": test.mtu}
+            data["networks"] = networks
         if self.backend:
             data["backend"] = self.backend
         links = dict(self.swarm.get("links", {}))

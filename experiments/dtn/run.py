@@ -44,7 +44,7 @@ DTN_TEST_COLUMNS = ["run_id", "test_id", "pattern", "size", "nodes", "cla", "rou
                     "delivery_ratio", "latency_p50_s", "latency_p95_s", "latency_max_s", "latency_min_s", "goodput_bps",
                     "total_rate_bps", "bundle_rate", "offered_bundle_rate", "span_s", "duplicates", "send_errors",
                     "store_peak_bundles", "hops_mean", "ip_sent", "ip_lost", "cpu_busy_pct", "cpu_busy_max_pct",
-                    "mem_used_peak_mib", "agents_ready_s", "setup_s", "wall_s"]
+                    "mem_used_peak_mib", "agents_ready_s", "setup_s", "wall_s", "ltp_segment", "isl_mtu"]
 #: BPv7 header bytes dtn7-rs's /send adds to a payload (primary block, payload and hop-count block headers,
 #: CRC none): measured as bundle length - payload length on recorded bundles (100,082 - 100,000).
 BUNDLE_OVERHEAD = 82
@@ -54,7 +54,7 @@ BUNDLE_OVERHEAD = 82
 LTP_COLUMNS = ["run_id", "test_id", "node", "blocks_queued", "blocks_sent", "blocks_done", "blocks_received",
                "bytes_sent", "bytes_received", "segments_out", "segments_in", "retransmitted_segments",
                "retransmitted_bytes", "cancels", "recv_cancels", "refused", "dropped", "send_would_block",
-               "sndbuf", "rcvbuf", "dtnd_handed_over", "lost_in_dtnd_channel"]
+               "sndbuf", "rcvbuf", "dtnd_handed_over", "lost_in_dtnd_channel", "cpu_s"]
 
 
 def traffic_plans(exp: DtnExperiment, test: DtnTest, isl_ips: dict[str, str], release: float, web_port: int,
@@ -158,8 +158,9 @@ def _record_ltp(agents, dtnd_logs: dict[str, str], raw: Path, store: ResultsStor
         handed = ltp_handovers(dtnd_logs[n.name])
         queued = counters.get("blocks_queued")
         ltp_rows.append({"run_id": store.run_id, "test_id": test_id, "node": n.name,
-                         **{k: counters.get(k, "") for k in LTP_COLUMNS[3:-2]}, "dtnd_handed_over": handed,
-                         "lost_in_dtnd_channel": handed - queued if isinstance(queued, int) else ""})
+                         **{k: counters.get(k, "") for k in LTP_COLUMNS[3:-3]}, "dtnd_handed_over": handed,
+                         "lost_in_dtnd_channel": handed - queued if isinstance(queued, int) else "",
+                         "cpu_s": agents.ltp_cpu_seconds(n.name) or ""})
         if isinstance(queued, int) and handed > queued:
             message(f"{test_id}: {n.name}: dtnd handed {handed} bundles to its ltp module, which "
                     f"received {queued}: dtnd dropped {handed - queued} in its 100-slot ECLA channel")
@@ -257,7 +258,9 @@ def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Op
                "drain_s": exp.drain, "release_ts": round(release, 6), **_rounded(m),
                "ip_sent": sum(r["sent"] for r in ips), "ip_lost": sum(r["lost"] for r in ips),
                **sampler.summary(), "agents_ready_s": round(swarm.dtn_seconds or 0.0, 3),
-               "setup_s": round(setup, 3), "wall_s": round(time.time() - wall, 3)}
+               "setup_s": round(setup, 3), "wall_s": round(time.time() - wall, 3),
+               "ltp_segment": (spec.defaults.dtn.ltp.segment if test.cla == "ltp" and spec.defaults.dtn else ""),
+               "isl_mtu": spec.networks.isl.mtu}
         store.append("tests.csv", DTN_TEST_COLUMNS, [row])
         return row
     finally:
@@ -298,7 +301,7 @@ def test_swarms(exp: DtnExperiment) -> list[SwarmSpec]:
     and link profile, not on bundle size, rate or repeat, so each such combination is built once."""
     seen: dict[tuple, SwarmSpec] = {}
     for test in exp.tests():
-        key = (test.size, test.cla, test.routing, test.profile)
+        key = (test.size, test.cla, test.routing, test.profile, test.segment, test.mtu)
         if key not in seen:
             seen[key] = exp.swarm_spec(test)
     return list(seen.values())

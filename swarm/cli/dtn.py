@@ -1,6 +1,8 @@
 """`swarm dtn`: the Bundle Protocol agents of a running swarm (swarm.dtn).
 
-    swarm dtn my-swarm [--json]                      # per node: endpoint, peers, bundles stored, delivered, forwarded
+    swarm dtn my-swarm [--json]                      # per node: endpoint, convergence layers, peers, bundles stored,
+                                                     #   delivered, forwarded; cla ltp: LTP sessions open,
+                                                     #   segments retransmitted, sessions cancelled
     swarm dtn send my-swarm sat01 ground "hello"     # one bundle from sat01's agent to dtn://ground/in (or --file F)
     swarm dtn recv my-swarm ground [--timeout 10]    # the next bundle delivered to dtn://ground/in, as JSON
     swarm dtn log my-swarm sat02 [--tail 50]         # the agent's own log
@@ -53,7 +55,10 @@ def status_table(name: str, rows, width: int) -> Table:
     "…"): below 120 columns the endpoint (dtn://<node>/) is dropped, a CLA or routing every node shares goes
     to the title, counts get short headers, and a cell that still does not fit wraps, never cut."""
     narrow = width < 120
-    cols = ["node", "endpoint", "cla", "routing", "peers", "stored", "delivered", "forwarded", "received", "failed", "state"]
+    ltp = any(r.ltp is not None for r in rows)
+    cols = ["node", "endpoint", "cla", "routing", "peers", "stored", "delivered", "forwarded", "received", "failed",
+            *(["ltp sessions", "rtx", "cancels"] if ltp else []), "state"]
+    counts = ("stored", "delivered", "forwarded", "received", "failed", "ltp sessions", "rtx", "cancels")
     title = f"DTN agents of {name} (dtn7-rs)"
     if narrow:
         cols.remove("endpoint")
@@ -62,14 +67,18 @@ def status_table(name: str, rows, width: int) -> Table:
             if len(values) == 1:
                 cols.remove(col)
                 title += f", {col} {values.pop()}"
-    short = {"delivered": "deliv", "forwarded": "fwd", "received": "recv"} if narrow else {}
+    short = {"delivered": "deliv", "forwarded": "fwd", "received": "recv", "ltp sessions": "ltp"} if narrow else {}
     table = Table(title=title)
     for col in cols:
         table.add_column(short.get(col, col), overflow="fold", no_wrap=col == "node",
-                         justify="right" if col in ("stored", "delivered", "forwarded", "received", "failed") else "left")
+                         justify="right" if col in counts else "left")
     for r in rows:
         peers = " ".join(r.peers) if len(r.peers) <= 6 else f"{len(r.peers)} peers"
-        cells = {"node": r.node, "endpoint": r.eid, "cla": r.cla, "routing": r.routing, "peers": peers,
+        clas = ",".join(r.clas) if r.clas and r.clas != [r.cla] else r.cla  # what dtnd reaches its peers by
+        lt = r.ltp or {}
+        cells = {"node": r.node, "endpoint": r.eid, "cla": clas, "routing": r.routing, "peers": peers,
+                 "ltp sessions": str(lt.get("sessions_open", "-")), "rtx": str(lt.get("retransmitted_segments", "-")),
+                 "cancels": str(lt.get("cancels", "-")),
                  "stored": str(r.stored), "delivered": str(r.delivered), "forwarded": str(r.forwarded),
                  "received": str(r.received), "failed": str(r.failed),
                  "state": "[green]ok[/]" if r.state == "ok" else f"[red]{r.state}[/]"}
@@ -81,7 +90,9 @@ def status_table(name: str, rows, width: int) -> Table:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(name: str, as_json: bool) -> None:
-    """Per DTN node: endpoint, CLA, routing, peers, bundles stored, delivered, forwarded, received, failed."""
+    """Per DTN node: endpoint, convergence layers, routing, peers, bundles stored, delivered, forwarded, received,
+    failed; with cla ltp also LTP sessions open, segments retransmitted and sessions cancelled (swarm-ltpcla's
+    counters; --json: every counter)."""
     rows = _agents(name).status()
     ok = all(r.state == "ok" for r in rows)
     if as_json:

@@ -306,3 +306,29 @@ def peer_names(peers_json: str) -> list[str]:
     if not isinstance(data, dict):
         raise ValueError(f"peers answer is not an object: {peers_json[:60]!r}")
     return sorted(data)
+
+
+def peer_clas(peers_json: str) -> list[str]:
+    """The convergence layers dtnd reaches its peers by (each peer's `cla_list` in /status/peers, e.g. "tcp" or
+    "ltp" for the ECLA module), sorted, without duplicates; [] for an answer that is not what dtnd sends."""
+    try:
+        data = json.loads(peers_json)
+    except json.JSONDecodeError:
+        return []
+    names = set()
+    for peer in data.values() if isinstance(data, dict) else []:
+        for entry in (peer.get("cla_list") or []) if isinstance(peer, dict) else []:
+            if isinstance(entry, list) and entry and isinstance(entry[0], str):
+                names.add(entry[0])
+    return sorted(names)
+
+
+def ltp_summary(counters: dict) -> dict:
+    """What `swarm dtn` shows of swarm-ltpcla's counters (its ltp-status.json): registered with dtnd, LTP
+    sessions open (sending + receiving), blocks sent / received, segments retransmitted, sessions cancelled
+    (by us or by the peer), bundles refused or dropped."""
+    get = lambda k: int(counters.get(k) or 0)  # noqa: E731
+    return {"registered": bool(counters.get("registered")), "sessions_open": get("send_sessions") + get("recv_sessions"),
+            "blocks_sent": get("blocks_sent"), "blocks_received": get("blocks_received"),
+            "retransmitted_segments": get("retransmitted_segments"), "cancels": get("cancels") + get("recv_cancels"),
+            "refused": get("refused"), "dropped": get("dropped"), "queued": get("queued")}

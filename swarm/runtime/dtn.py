@@ -31,13 +31,13 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from netem.spec.links import LinksSpec, resolve_links
-from swarm.dtn.plan import (LTP_DOWN, LTP_LOG, LTP_STATUS, AgentPlan, ltp_down_windows, plan_agents, spec_link_view,
-                            readiness, peer_names)
+from swarm.dtn.plan import (LTP_DOWN, LTP_LOG, LTP_STATUS, AgentPlan, ltp_down_windows, ltp_summary, peer_clas,
+                            peer_names, plan_agents, readiness, spec_link_view)
 from swarm.spec.dtn import DtnSpec
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.runtime.backends import swarm_dir
@@ -170,6 +170,8 @@ class AgentStatus:
     received: int
     failed: int
     state: str  # "ok" or why not
+    clas: list[str] = field(default_factory=list)  # the convergence layers dtnd reaches its peers by
+    ltp: Optional[dict] = None  # cla: ltp: swarm-ltpcla's counters (swarm.dtn.plan.ltp_summary)
 
     def to_json(self) -> dict:
         return self.__dict__.copy()
@@ -333,6 +335,16 @@ class DtnAgents:
         except ValueError:
             return {}
 
+    def ltp_cpu_seconds(self, node: str) -> Optional[float]:
+        """CPU time (user + system, s) swarm-ltpcla on `node` has used so far (its /proc stat), None without one:
+        the LTP program's cost per bit, the figure a segment size changes (seed 004)."""
+        script = 'p=$(cat "$0/ltpcla.pid") && awk -v t=$(getconf CLK_TCK) \'{print ($14 + $15) / t}\' /proc/$p/stat'
+        res = self._exec(node, ["sh", "-c", script, self.workdir(node)], check=False, timeout=30)
+        try:
+            return float(res.stdout.strip()) if res.ok else None
+        except ValueError:
+            return None
+
     def ltp_record(self, node: str) -> str:
         """swarm-ltpcla's CSV record on `node` (every block, retransmission, cancel, refusal)."""
         res = self._exec(node, ["cat", f"{self.workdir(node)}/{LTP_LOG}"], check=False, timeout=60)
@@ -435,15 +447,19 @@ class DtnAgents:
             piece = self.piece(node.name)
             try:
                 eid = self.http(node.name, "/status/nodeid").strip()
-                peers = peer_names(self.http(node.name, "/status/peers"))
+                peers_json = self.http(node.name, "/status/peers")
+                peers = peer_names(peers_json)
                 store = json.loads(self.http(node.name, "/status/store"))
                 info = json.loads(self.http(node.name, "/status/info"))
             except (OSError, ValueError, urllib.error.URLError) as exc:
                 return AgentStatus(node.name, "", piece.cla, piece.routing, [], 0, 0, 0, 0, 0,
                                    f"no answer ({getattr(exc, 'reason', exc)})")
             stored = sum(1 for e in store if "Deleted" not in e)
+            ltp = ltp_summary(self.ltp_status(node.name)) if piece.cla == "ltp" else None
+            state = "ok" if ltp is None or ltp["registered"] else "swarm-ltpcla not registered"
             return AgentStatus(node.name, eid, piece.cla, piece.routing, peers, stored, info.get("delivered", 0),
-                               info.get("outgoing", 0), info.get("incoming", 0), info.get("failed", 0), "ok")
+                               info.get("outgoing", 0), info.get("incoming", 0), info.get("failed", 0), state,
+                               peer_clas(peers_json), ltp)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             return list(pool.map(one, self.nodes))

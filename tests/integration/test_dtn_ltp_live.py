@@ -2,13 +2,14 @@
 host's link engine): a 3-node chain at 4 s one-way delivers every bundle and none sooner than the two hops'
 light time; a 1 % lossy link delivers everything with the retransmissions recorded; a link that goes down and up
 per a contact plan loses nothing and cancels nothing (timers suspended while down); bad input is one line.
-Subnets 10.190-199.x, swarm names ltp-* (issue 26's LTP range)."""
+Subnets 10.190-199.x (and 10.150-151.x for the status test), swarm names ltp-* (issue 26's LTP range)."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,51 @@ def test_swarm_up_with_ltp_and_down_leaves_nothing(need_dtn7, tmp_path):
     assert not _namespaces("ltp-it-hand")
     assert subprocess.run(["pgrep", "-f", "swarm-ltpcla.*10.190.5."], capture_output=True).returncode == 1
     assert not (REPO / ".swarm" / "ltp-it-hand").exists()
+
+
+def test_swarm_dtn_status_shows_ltp_sessions_retransmissions_and_cancels(need_dtn7, tmp_path):
+    # 10 % loss each way on a 1 s link: a 100 kB block (~74 segments) loses segments for sure (0.9^74 ~ 4e-4),
+    # which swarm-ltpcla retransmits; `swarm dtn` shows the open session while it is in flight and the counts.
+    spec = tmp_path / "ltp-it-status.yaml"
+    spec.write_text("name: ltp-it-status\nbackend: netns\nnodes: 2\n"
+                    "networks: {isl: {subnet: 10.150.5.0/24}, ground: {subnet: 10.151.5.0/24}}\n"
+                    "links: {default: {delay: 1s, rate: 10Mbit, loss: 10%}}\n"
+                    "defaults: {dtn: {cla: ltp, routing: epidemic}}\n")
+    payload = tmp_path / "payload.txt"
+    payload.write_text("x" * 100_000)
+    env = {**os.environ, "SWARM_WORKDIR": str(REPO), "COLUMNS": "200"}
+
+    def status() -> dict:
+        res = subprocess.run(SWARM + ["dtn", "ltp-it-status", "--json"], capture_output=True, text=True, env=env)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return {r["node"]: r for r in json.loads(res.stdout)}
+
+    try:
+        up = subprocess.run(SWARM + ["up", str(spec)], capture_output=True, text=True, env=env, timeout=180)
+        assert up.returncode == 0, up.stderr
+        before = status()
+        assert before["sat01"]["clas"] == ["ltp"] and before["sat01"]["ltp"]["registered"]
+        assert before["sat01"]["ltp"]["sessions_open"] == 0 and before["sat01"]["ltp"]["blocks_sent"] == 0
+        sent = subprocess.run(SWARM + ["dtn", "send", "ltp-it-status", "sat01", "sat02", "--file", str(payload)],
+                              capture_output=True, text=True, env=env)
+        assert sent.returncode == 0, sent.stderr
+        time.sleep(1.5)  # the status file is rewritten every second; the session lasts at least one round trip (2 s)
+        assert status()["sat01"]["ltp"]["sessions_open"] == 1
+        got = subprocess.run(SWARM + ["dtn", "recv", "ltp-it-status", "sat02", "--timeout", "60"],
+                             capture_output=True, text=True, env=env)
+        assert got.returncode == 0, got.stdout + got.stderr
+        assert len(json.loads(got.stdout)["payload"]) == 100_000
+        time.sleep(1.5)
+        after = status()
+        s1, s2 = after["sat01"]["ltp"], after["sat02"]["ltp"]
+        assert s1["blocks_sent"] == 1 and s2["blocks_received"] == 1 and s1["sessions_open"] == 0
+        assert s1["retransmitted_segments"] > 0 and s1["cancels"] == 0 and s1["dropped"] == 0, s1
+        table = subprocess.run(SWARM + ["dtn", "ltp-it-status"], capture_output=True, text=True, env=env)
+        assert table.returncode == 0, table.stderr
+        assert "ltp sessions" in table.stdout and "rtx" in table.stdout and "cancels" in table.stdout
+        row = next(line for line in table.stdout.splitlines() if line.strip("│ ").startswith("sat01"))
+        cells = [c.strip() for c in row.split("│")]
+        assert cells[-5:-1] == ["0", str(s1["retransmitted_segments"]), "0", "ok"], row  # sessions, rtx, cancels
+    finally:
+        down = subprocess.run(SWARM + ["down", "ltp-it-status"], capture_output=True, text=True, env=env, timeout=120)
+    assert down.returncode == 0, down.stderr
