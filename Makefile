@@ -119,7 +119,7 @@ bench-dtn-delay: setup
 lint: lint-py lint-rust
 
 lint-py: setup
-	$(VENV)/bin/ruff check swarm netem compose experiments analysis
+	$(VENV)/bin/ruff check swarm netem compose experiments analysis flightsw
 	$(VENV)/bin/mypy
 
 lint-rust:

@@ -17,7 +17,6 @@ goes to results/bench-orbits-live-<time>/.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import platform
 import sys
@@ -33,7 +32,7 @@ from analysis.orbits import lag_summary  # noqa: E402
 from netem.orbits.planner import plan as make_plan  # noqa: E402
 from netem.spec.orbits import parse_orbits  # noqa: E402
 from netem.orbits.records import LINK_COLUMNS  # noqa: E402
-from netem.runtime.orbits import LinkTimelineDriver  # noqa: E402
+from netem.runtime.orbits import LinkTimelineDriver, links_csv_writer  # noqa: E402
 from swarm.runtime.swarm import Swarm  # noqa: E402
 from swarm.spec.model import spec_from_dict  # noqa: E402
 
@@ -66,17 +65,8 @@ def bench(n: int, duration: str, speedup: float, out: Path, workers: int, third:
     t_up = time.monotonic()
     swarm.up(ready_timeout=60 + 2 * n)
     t_up = time.monotonic() - t_up
-    links_csv = out / f"links-{n}.csv"
     rows: list[dict] = []
-
-    def record(new: list[dict]) -> None:
-        first = not links_csv.exists()
-        with links_csv.open("a", newline="") as f:
-            w = csv.DictWriter(f, LINK_COLUMNS, extrasaction="ignore")
-            if first:
-                w.writeheader()
-            w.writerows(new)
-        rows.extend(new)
+    record = links_csv_writer(out / f"links-{n}.csv", rows)
 
     try:
         driver = LinkTimelineDriver(swarm.links, plan, speedup=speedup, workers=workers, on_rows=record,

@@ -5,10 +5,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from experiments.loop import Message, Progress, RunContext
 from swarm.spec.model import SwarmSpec
 
-Message = Callable[[str], None]
-Progress = Callable[[float, float, str], None]
+__all__ = ["ExperimentType", "Message", "Progress", "RunContext"]
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ them before a run folder is made (each type says it: their models differ in what
     command: str
     from_dict: Callable[[Any, str], Any]
     swarms: Callable[[Any], list[SwarmSpec]]
-    run: Callable[..., Path]  # (exp, store, *, backend, message, progress, abort_on_error) -> run folder
+    run: Callable[[RunContext], Path]  # the run (experiments/loop.py: one loop for every type) -> run folder
     report: Callable[[Path], dict[str, Path]]
     resumable: bool = True
     unit: str = ""

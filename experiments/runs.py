@@ -7,11 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from experiments import registry
+from experiments.loop import RunContext
 from experiments.registry import ExperimentType
 from experiments.store import ResultsStore, host_facts
 from swarm.errors import SpecError
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import SwarmSpec
+
+__all__ = ["RunContext", "open_run", "preflight", "check_experiment", "discard_if_empty", "experiment_swarms"]
 
 
 def open_run(experiment_file: str | None, resume_dir: str | None, results_root: str | Path,

@@ -33,10 +33,17 @@ import sys
 import time
 from pathlib import Path
 
+if __package__:  # imported as flightsw.agent (the unit tests)
+    from flightsw import protocol as proto
+    from flightsw import trafficd
+else:  # run as a script, in a node or on the host (netns): its own directory is sys.path[0]
+    import protocol as proto
+    import trafficd
+
 
 def run_dir() -> Path:
     """Per-node scratch directory ($SWARM_RUN_DIR; namespaces share the host's /run)."""
-    d = Path(os.environ.get("SWARM_RUN_DIR", "/run/swarm"))
+    d = Path(os.environ.get(proto.RUN_DIR_ENV, proto.RUN_DIR_DEFAULT))
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -79,7 +86,7 @@ def listening_tcp_ports() -> set[int]:
 
 
 def _remember(pids: list[int]) -> None:
-    with open(run_dir() / "iperf3.pids", "a") as f:
+    with open(run_dir() / proto.IPERF3_PIDS, "a") as f:
         f.writelines(f"{p}\n" for p in pids)
 
 
@@ -103,7 +110,7 @@ def cmd_servers(args: argparse.Namespace) -> int:
         time.sleep(0.02)
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
-    with open(run_dir() / "servers.stopped", "a") as f:
+    with open(run_dir() / proto.SERVERS_STOPPED, "a") as f:
         f.writelines(f"{p}\n" for p in pids)
     print(json.dumps({"listening": len(ports), "stopped": len(pids)}))
     return 0
@@ -111,7 +118,7 @@ def cmd_servers(args: argparse.Namespace) -> int:
 
 def _continue_servers() -> None:
     """SIGCONT every server `servers` stopped on this node (a few microseconds per server)."""
-    path = run_dir() / "servers.stopped"
+    path = run_dir() / proto.SERVERS_STOPPED
     if path.exists():
         for pid in path.read_text().split():
             try:
@@ -125,12 +132,12 @@ def cmd_clients(args: argparse.Namespace) -> int:
     """Start every client (they wait on the stopped servers), release at the instant read from stdin."""
     flows = json.loads(sys.stdin.readline())
     procs = {
-        flow["id"]: subprocess.Popen(flow["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        flow[proto.ID]: subprocess.Popen(flow[proto.ARGV], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         for flow in flows
     }
     _remember([p.pid for p in procs.values()])
-    print(json.dumps({"parked": len(procs)}), flush=True)
+    print(proto.dumps(proto.parked(len(procs))), flush=True)
     line = sys.stdin.readline()
     if not line.strip():  # the host went away: release nobody
         for proc in procs.values():
@@ -155,38 +162,35 @@ def cmd_clients(args: argparse.Namespace) -> int:
             else:
                 sel.unregister(key.fileobj)
                 exit_ts[key.data] = time.time()
-    print(json.dumps({"release_ts": release_ts}), flush=True)
+    print(proto.dumps({proto.RELEASE_TS: release_ts}), flush=True)
     for fid, proc in procs.items():
         proc.wait()
-        print(json.dumps({"id": fid, "release_ts": release_ts, "exit_ts": exit_ts[fid], "returncode": proc.returncode,
-                          "output": b"".join(chunks[fid]).decode(errors="replace")}), flush=True)
+        print(proto.dumps(proto.flow_report(fid, release_ts, exit_ts[fid], proc.returncode,
+                                            b"".join(chunks[fid]).decode(errors="replace"))), flush=True)
     return 0
 
 
 def cmd_mux(_args: argparse.Namespace) -> int:
-    """Run the multiplexing traffic engine for one test (protocol: flightsw/trafficd.py)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import trafficd
-
-    return trafficd.serve(str(run_dir() / "mux.pids"))
+    """Run the multiplexing traffic engine for one test (protocol: flightsw/protocol.py, flightsw/trafficd.py)."""
+    return trafficd.serve(str(run_dir() / proto.MUX_PIDS))
 
 
 def _is_ours(pid: int, pid_file: str) -> bool:
     """True if `pid` is still a process this agent started: iperf3, or an agent running `mux`."""
     try:
-        if pid_file == "iperf3.pids":
+        if pid_file == proto.IPERF3_PIDS:
             return Path(f"/proc/{pid}/comm").read_text().strip() == "iperf3"
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return any(a.endswith(b"agent.py") for a in argv) and b"mux" in argv and pid != os.getpid()
+    return any(a.endswith(proto.AGENT.encode()) for a in argv) and proto.MUX.encode() in argv and pid != os.getpid()
 
 
 def cmd_cleanup(_args: argparse.Namespace) -> int:
     """Kill the iperf3 and traffic-engine processes this agent started that are still running."""
     _continue_servers()
     killed = 0
-    for name in ("iperf3.pids", "mux.pids"):
+    for name in (proto.IPERF3_PIDS, proto.MUX_PIDS):
         path = run_dir() / name
         if not path.exists():
             continue
@@ -203,17 +207,17 @@ def cmd_cleanup(_args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="agent.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=proto.AGENT, description=(__doc__ or "").splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("run", help="the node's main process").set_defaults(func=cmd_run)
-    p = sub.add_parser("servers", help="start one-off iperf3 servers and wait until they listen")
+    sub.add_parser(proto.RUN, help="the node's main process").set_defaults(func=cmd_run)
+    p = sub.add_parser(proto.SERVERS, help="start one-off iperf3 servers and wait until they listen")
     p.add_argument("--bind", required=True)
     p.add_argument("--ports", required=True)
     p.add_argument("--timeout", type=float, default=30)
     p.set_defaults(func=cmd_servers)
-    sub.add_parser("clients", help="park iperf3 clients, release them at one instant").set_defaults(func=cmd_clients)
-    sub.add_parser("mux", help="multiplexing traffic engine for one test").set_defaults(func=cmd_mux)
-    sub.add_parser("cleanup", help="kill iperf3 and engine processes this agent started").set_defaults(func=cmd_cleanup)
+    sub.add_parser(proto.CLIENTS, help="park iperf3 clients, release them at one instant").set_defaults(func=cmd_clients)
+    sub.add_parser(proto.MUX, help="multiplexing traffic engine for one test").set_defaults(func=cmd_mux)
+    sub.add_parser(proto.CLEANUP, help="kill iperf3 and engine processes this agent started").set_defaults(func=cmd_cleanup)
     args = parser.parse_args(argv)
     return args.func(args)
 

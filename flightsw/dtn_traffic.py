@@ -13,7 +13,8 @@ delivered to dtn://<node>/in, GET /status/store for the store), on one keep-aliv
             "ip_probe": {"bind": <ISL address>, "port": 5999, "rate": 10, "dsts": [{"dst": "ground", "ip": ..}]}}
     dtn_traffic.py recv-once [--port 3000] [--service in]   # one bundle, decoded, as JSON (for `swarm dtn recv`)
 
-Output: JSON lines on stdout, one per event, each stamped with the shared host clock (time.time()):
+Output: JSON lines on stdout, one per event, each stamped with the shared host clock (time.time()); the names are
+flightsw/protocol.py's, which the host imports too:
     {"ev": "sent", "dst": .., "seq": n, "t": send start, "t_ack": agent answered, "size": payload bytes, "ok": ..}
     {"ev": "recv", "dup": false, "bid": .., "src": .., "seq": n, "t_sent": .., "t": taken, "created_ms": .., "hops": ..,
      "age_ms": .., "size": .., "bundle_bytes": ..}
@@ -35,6 +36,11 @@ import sys
 import threading
 import time
 
+if __package__:  # imported as flightsw.dtn_traffic (the host side's parsers and tests)
+    from flightsw import protocol as proto
+else:  # run as a script in a node: this directory is sys.path[0]
+    import protocol as proto
+
 MAGIC = b"SWDT"
 IP_MAGIC = b"SWIP"
 IP_HEADER = struct.Struct("!4sIdB")  # magic, sequence, send time, length of the source name
@@ -47,7 +53,7 @@ _lock = threading.Lock()
 
 
 def emit(record: dict) -> None:
-    line = json.dumps(record, separators=(",", ":"))
+    line = proto.event_line(record)
     with _lock:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
@@ -200,7 +206,7 @@ def sender(plan: dict, stop: threading.Event, counts: dict) -> None:
             ok, err = status == 200, "" if status == 200 else f"HTTP {status}: {body[:80].decode('utf-8', 'replace')}"
         except OSError as exc:
             ok, err = False, str(exc)
-        rec = {"ev": "sent", "dst": flow["dst"], "seq": seq, "t": now, "t_ack": time.time(), "size": flow["size"], "ok": ok}
+        rec = {proto.EV: proto.EV_SENT, "dst": flow["dst"], "seq": seq, "t": now, "t_ack": time.time(), "size": flow["size"], "ok": ok}
         if err:
             rec["error"] = err
             counts["errors"] += 1
@@ -225,7 +231,7 @@ def receiver(plan: dict, stop: threading.Event, counts: dict) -> None:
         try:
             status, body = agent.request("GET", f"/endpoint?{service}")
         except OSError as exc:
-            emit({"ev": "error", "t": time.time(), "error": f"receive: {exc}"})
+            emit({proto.EV: proto.EV_ERROR, "t": time.time(), "error": f"receive: {exc}"})
             time.sleep(0.2)
             continue
         now = time.time()
@@ -236,14 +242,14 @@ def receiver(plan: dict, stop: threading.Event, counts: dict) -> None:
         try:
             b = decode_bundle(body)
         except (ValueError, IndexError, KeyError, TypeError) as exc:
-            emit({"ev": "error", "t": now, "error": f"undecodable bundle ({len(body)} bytes): {exc}"})
+            emit({proto.EV: proto.EV_ERROR, "t": now, "error": f"undecodable bundle ({len(body)} bytes): {exc}"})
             continue
         head = read_payload(b["payload"]) or {}
         key = (b["src"], head.get("seq"), b["created_ms"])
         duplicate = key in seen  # epidemic and flooding can hand the same bundle over more than once
         seen.add(key)
-        emit({"ev": "recv", "dup": duplicate, "bid": b["bid"], "src": b["src"], "seq": head.get("seq"), "t_sent": head.get("t_sent"),
-              "t": now, "created_ms": b["created_ms"], "hops": b["hops"], "age_ms": b["age_ms"],
+        emit({proto.EV: proto.EV_RECV, "dup": duplicate, "bid": b["bid"], "src": b["src"], "seq": head.get("seq"),
+              "t_sent": head.get("t_sent"), "t": now, "created_ms": b["created_ms"], "hops": b["hops"], "age_ms": b["age_ms"],
               "size": len(b["payload"]), "bundle_bytes": len(body)})
         if duplicate:
             counts["duplicates"] = counts.get("duplicates", 0) + 1
@@ -251,7 +257,7 @@ def receiver(plan: dict, stop: threading.Event, counts: dict) -> None:
         counts["received"] += 1
         if expect is not None and counts["received"] >= expect:
             break
-    emit({"ev": "recv_done", "t": time.time(), "received": counts["received"]})
+    emit({proto.EV: proto.EV_RECV_DONE, "t": time.time(), "received": counts["received"]})
 
 
 def ip_sender(plan: dict, stop: threading.Event) -> None:
@@ -273,9 +279,9 @@ def ip_sender(plan: dict, stop: threading.Event) -> None:
         for d in probe["dsts"]:
             try:
                 sock.sendto(IP_HEADER.pack(IP_MAGIC, seq, now, len(name)) + name, (d["ip"], int(probe.get("port", 5999))))
-                emit({"ev": "ip_sent", "dst": d["dst"], "seq": seq, "t": now})
+                emit({proto.EV: proto.EV_IP_SENT, "dst": d["dst"], "seq": seq, "t": now})
             except OSError as exc:
-                emit({"ev": "ip_sent", "dst": d["dst"], "seq": seq, "t": now, "error": str(exc)})
+                emit({proto.EV: proto.EV_IP_SENT, "dst": d["dst"], "seq": seq, "t": now, "error": str(exc)})
         seq += 1
 
 
@@ -297,7 +303,7 @@ def ip_receiver(plan: dict, stop: threading.Event, ready: threading.Event) -> No
         if len(data) < IP_HEADER.size or data[:4] != IP_MAGIC:
             continue
         _m, seq, sent, n = IP_HEADER.unpack_from(data)
-        emit({"ev": "ip_recv", "src": data[IP_HEADER.size:IP_HEADER.size + n].decode("utf-8", "replace"), "seq": seq,
+        emit({proto.EV: proto.EV_IP_RECV, "src": data[IP_HEADER.size:IP_HEADER.size + n].decode("utf-8", "replace"), "seq": seq,
               "t_sent": sent, "t": now})
 
 
@@ -317,7 +323,7 @@ def store_sampler(plan: dict, stop: threading.Event) -> None:
             status, body = agent.request("GET", "/status/store")
             entries = json.loads(body) if status == 200 else []
         except (OSError, ValueError) as exc:
-            emit({"ev": "error", "t": time.time(), "error": f"store: {exc}"})
+            emit({proto.EV: proto.EV_ERROR, "t": time.time(), "error": f"store: {exc}"})
             continue
         constraints: dict[str, int] = {}
         stored = 0
@@ -328,7 +334,7 @@ def store_sampler(plan: dict, stop: threading.Event) -> None:
                 stored += 1
             for n in names or ["none"]:
                 constraints[n] = constraints.get(n, 0) + 1
-        emit({"ev": "store", "t": time.time(), "bundles": stored, "entries": len(entries), "constraints": constraints})
+        emit({proto.EV: proto.EV_STORE, "t": time.time(), "bundles": stored, "entries": len(entries), "constraints": constraints})
 
 
 def _sleep_until(t: float, stop: threading.Event) -> None:
@@ -354,7 +360,7 @@ def run(plan: dict) -> int:
         threads.append(threading.Thread(target=ip_receiver, args=(plan, stop, ip_ready), daemon=True))
         if plan["ip_probe"].get("dsts"):
             threads.append(threading.Thread(target=ip_sender, args=(plan, stop), daemon=True))
-    emit({"ev": "start", "t": time.time(), "node": plan["node"]})
+    emit({proto.EV: proto.EV_START, "t": time.time(), "node": plan["node"]})
     for t in threads:
         t.start()
     try:
@@ -362,7 +368,7 @@ def run(plan: dict) -> int:
             t.join()
     except KeyboardInterrupt:
         stop.set()
-    emit({"ev": "done", "t": time.time(), **counts})
+    emit({proto.EV: proto.EV_DONE, "t": time.time(), **counts})
     return 0
 
 
@@ -389,10 +395,10 @@ def recv_once(port: int, service: str, timeout: float) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) >= 2 and argv[0] == "run":
-        text = sys.stdin.read() if argv[1] == "-" else open(argv[1]).read()
+    if len(argv) >= 2 and argv[0] == proto.DTN_RUN:
+        text = sys.stdin.read() if argv[1] == proto.STDIN else open(argv[1]).read()
         return run(json.loads(text))
-    if argv and argv[0] == "recv-once":
+    if argv and argv[0] == proto.DTN_RECV_ONCE:
         opts = dict(zip(argv[1::2], argv[2::2]))
         return recv_once(int(opts.get("--port", 3000)), opts.get("--service", "in"), float(opts.get("--timeout", 10)))
     print(__doc__.split("\n\n")[1], file=sys.stderr)

@@ -11,13 +11,15 @@ Every timestamp is taken by the engine itself with the shared host clock (time.t
 containers of one host share CLOCK_REALTIME): the real first and last send of every flow, and the
 receive time of every datagram. Nothing is inferred.
 
-Protocol with the host (JSON lines on stdin/stdout; standard library only, like the agent):
+Protocol with the host (JSON lines on stdin/stdout; standard library only, like the agent; its names and
+message shapes are flightsw/protocol.py's, which the host imports too):
 
 1. host -> {"protocol": "udp"|"tcp", "bind": IP, "port": P, "length": BYTES, "interval": S,
             "out": [{"id", "index", "dst", "port", "rate_bps"}], "in": [{"id", "index"}]}
    engine -> {"listening": P} once its receiver is bound.
 2. host -> "connect": TCP flows connect and identify themselves (4-byte magic + 4-byte flow index);
-   UDP sends each destination an empty datagram so that addresses are resolved before the test. engine -> {"connected": n, "errors": {id: message}}.
+   UDP sends each destination an empty datagram so that addresses are resolved before the test.
+   engine -> {"connected": n, "errors": {id: message}}.
 3. host -> "RELEASE DURATION" (epoch seconds, seconds). At RELEASE every outgoing flow starts; at
    RELEASE + DURATION every one stops; the receiver keeps counting for a grace period (late datagrams,
    TCP tails) or until every incoming TCP flow closed. engine -> {"release_ts": actual wake-up}, one
@@ -40,6 +42,11 @@ import socket
 import struct
 import sys
 import time
+
+if __package__:  # imported as flightsw.trafficd (the unit tests, the agent imported as a package)
+    from flightsw import protocol as proto
+else:  # imported by agent.py run as a script: this directory is sys.path[0]
+    import protocol as proto
 
 MAGIC = 0x5357_4D58  # "SWMX"
 HEADER = struct.Struct("!IIQd")  # magic, flow index, sequence, send time
@@ -66,7 +73,7 @@ class OutFlow:
     """One flow this node sends."""
 
     def __init__(self, spec: dict):
-        self.id, self.index, self.dst, self.port = spec["id"], int(spec["index"]), spec["dst"], int(spec["port"])
+        self.id, self.index, self.dst, self.port = spec[proto.ID], int(spec["index"]), spec["dst"], int(spec["port"])
         self.rate_bps = spec.get("rate_bps")
         self.sock: socket.socket | None = None
         self.seq = 0
@@ -80,7 +87,7 @@ class OutFlow:
         self.closed = False
 
     def record(self) -> dict:
-        return {"id": self.id, "side": "send", "first_send_ts": _num(self.first_ts), "last_send_ts": _num(self.last_ts),
+        return {proto.ID: self.id, proto.SIDE: proto.SEND, "first_send_ts": _num(self.first_ts), "last_send_ts": _num(self.last_ts),
                 "packets": self.seq, "bytes": self.bytes, "send_errors": self.errors, "error": self.error,
                 "bins_packets": self.bins_packets, "bins_bytes": self.bins_bytes}
 
@@ -89,7 +96,7 @@ class InFlow:
     """One flow this node receives."""
 
     def __init__(self, spec: dict):
-        self.id, self.index = spec["id"], int(spec["index"])
+        self.id, self.index = spec[proto.ID], int(spec["index"])
         self.packets = 0
         self.bytes = 0
         self.max_seq = -1
@@ -106,7 +113,7 @@ class InFlow:
         self.closed = False
 
     def record(self) -> dict:
-        return {"id": self.id, "side": "recv", "first_recv_ts": _num(self.first_ts), "last_recv_ts": _num(self.last_ts),
+        return {proto.ID: self.id, proto.SIDE: proto.RECV, "first_recv_ts": _num(self.first_ts), "last_recv_ts": _num(self.last_ts),
                 "packets": self.packets, "bytes": self.bytes, "out_of_order": self.out_of_order,
                 "jitter_ms": self.jitter * 1000.0,
                 "latency_ms_mean": (self.latency_sum / self.packets * 1000.0) if self.packets else None,
@@ -120,7 +127,7 @@ def _num(x: float):
 
 
 def emit(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.write(proto.dumps(obj) + "\n")
     sys.stdout.flush()
 
 
@@ -179,7 +186,7 @@ class Engine:
                     f.error = f"connect to {f.dst}:{f.port}: {exc}"
                     f.closed = True
                     errors[f.id] = f.error
-        return {"connected": sum(1 for f in self.outs if not f.closed), "errors": errors}
+        return {proto.CONNECTED: sum(1 for f in self.outs if not f.closed), proto.ERRORS: errors}
 
     def accept_pending(self, until: float) -> None:
         """Accept incoming TCP connections and read their hellos until `until` (epoch s)."""
@@ -456,22 +463,21 @@ def serve(pid_file: str | None = None) -> int:
     if line is None:
         return 1
     engine = Engine(json.loads(line))
-    emit({"listening": engine.rx.getsockname()[1]})
+    emit({proto.LISTENING: engine.rx.getsockname()[1]})
     while True:
         line = _read_line(give_up)
         if line is None:
             return 1
-        words = line.split()
-        if words == ["connect"]:
+        command, release, duration = proto.parse_mux_command(line)
+        if command == proto.CONNECT:
             emit(engine.connect())
             continue
-        release, duration = float(words[0]), float(words[1])
         break
     woke = engine.run(release, duration)
-    emit({"release_ts": woke})
+    emit({proto.RELEASE_TS: woke})
     for rec in engine.records():
         emit(rec)
-    emit({"done": True})
+    emit({proto.DONE: True})
     return 0
 
 

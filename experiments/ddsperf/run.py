@@ -18,14 +18,12 @@ ddsperf peers), and the sweep uses its own domain anyway.
 from __future__ import annotations
 
 import json
-import signal
 import time
 from pathlib import Path
 from typing import Callable
 
-
+from experiments.loop import RunContext, Loop, run_tests
 from experiments.store import host_facts
-from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
 
 from experiments.ddsperf.model import DdsperfExperiment, parse_sample_size
 from experiments.ddsperf.parse import parse_ping, parse_sub, participant_name
@@ -86,38 +84,33 @@ def run_test(swarm, exp: DdsperfExperiment, test: DdsTest, raw_dir: Path, run_id
 
 
 def run_ddsperf_sweep(exp: DdsperfExperiment, store, *, backend: str | None = None,
-                      progress: Callable[[int, int, str], None] = lambda d, t, w: None,
+                      progress: Callable[[float, float, str], None] = lambda d, t, w: None,
                       message: Callable[[str], None] = lambda m: None) -> list[dict]:
     """Run every test of `exp` missing from `store` (experiments.store.ResultsStore); returns the test rows written."""
+    return sweep(RunContext(exp, store, backend=backend, message=message, progress=progress))
 
-    previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
-    try:
-        done = store.completed_tests()
-        tests = plan_tests(exp)
-        todo = [t for t in tests if t.test_id not in done]
-        finished = len(tests) - len(todo)
-        written = []
-        progress(finished, len(tests), f"{len(todo)} tests to run")
-        for size in sorted({t.size for t in todo}, key=exp.sizes.index):
-            swarm = Swarm(exp.swarm_spec(size), backend=backend or exp.backend, message=message)
-            message(f"bringing up {size} nodes ({swarm.backend.name})")
-            swarm.up()
-            try:
-                if "backend" not in json.loads((store.dir / "host.json").read_text() or "{}"):
-                    (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
-                for test in [t for t in todo if t.size == size]:
-                    progress(finished, len(tests), test.test_id)
-                    rows, test_row = run_test(swarm, exp, test, store.dir / "raw" / test.test_id, store.run_id)
-                    store.append("ddsperf.csv", ROW_COLUMNS, rows)
-                    store.append("tests.csv", TEST_COLUMNS, [test_row])
-                    written.append(test_row)
-                    finished += 1
-                    progress(finished, len(tests), f"{test.test_id}: {test_row['nodes_ok']}/{test_row['receivers']} "
-                                                   f"receivers measured")
-                    if exp.settle:
-                        time.sleep(exp.settle)
-            finally:
-                swarm.down()
-        return written
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+
+def run(ctx: RunContext) -> Path:
+    """The `ddsperf` type's run (experiments/registry.py): the sweep into the context's run folder."""
+    sweep(ctx)
+    return ctx.store.dir
+
+
+def sweep(ctx: RunContext) -> list[dict]:
+    """The sweep through the one run loop: a bring-up per size, the tests of that size on it."""
+    exp, store = ctx.exp, ctx.store
+
+    def on_up(swarm, _first: DdsTest) -> None:
+        if "backend" not in json.loads((store.dir / "host.json").read_text() or "{}"):
+            (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
+
+    def one(swarm, test: DdsTest) -> dict:
+        rows, test_row = run_test(swarm, exp, test, store.dir / "raw" / test.test_id, store.run_id)
+        store.append("ddsperf.csv", ROW_COLUMNS, rows)
+        store.append("tests.csv", TEST_COLUMNS, [test_row])
+        return test_row
+
+    return run_tests(ctx, Loop(
+        tests=plan_tests(exp), swarm_of=lambda t: exp.swarm_spec(t.size), share=lambda t: t.size, run_test=one,
+        on_up=on_up, done_line=lambda t, row: f"{t.test_id}: {row['nodes_ok']}/{row['receivers']} receivers measured",
+        settle=exp.settle))

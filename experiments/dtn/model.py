@@ -43,8 +43,7 @@ from swarm.spec.dtn import CLAS, ROUTINGS, DtnSpec, parse_seconds, parse_size
 from swarm.errors import SpecError
 from experiments.base import ExperimentModel
 from swarm.spec.safe_yaml import PLAN_LIMIT, read_text
-from swarm.spec.documents import read_yaml, validate_document
-from swarm.spec.model import spec_from_dict
+from swarm.spec.model import read_yaml, spec_from_dict, validate_document
 from swarm.spec.model import SwarmSpec, plan_nodes
 
 PATTERNS = ("chain", "all-to-ground", "all-to-all")
@@ -230,6 +229,14 @@ class DtnExperiment(ExperimentModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "DtnExperiment":
+        self._check_pieces()
+        self._check_clas()
+        self._check_sizes()
+        self._check_ltp_peers()
+        return self
+
+    def _check_pieces(self) -> None:
+        """What the experiment sets itself may not come in `swarm:` or `dtn:` too."""
         for key in ("name", "nodes", "node_list", "groups", "backend"):
             if key in self.swarm:
                 raise ValueError(f"swarm.{key}: set by the experiment")
@@ -241,14 +248,10 @@ class DtnExperiment(ExperimentModel):
                 raise ValueError(f"dtn.{key}: set by the experiment ({which})")
         if self.ltp_segments and self.clas != ["ltp"]:
             raise ValueError(f"ltp_segments: sweeps the ltp CLA's segment size; clas must be [ltp], not {self.clas}")
-        self._check_bundle_limits()
-        self._check_sizes()
-        self._check_ltp_peers()
-        return self
 
-    def _check_bundle_limits(self) -> None:
+    def _check_clas(self) -> None:
         """Every DtnSpec field checked once per CLA, and the largest bundle against that CLA's limits."""
-        for cla in self.clas:
+        for cla in self.clas:  # every DtnSpec field checked once, and the largest bundle against the limits
             try:
                 piece = DtnSpec(**{**self.dtn, "cla": cla, "routing": self.routings[0]})
             except ValueError as exc:
@@ -261,7 +264,7 @@ class DtnExperiment(ExperimentModel):
                 raise ValueError(f"bundle_sizes {max(self.bundle_sizes)}: larger than {why}")
 
     def _check_sizes(self) -> None:
-        """At every swarm size: the contact plan names its nodes, the fault timeline fits the run."""
+        """The contact plan and the fault timeline against the nodes of every size."""
         for size in self.sizes:
             nodes = swarm_nodes(size)
             plan = self.contact_plan(nodes)
@@ -273,7 +276,7 @@ class DtnExperiment(ExperimentModel):
                 raise ValueError(str(exc)) from None
 
     def _check_ltp_peers(self) -> None:
-        """cla: ltp: every LTP peer has a delay and a rate to pace at (planned once per test, first repeat)."""
+        """cla: ltp: every LTP peer has a delay and a rate to pace at."""
         for test in self.tests():
             if test.cla == "ltp" and test.repeat == 1:
                 try:

@@ -19,6 +19,8 @@ import re
 from datetime import datetime, timezone
 from typing import Iterable, Optional
 
+from flightsw import protocol as proto
+
 DTN_EPOCH = 946_684_800  # RFC 9171: DTN time counts milliseconds since 2000-01-01T00:00:00Z
 
 BUNDLE_COLUMNS = ["run_id", "test_id", "src", "dst", "seq", "bid", "size", "created_ts", "accepted_ts",
@@ -49,7 +51,7 @@ def read_events(text: str) -> list[dict]:
             obj = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(obj, dict) and "ev" in obj:
+        if isinstance(obj, dict) and proto.EV in obj:
             out.append(obj)
     return out
 
@@ -103,28 +105,34 @@ def bundle_rows(sent: dict[str, list[dict]], received: dict[str, list[dict]],
     """One row per bundle sent. `sent`/`received`: node -> its traffic events; `agent_logs`: node -> its
     parse_dtnd_log events (optional, for the agent's own delivery stamp). A bundle received more than once
     (epidemic copies, a retransmission) is one row with `copies` > 1 and the first delivery's time."""
-    first, copies = _first_receptions(received)
-    agent_delivery = _agent_deliveries(agent_logs or {})
+    first, copies = _first_deliveries(received)
+    agent_delivery: dict[tuple[str, str], float] = {}
+    for node, events in (agent_logs or {}).items():
+        for ev in events:
+            if ev["kind"] == "delivered":
+                agent_delivery.setdefault((node, ev["bid"]), ev["t"])
     rows = []
     for node, events in sent.items():
         for ev in events:
-            if ev.get("ev") != "sent":
+            if ev.get(proto.EV) != proto.EV_SENT:
                 continue
             dst = node_of(ev["dst"])
             key = (node, dst, int(ev["seq"]))
-            rows.append(_bundle_row(ev, node, dst, first.get(key), copies.get(key, 0), agent_delivery, run_id, test_id))
+            rows.append({"run_id": run_id, "test_id": test_id, "src": node, "dst": dst, "seq": int(ev["seq"]),
+                         **_delivery(ev, first.get(key), agent_delivery, dst), "copies": copies.get(key, 0),
+                         "error": ev.get("error", "") if not ev.get("ok", True) else ""})
     rows.sort(key=lambda r: (r["created_ts"], r["src"], r["seq"]))
     return rows
 
 
-def _first_receptions(received: dict[str, list[dict]]
-                      ) -> tuple[dict[tuple[str, str, int], dict], dict[tuple[str, str, int], int]]:
-    """Per (source, receiver, seq): the earliest `recv` event, and how many copies arrived."""
+def _first_deliveries(received: dict[str, list[dict]]) -> tuple[dict[tuple[str, str, int], dict],
+                                                                 dict[tuple[str, str, int], int]]:
+    """Per (source, destination, sequence): the first `recv` event and how many copies arrived."""
     first: dict[tuple[str, str, int], dict] = {}
     copies: dict[tuple[str, str, int], int] = {}
     for node, events in received.items():
         for ev in events:
-            if ev.get("ev") != "recv" or ev.get("seq") is None:
+            if ev.get(proto.EV) != proto.EV_RECV or ev.get("seq") is None:
                 continue
             key = (node_of(ev["src"]), node, int(ev["seq"]))
             copies[key] = copies.get(key, 0) + 1
@@ -133,30 +141,15 @@ def _first_receptions(received: dict[str, list[dict]]
     return first, copies
 
 
-def _agent_deliveries(agent_logs: dict[str, list[dict]]) -> dict[tuple[str, str], float]:
-    """(node, bundle id) -> when the node's agent first logged it delivered."""
-    out: dict[tuple[str, str], float] = {}
-    for node, events in agent_logs.items():
-        for ev in events:
-            if ev["kind"] == "delivered":
-                out.setdefault((node, ev["bid"]), ev["t"])
-    return out
-
-
-def _bundle_row(ev: dict, node: str, dst: str, got: Optional[dict], copies: int,
-                agent_delivery: dict[tuple[str, str], float], run_id: str, test_id: str) -> dict:
-    """The row of one sent bundle (`ev`), with its first reception `got` (None: not delivered)."""
+def _delivery(ev: dict, got: dict | None, agent_delivery: dict[tuple[str, str], float], dst: str) -> dict:
+    """The columns of a sent bundle's row from its `sent` event and its first delivery (None: not delivered),
+    in bundles.csv's order from "bid" to "delivered"."""
     bid = got["bid"] if got else ""
-    return {
-        "run_id": run_id, "test_id": test_id, "src": node, "dst": dst, "seq": int(ev["seq"]), "bid": bid,
-        "size": int(ev["size"]), "created_ts": round(ev["t"], 6), "accepted_ts": round(ev.get("t_ack", ev["t"]), 6),
-        "delivered_ts": round(got["t"], 6) if got else "",
-        "agent_delivered_ts": round(agent_delivery[(dst, bid)], 3) if got and (dst, bid) in agent_delivery else "",
-        "latency_s": round(got["t"] - ev["t"], 6) if got else "",
-        "hops": got.get("hops") if got and got.get("hops") is not None else "",
-        "delivered": got is not None, "copies": copies,
-        "error": ev.get("error", "") if not ev.get("ok", True) else "",
-    }
+    return {"bid": bid, "size": int(ev["size"]), "created_ts": round(ev["t"], 6),
+            "accepted_ts": round(ev.get("t_ack", ev["t"]), 6), "delivered_ts": round(got["t"], 6) if got else "",
+            "agent_delivered_ts": round(agent_delivery[(dst, bid)], 3) if got and (dst, bid) in agent_delivery else "",
+            "latency_s": round(got["t"] - ev["t"], 6) if got else "",
+            "hops": got.get("hops") if got and got.get("hops") is not None else "", "delivered": got is not None}
 
 
 def store_rows(samples: dict[str, list[dict]], t0: float, run_id: str = "", test_id: str = "") -> list[dict]:
@@ -164,7 +157,7 @@ def store_rows(samples: dict[str, list[dict]], t0: float, run_id: str = "", test
     rows = []
     for node, events in samples.items():
         for ev in events:
-            if ev.get("ev") != "store":
+            if ev.get(proto.EV) != proto.EV_STORE:
                 continue
             c = ev.get("constraints", {})
             rows.append({"run_id": run_id, "test_id": test_id, "node": node, "t_s": round(ev["t"] - t0, 3),

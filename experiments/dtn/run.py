@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import threading
 import time
 from pathlib import Path
@@ -26,13 +25,15 @@ from typing import Callable, Optional
 from experiments.dtn.model import MAX_RATE, DtnExperiment, DtnTest, flows, swarm_nodes
 from experiments.dtn.parse import (ltp_handovers, BUNDLE_COLUMNS, STORE_COLUMNS, bundle_rows, figures, parse_dtnd_log, read_events,
                                    store_rows)
+from experiments.loop import RunContext, Loop, run_tests
 from experiments.store import HostSampler, ResultsStore, host_facts
 from experiments.timeline import FaultEvent, FaultTimeline
 from swarm.dtn.contacts import down_windows
 from swarm.dtn.plan import node_rtts
 from swarm.runtime.dtn import link_delays_ms
 from swarm.errors import RuntimeFailure
-from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
+from flightsw import protocol as proto
+from swarm.runtime.swarm import Swarm
 from swarm.spec.model import SwarmSpec
 
 IP_PORT = 5999
@@ -69,11 +70,9 @@ def traffic_plans(exp: DtnExperiment, test: DtnTest, isl_ips: dict[str, str], re
     expect: dict[str, int] = {}
     plans: dict[str, dict] = {}
     for n in nodes:
-        plans[n] = {"node": n, "port": web_port, "service": "in", "flows": [], "release": release,
-                    "duration": exp.duration, "drain": exp.drain, "lifetime": exp.lifetime,
-                    "receive": False, "store_interval": exp.store_interval}
+        plans[n] = proto.dtn_plan(n, web_port, release, exp.duration, exp.drain, exp.lifetime, exp.store_interval)
     for src, dst in pairs:
-        plans[src]["flows"].append({"dst": dst, "size": test.bundle_size, "rate": test.rate, "count": count})
+        plans[src]["flows"].append(proto.dtn_flow(dst, test.bundle_size, test.rate, count))
         plans[dst]["receive"] = True
         expect[dst] = expect.get(dst, 0) + (count or 0)
     for n, plan in plans.items():
@@ -85,8 +84,8 @@ def traffic_plans(exp: DtnExperiment, test: DtnTest, isl_ips: dict[str, str], re
     if exp.probe_ip():
         probes = probe_pairs(exp.pattern, nodes)
         for n, plan in plans.items():
-            dsts = [{"dst": d, "ip": isl_ips[d]} for s, d in probes if s == n]
-            plan["ip_probe"] = {"bind": isl_ips[n], "port": IP_PORT, "rate": exp.ip_probe_rate, "dsts": dsts}
+            dsts = [(d, isl_ips[d]) for s, d in probes if s == n]
+            plan["ip_probe"] = proto.dtn_probe(isl_ips[n], IP_PORT, exp.ip_probe_rate, dsts)
     return plans
 
 
@@ -101,11 +100,12 @@ def probe_pairs(pattern: str, nodes: list[str]) -> list[tuple[str, str]]:
 def ip_rows(sent: dict[str, list[dict]], received: dict[str, list[dict]], release: float, run_id: str,
             test_id: str) -> list[dict]:
     """Per directed pair and second since release: UDP probe datagrams sent, received, lost (pure)."""
-    got = {(ev["src"], node, ev["seq"]) for node, evs in received.items() for ev in evs if ev.get("ev") == "ip_recv"}
+    got = {(ev["src"], node, ev["seq"]) for node, evs in received.items() for ev in evs
+           if ev.get(proto.EV) == proto.EV_IP_RECV}
     bins: dict[tuple[str, str, int], list[int]] = {}
     for node, evs in sent.items():
         for ev in evs:
-            if ev.get("ev") != "ip_sent":
+            if ev.get(proto.EV) != proto.EV_IP_SENT:
                 continue
             key = (node, ev["dst"], int(math.floor(ev["t"] - release)))
             b = bins.setdefault(key, [0, 0])
@@ -130,7 +130,7 @@ class TrafficReader(threading.Thread):
                 f.write(line)
                 f.flush()
                 self.lines.append(line)
-                if line.startswith('{"ev":"recv_done"'):
+                if proto.is_event(line, proto.EV_RECV_DONE):
                     self.finished_receiving = True
 
 
@@ -167,68 +167,104 @@ def _record_ltp(agents, dtnd_logs: dict[str, str], raw: Path, store: ResultsStor
     store.append("ltp.csv", LTP_COLUMNS, ltp_rows)
 
 
-def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Optional[str],
-             message: Callable[[str], None], progress: Callable[[float, float, str], None]) -> dict:
-    """One test, start to finish; returns its tests.csv row."""
-    wall = time.time()
-    spec = exp.swarm_spec(test)
-    swarm = Swarm(spec, backend=backend or exp.backend, message=message)
-    raw = store.dir / "raw" / test.test_id
-    raw.mkdir(parents=True, exist_ok=True)
-    procs: dict = {}
-    timeline = None
-    try:
-        swarm.up()
-        agents = swarm.dtn
-        if not (store.dir / "swarm.json").exists():
-            (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
-            (store.dir / "swarm.json").write_text(json.dumps({"backend": swarm.backend.name}))
-        nodes = swarm_nodes(test.size)
-        contact = exp.contact_events(nodes)
-        initial = [e for e in contact if e.at == 0 and e.action == "down"]
-        later = [FaultEvent(at=e.at, **({"cut": [e.a, e.b]} if e.action == "down" else {"heal": [e.a, e.b]}))
-                 for e in contact if not (e.at == 0 and e.action == "down") and e.at < exp.duration + exp.drain]
-        fault_rows = _cut_before_release(swarm.links, initial, store.run_id, test.test_id)
-        setup = time.time() - wall
-        release = time.time() + RELEASE_LEAD_S
-        if contact and agents.ltp:  # cla: ltp: no sending and retransmission timers suspended while down
-            agents.set_ltp_down(down_windows(contact, exp.duration + exp.drain), release)
+class DtnCase:
+    """One test of a `dtn` experiment on its swarm, once that is up: the traffic programs, the contact plan and
+    faults on a timeline from one release instant, then the tables (`run`)."""
+
+    def __init__(self, ctx: RunContext):
+        self.ctx, self.exp, self.store = ctx, ctx.exp, ctx.store
+        self.wall = time.time()  # when the test's swarm started coming up (its setup_s and wall_s count from here)
+
+    def starting(self, test: DtnTest, i: int, n: int) -> None:
+        self.wall = time.time()
+        (self.store.dir / "raw" / test.test_id).mkdir(parents=True, exist_ok=True)
+        self.ctx.progress(0, self.exp.duration + self.exp.drain, f"{test.test_id}: swarm up")
+        self.ctx.message(f"test {i}/{n}: {test.test_id}")
+
+    def run(self, swarm: Swarm, test: DtnTest) -> dict:
+        """One test, start to finish on a swarm that is up; returns its tests.csv row."""
+        exp, store = self.exp, self.store
+        raw = store.dir / "raw" / test.test_id
+        procs: dict = {}
+        timeline = None
+        try:
+            if not (store.dir / "swarm.json").exists():
+                (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
+                (store.dir / "swarm.json").write_text(json.dumps({"backend": swarm.backend.name}))
+            nodes = swarm_nodes(test.size)
+            contact = exp.contact_events(nodes)
+            initial = [e for e in contact if e.at == 0 and e.action == "down"]
+            later = [FaultEvent(at=e.at, **({"cut": [e.a, e.b]} if e.action == "down" else {"heal": [e.a, e.b]}))
+                     for e in contact if not (e.at == 0 and e.action == "down") and e.at < exp.duration + exp.drain]
+            fault_rows = _cut_before_release(swarm.links, initial, store.run_id, test.test_id)
+            setup = time.time() - self.wall
+            release = time.time() + RELEASE_LEAD_S
+            if contact and swarm.dtn.ltp:  # cla: ltp: no sending and retransmission timers suspended while down
+                swarm.dtn.set_ltp_down(down_windows(contact, exp.duration + exp.drain), release)
+            plans, readers = self._start_programs(swarm, test, release, raw, procs)
+            timeline = FaultTimeline(swarm.links, list(exp.faults) + later, test.test_id, store.run_id, self.ctx.message)
+            timeline.start(release)
+            with HostSampler() as sampler:
+                self._wait(test, plans, procs, readers, release, timeline)
+            for r in readers.values():
+                r.join(10)
+            fault_rows += timeline.finish(restore=False, timeout=5)
+            timeline = None
+            return self._tables(swarm, test, procs, readers, fault_rows, release, sampler.summary(), setup)
+        finally:
+            if timeline is not None:
+                timeline.stop()
+                timeline.finish(restore=False, timeout=5)
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+
+    def _start_programs(self, swarm: Swarm, test: DtnTest, release: float, raw: Path,
+                        procs: dict) -> tuple[dict[str, dict], dict[str, TrafficReader]]:
+        """Every node's traffic program with its plan (nodes with nothing to send, receive or sample get none)."""
+        agents, nodes = swarm.dtn, swarm_nodes(test.size)
         isl = {n.name: n.isl_ip for n in swarm.nodes}
         port = agents.piece(nodes[0]).web_port
         rtt = max(node_rtts(nodes, link_delays_ms(swarm.spec.links, nodes)).values(), default=0.0)
-        plans = traffic_plans(exp, test, isl, release, port, rtt)
+        plans = traffic_plans(self.exp, test, isl, release, port, rtt)
         readers = {}
         for node, plan in plans.items():
-            if not plan["flows"] and not plan["receive"] and not exp.store_interval:
+            if not plan["flows"] and not plan["receive"] and not self.exp.store_interval:
                 continue
-            proc = swarm.runner.popen(agents.traffic_argv(node, "run", "-"))
+            proc = swarm.runner.popen(agents.traffic_argv(node, proto.DTN_RUN, proto.STDIN))
             proc.stdin.write(json.dumps(plan))
             proc.stdin.close()
             procs[node] = proc
             readers[node] = TrafficReader(proc, raw / f"{node}.traffic.jsonl")
             readers[node].start()
-        timeline = FaultTimeline(swarm.links, list(exp.faults) + later, test.test_id, store.run_id, message)
-        timeline.start(release)
+        return plans, readers
+
+    def _wait(self, test: DtnTest, plans: dict[str, dict], procs: dict, readers: dict[str, TrafficReader],
+              release: float, timeline: FaultTimeline) -> None:
+        """Until every program ended: once every receiver finished (after the sending time), a last store
+        sample or two, then the rest is stopped; RuntimeFailure a minute past the horizon."""
+        exp = self.exp
         horizon = exp.duration + exp.drain
         receivers = [n for n, p in plans.items() if p["receive"] and n in procs]
-        with HostSampler() as sampler:
-            while any(p.poll() is None for p in procs.values()):
-                elapsed = time.time() - release
-                if elapsed > exp.duration + 1 and receivers and all(readers[n].finished_receiving for n in receivers):
-                    time.sleep(min(2.0, exp.store_interval * 2))  # a last store sample or two, then stop the rest
-                    for p in procs.values():
-                        if p.poll() is None:
-                            p.terminate()
-                    continue
-                if elapsed > horizon + 60:
-                    raise RuntimeFailure(f"test {test.test_id}: traffic programs still running {horizon + 60:.0f} s "
-                                         "after the release")
-                progress(max(0.0, min(elapsed, horizon)), horizon, f"{test.test_id}: {len(timeline.rows)} faults applied")
-                time.sleep(0.5)
-        for r in readers.values():
-            r.join(10)
-        fault_rows += timeline.finish(restore=False, timeout=5)
-        timeline = None
+        while any(p.poll() is None for p in procs.values()):
+            elapsed = time.time() - release
+            if elapsed > exp.duration + 1 and receivers and all(readers[n].finished_receiving for n in receivers):
+                time.sleep(min(2.0, exp.store_interval * 2))  # a last store sample or two, then stop the rest
+                for p in procs.values():
+                    if p.poll() is None:
+                        p.terminate()
+                continue
+            if elapsed > horizon + 60:
+                raise RuntimeFailure(f"test {test.test_id}: traffic programs still running {horizon + 60:.0f} s "
+                                     "after the release")
+            self.ctx.progress(max(0.0, min(elapsed, horizon)), horizon, f"{test.test_id}: {len(timeline.rows)} faults applied")
+            time.sleep(0.5)
+
+    def _tables(self, swarm: Swarm, test: DtnTest, procs: dict, readers: dict[str, TrafficReader],
+                fault_rows: list[dict], release: float, host: dict, setup: float) -> dict:
+        """raw/ (agents' logs), bundles.csv, store.csv, ip.csv, faults.csv, ltp.csv and the tests.csv row."""
+        exp, store, message = self.exp, self.store, self.ctx.message
+        agents, raw, nodes = swarm.dtn, store.dir / "raw" / test.test_id, swarm_nodes(test.size)
         for node, proc in procs.items():
             err = proc.stderr.read() if proc.stderr else ""
             if proc.returncode not in (0, -15):  # -15: stopped by us once every bundle had arrived
@@ -251,26 +287,19 @@ def run_test(exp: DtnExperiment, test: DtnTest, store: ResultsStore, backend: Op
         if fault_rows:
             store.append_faults(fault_rows)
         m = figures(bundles, stores, BUNDLE_OVERHEAD)
+        spec = exp.swarm_spec(test)  # the test's swarm as the experiment wrote it (segment, MTU)
         row = {"run_id": store.run_id, "test_id": test.test_id, "pattern": exp.pattern, "size": test.size,
                "nodes": len(nodes), "cla": test.cla, "routing": test.routing, "profile": test.profile,
                "bundle_size": test.bundle_size, "rate": "max" if test.rate == MAX_RATE else test.rate,
                "repeat": test.repeat, "flows": len(flows(exp.pattern, nodes)), "duration_s": exp.duration,
                "drain_s": exp.drain, "release_ts": round(release, 6), **_rounded(m),
                "ip_sent": sum(r["sent"] for r in ips), "ip_lost": sum(r["lost"] for r in ips),
-               **sampler.summary(), "agents_ready_s": round(swarm.dtn_seconds or 0.0, 3),
-               "setup_s": round(setup, 3), "wall_s": round(time.time() - wall, 3),
+               **host, "agents_ready_s": round(swarm.dtn_seconds or 0.0, 3),
+               "setup_s": round(setup, 3), "wall_s": round(time.time() - self.wall, 3),
                "ltp_segment": (spec.defaults.dtn.ltp.segment if test.cla == "ltp" and spec.defaults.dtn else ""),
                "isl_mtu": spec.networks.isl.mtu}
         store.append("tests.csv", DTN_TEST_COLUMNS, [row])
         return row
-    finally:
-        if timeline is not None:
-            timeline.stop()
-            timeline.finish(restore=False, timeout=5)
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-        swarm.down()
 
 
 def _rounded(m: dict) -> dict:
@@ -282,18 +311,21 @@ def run_dtn_experiment(exp: DtnExperiment, store: ResultsStore, *, backend: Opti
                        message: Callable[[str], None] = lambda m: None,
                        progress: Callable[[float, float, str], None] = lambda d, t, w: None) -> Path:
     """Every test of the sweep, in order, into `store`; returns the run folder."""
-    previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
-    try:
-        tests = exp.tests()
-        for i, test in enumerate(tests, start=1):
-            progress(0, exp.duration + exp.drain, f"{test.test_id}: swarm up")
-            message(f"test {i}/{len(tests)}: {test.test_id}")
-            row = run_test(exp, test, store, backend, message, progress)
-            message(f"  delivered {row['bundles_delivered']}/{row['bundles_sent']} bundles, "
+    return run(RunContext(exp, store, backend=backend, message=message, progress=progress))
+
+
+def run(ctx: RunContext) -> Path:
+    """The `dtn` type's run (experiments/registry.py), through the one run loop: a fresh swarm per test."""
+    exp = ctx.exp
+    case = DtnCase(ctx)
+
+    def after(_test: DtnTest, row: dict) -> None:
+        ctx.message(f"  delivered {row['bundles_delivered']}/{row['bundles_sent']} bundles, "
                     f"goodput {row['goodput_bps'] / 1e6:.1f} Mbit/s, latency p95 {row['latency_p95_s']} s")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return store.dir
+
+    run_tests(ctx, Loop(tests=exp.tests(), swarm_of=exp.swarm_spec, run_test=case.run, resumable=False,
+                            starting=case.starting, after=after, announce_up=False))
+    return ctx.store.dir
 
 
 def test_swarms(exp: DtnExperiment) -> list[SwarmSpec]:

@@ -24,7 +24,7 @@ what a contact-graph router loading the exported plan would have planned for the
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 from experiments.dtn.parse import BUNDLE_COLUMNS, percentile
 from swarm.dtn.contacts import (Contact, ContactPlan, Range, earliest_arrival, ion_load, open_intervals, pair,
@@ -127,28 +127,22 @@ def _given(v) -> bool:
 def summary(rows: list[dict]) -> dict:
     """Created, deliverable per plan, delivered (and early), latency vs the plan's earliest (p50/p95)."""
     got = [r for r in rows if r["delivered"] is True or r["delivered"] in ("True", 1)]
-    return {**_counts(rows, got), **_latencies(got), **_routes(rows, got)}
-
-
-def _counts(rows: list[dict], got: list[dict]) -> dict:
-    return {"bundles_created": len(rows), "deliverable_per_plan": sum(1 for r in rows if _given(r["plan_earliest_s"])),
-            "bundles_delivered": len(got), "delivered_early": sum(1 for r in rows if r["outcome"] == "early"),
-            "missed": sum(1 for r in rows if r["outcome"] == "missed")}
-
-
-def _routes(rows: list[dict], got: list[dict]) -> dict:
-    return {"last_hop_in_contact": sum(1 for r in got if r["last_hop_in_contact"] in (True, "True")),
-            "last_hop_known": sum(1 for r in got if _given(r["last_hop"])),
-            "deliverable_per_routers": sum(1 for r in rows if _given(r.get("router_earliest_s", "")))}
-
-
-def _latencies(got: list[dict]) -> dict:
     lat = [float(r["latency_s"]) for r in got]
     plan_lat = [float(r["plan_latency_s"]) for r in got if _given(r["plan_latency_s"])]
     slack = [float(r["slack_s"]) for r in got if _given(r["slack_s"])]
-    return {"latency_p50_s": percentile(lat, 50), "latency_p95_s": percentile(lat, 95),
+    return {"bundles_created": len(rows), "deliverable_per_plan": _count(rows, lambda r: _given(r["plan_earliest_s"])),
+            "bundles_delivered": len(got), "delivered_early": _count(rows, lambda r: r["outcome"] == "early"),
+            "missed": _count(rows, lambda r: r["outcome"] == "missed"),
+            "latency_p50_s": percentile(lat, 50), "latency_p95_s": percentile(lat, 95),
             "plan_latency_p50_s": percentile(plan_lat, 50), "plan_latency_p95_s": percentile(plan_lat, 95),
-            "slack_p50_s": percentile(slack, 50), "slack_p95_s": percentile(slack, 95)}
+            "slack_p50_s": percentile(slack, 50), "slack_p95_s": percentile(slack, 95),
+            "last_hop_in_contact": _count(got, lambda r: r["last_hop_in_contact"] in (True, "True")),
+            "last_hop_known": _count(got, lambda r: _given(r["last_hop"])),
+            "deliverable_per_routers": _count(rows, lambda r: _given(r.get("router_earliest_s", "")))}
+
+
+def _count(rows: list[dict], test: Callable[[dict], bool]) -> int:
+    return sum(1 for r in rows if test(r))
 
 
 __all__ = ["ORBIT_BUNDLE_COLUMNS", "judge", "last_hops", "summary", "held_longer", "router_plan"]

@@ -8,8 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from netem.spec.orbits import parse_orbits
 from swarm.spec.dtn import DtnSpec, parse_size
 from experiments.base import ExperimentModel
-from swarm.spec.documents import validate_document
-from swarm.spec.model import SwarmSpec, spec_from_dict
+from swarm.spec.model import SwarmSpec, spec_from_dict, validate_document
 from swarm.units import parse_duration
 
 
@@ -113,29 +112,32 @@ class OrbitsExperiment(ExperimentModel):
                 raise ValueError(f"swarm.{key}: set by the experiment (the nodes are the orbit plan's)")
         names = spec.node_names()
         self._check_probes(names)
-        if self.contact_plan_numbers is not None:
-            missing = [n for n in names if n not in self.contact_plan_numbers]
-            if missing:
-                raise ValueError(f"contact_plan_numbers: no number for node {missing[0]!r}")
         if self.dtn is not None:
-            self._check_dtn(self.dtn, spec.duration, names)
+            self._check_dtn(spec, names)
         self.swarm_spec()
         return self
 
     def _check_probes(self, names: list[str]) -> None:
+        """Probe pairs and contact-plan numbers name the plan's nodes."""
         for pair in self.probes:
             if len(pair) != 2 or pair[0] == pair[1]:
                 raise ValueError(f"probes: {pair!r}: expected two different nodes [a, b]")
             for n in pair:
                 if n not in names:
                     raise ValueError(f"probes: node {n!r} is not a node of the orbit plan")
+        if self.contact_plan_numbers is not None:
+            missing = [n for n in names if n not in self.contact_plan_numbers]
+            if missing:
+                raise ValueError(f"contact_plan_numbers: no number for node {missing[0]!r}")
 
-    def _check_dtn(self, dtn: OrbitsDtn, duration: float, names: list[str]) -> None:
-        """The `dtn:` section against the plan: its flows' nodes exist, each has a source, sending ends in time."""
+    def _check_dtn(self, spec: Any, names: list[str]) -> None:
+        """`dtn:`: the agent piece is the experiment's, flows name the plan's nodes and send within the plan."""
+        dtn = self.dtn
+        assert dtn is not None
         if "dtn" in self.swarm.get("defaults", {}):
             raise ValueError("swarm.defaults.dtn: set by the experiment (top-level dtn.agent)")
-        if dtn.send_until is not None and dtn.send_until > duration:
-            raise ValueError(f"dtn.send_until {dtn.send_until:g} s: after the plan's end ({duration:g} s)")
+        if dtn.send_until is not None and dtn.send_until > spec.duration:
+            raise ValueError(f"dtn.send_until {dtn.send_until:g} s: after the plan's end ({spec.duration:g} s)")
         for i, f in enumerate(dtn.flows):
             srcs = [] if f.src == "satellites" else [f.src] if isinstance(f.src, str) else f.src
             for n in [*srcs, f.to]:

@@ -27,10 +27,10 @@ raw/dtn/ (the traffic programs' events and the agents' logs) and run.json's "dtn
 from __future__ import annotations
 
 import json
-import signal
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
 import pandas as pd
@@ -43,7 +43,8 @@ from netem.orbits.export import node_numbers, to_hdtn_json, to_ion, to_ion_exact
 from netem.orbits.planner import Plan, plan as make_plan
 from netem.orbits.records import LINK_COLUMNS, PROBE_COLUMNS, against_plan, parse_ping, ping_argv
 from netem.runtime.orbits import LinkTimelineDriver
-from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
+from experiments.loop import RunContext, Loop, run_tests
+from swarm.runtime.swarm import Swarm
 
 
 EXACT_PLAN = "contact-plan.exact.ion"  # the same timeline at ms resolution, node names: what bundles are judged on
@@ -65,79 +66,95 @@ def run_orbits_experiment(exp: OrbitsExperiment, results_root: Path | None = Non
                           store: ResultsStore | None = None, backend: str | None = None,
                           message: Callable[[str], None] = lambda m: None,
                           progress: Callable[[float, float, str], None] = lambda d, t, w: None) -> Path:
+    if store is None:
+        Swarm(exp.swarm_spec(), backend=backend or exp.backend).backend.check_available()
+        store = ResultsStore.create(Path(results_root or "results"), exp, host_facts())
+    return run(RunContext(exp, store, backend=backend, message=message, progress=progress))
+
+
+def run(ctx: RunContext) -> Path:
+    """The `orbits` type's run (experiments/registry.py): plan, then one swarm and one timed test through the one
+    run loop, then the probes' table."""
+    exp, store, message, progress = ctx.exp, ctx.store, ctx.message, ctx.progress
     progress(0, 1, "planning")
     plan = make_plan(exp.orbits_spec())
     for w in plan.warnings:
         message(f"warning: {w}")
-    swarm = Swarm(exp.swarm_spec(), backend=backend or exp.backend, message=message)
-    if store is None:
-        swarm.backend.check_available()
-        store = ResultsStore.create(Path(results_root), exp, host_facts())
     plan.timeline.to_csv(store.dir / "timeline.csv", index=False)
     plan.contacts().to_csv(store.dir / "contacts.csv", index=False)
     message(f"run folder: {store.dir}")
     message(f"plan: {len(plan.nodes)} nodes, {len(plan.links())} links ever up, {len(plan.timeline)} timeline rows, "
             f"{plan.duration:g} s of orbit at x{exp.speedup:g} = {plan.duration / exp.speedup:.0f} s")
-    previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     probes: list[tuple[str, str, Any, Path]] = []
+    run_tests(ctx, Loop(
+        tests=[SimpleNamespace(test_id="orbits")], swarm_of=lambda _t: exp.swarm_spec(), resumable=False,
+        announce_up=False, run_test=lambda swarm, _t: _follow(ctx, swarm, plan, probes),
+        starting=lambda *_: progress(0, plan.duration / exp.speedup, "bringing the swarm up")))
+    _tidy_probes(store, plan, exp, probes)
+    return store.dir
+
+
+def _follow(ctx: RunContext, swarm: Swarm, plan: Plan, probes: list) -> dict:
+    """The links follow the plan from one release instant, with the probes and the bundle traffic beside them;
+    run.json. Everything started here is stopped before the swarm goes down (also on an error)."""
+    exp, store, message = ctx.exp, ctx.store, ctx.message
     driver = None
     traffic = None
     try:
-        progress(0, plan.duration / exp.speedup, "bringing the swarm up")
-        swarm.up()
-        try:
-            (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
-            driver = LinkTimelineDriver(swarm.links, plan, speedup=exp.speedup, workers=exp.workers, message=message,
-                                        run_id=store.run_id, on_rows=lambda rows: store.append("links.csv",
-                                                                                                LINK_COLUMNS, rows))
-            initial_s = driver.prepare()
-            # contact plans, probes and bundles start at one known instant
-            release = time.time() + (RELEASE_LEAD_S if exp.dtn else 1.0)
-            write_contact_plans(plan, store.dir, release, exp.speedup, exp.contact_plan_numbers)
-            wall = plan.duration / exp.speedup
-            if exp.dtn is not None:
-                traffic = DtnTraffic(exp, swarm, store, message)
-                traffic.start(release, wall)
-            for a, b in exp.probes:
-                raw = store.raw_path("probes", f"{a}__{b}").with_suffix(".txt")
-                argv = swarm.backend.exec_prefix(swarm.name, a) + ping_argv(
-                    swarm.node(b).isl_ip, exp.probe_interval, wall + 1.0, swarm.node(a).isl_ip)
-                probes.append((a, b, swarm.runner.start(argv, stdout_path=str(raw)), raw))
-            (store.dir / "run.json").write_text(json.dumps({"release_ts": release, "speedup": exp.speedup,
-                                                            "duration_plan_s": plan.duration, "wall_s": wall,
-                                                            "initial_s": round(initial_s, 3),
-                                                            "backend": swarm.backend.name}))
-            summary = driver.run(release=release, progress=progress)
-            meta = json.loads((store.dir / "run.json").read_text()) | {"driver": summary}
-            if traffic is not None:
-                traffic.wait(progress)
-                # a link goes down at most the slowest update's lag late: bundles are judged with that slack
-                tolerance = (summary.get("step_lag_ms_max") or 0.0) / 1000 + 0.05
-                routers, refused = router_plan((store.dir / ION_PLAN).read_text(),
-                                               node_numbers(plan, exp.contact_plan_numbers), release, ION_PLAN)
-                meta["dtn"] = traffic.collect(store.dir / EXACT_PLAN, tolerance, routers) | {
-                    "tolerance_s": round(tolerance, 3), "router_plan_refused": refused}
-                message("dtn: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                                            for k, v in meta["dtn"].items()))
-            (store.dir / "run.json").write_text(json.dumps(meta, indent=1))
-            message(f"driver: {summary}")
-        finally:
-            if traffic is not None:
-                traffic.stop()
-            if driver is not None:
-                driver.close()
-            for _a, _b, proc, _raw in probes:
-                if proc.poll() is None:
-                    try:
-                        proc.wait(timeout=3)
-                    except Exception:
-                        proc.terminate()
-                        proc.wait(timeout=5)
-            swarm.down()
+        (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
+        driver = LinkTimelineDriver(swarm.links, plan, speedup=exp.speedup, workers=exp.workers, message=message,
+                                    run_id=store.run_id, on_rows=lambda rows: store.append("links.csv",
+                                                                                            LINK_COLUMNS, rows))
+        initial_s = driver.prepare()
+        # contact plans, probes and bundles start at one known instant
+        release = time.time() + (RELEASE_LEAD_S if exp.dtn else 1.0)
+        write_contact_plans(plan, store.dir, release, exp.speedup, exp.contact_plan_numbers)
+        wall = plan.duration / exp.speedup
+        if exp.dtn is not None:
+            traffic = DtnTraffic(exp, swarm, store, message)
+            traffic.start(release, wall)
+        for a, b in exp.probes:
+            raw = store.raw_path("probes", f"{a}__{b}").with_suffix(".txt")
+            argv = swarm.backend.exec_prefix(swarm.name, a) + ping_argv(
+                swarm.node(b).isl_ip, exp.probe_interval, wall + 1.0, swarm.node(a).isl_ip)
+            probes.append((a, b, swarm.runner.start(argv, stdout_path=str(raw)), raw))
+        (store.dir / "run.json").write_text(json.dumps({"release_ts": release, "speedup": exp.speedup,
+                                                        "duration_plan_s": plan.duration, "wall_s": wall,
+                                                        "initial_s": round(initial_s, 3),
+                                                        "backend": swarm.backend.name}))
+        summary = driver.run(release=release, progress=ctx.progress)
+        meta = json.loads((store.dir / "run.json").read_text()) | {"driver": summary}
+        if traffic is not None:
+            meta["dtn"] = _judge_bundles(ctx, plan, traffic, summary, release)
+        (store.dir / "run.json").write_text(json.dumps(meta, indent=1))
+        message(f"driver: {summary}")
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    _tidy_probes(store, plan, exp, probes)
-    return store.dir
+        if traffic is not None:
+            traffic.stop()
+        if driver is not None:
+            driver.close()
+        for _a, _b, proc, _raw in probes:
+            if proc.poll() is None:
+                try:
+                    proc.wait(timeout=3)
+                except Exception:
+                    proc.terminate()
+                    proc.wait(timeout=5)
+    return {}
+
+
+def _judge_bundles(ctx: RunContext, plan: Plan, traffic: DtnTraffic, summary: dict, release: float) -> dict:
+    """Wait for the bundle traffic to end, judge every bundle against the plan; run.json's "dtn" summary."""
+    exp, store = ctx.exp, ctx.store
+    traffic.wait(ctx.progress)
+    # a link goes down at most the slowest update's lag late: bundles are judged with that slack
+    tolerance = (summary.get("step_lag_ms_max") or 0.0) / 1000 + 0.05
+    routers, refused = router_plan((store.dir / ION_PLAN).read_text(),
+                                   node_numbers(plan, exp.contact_plan_numbers), release, ION_PLAN)
+    dtn = traffic.collect(store.dir / EXACT_PLAN, tolerance, routers) | {
+        "tolerance_s": round(tolerance, 3), "router_plan_refused": refused}
+    ctx.message("dtn: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in dtn.items()))
+    return dtn
 
 
 def _tidy_probes(store: ResultsStore, plan: Plan, exp: OrbitsExperiment, probes) -> None:

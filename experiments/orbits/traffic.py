@@ -15,6 +15,7 @@ from experiments.dtn.parse import STORE_COLUMNS, bundle_rows, parse_dtnd_log, re
 from experiments.dtn.run import TrafficReader
 from experiments.orbits.bundles import ORBIT_BUNDLE_COLUMNS, judge, last_hops, summary
 from experiments.orbits.model import OrbitsExperiment
+from flightsw import protocol as proto
 from swarm.dtn.contacts import ContactPlan, parse_contact_plan
 
 if TYPE_CHECKING:
@@ -30,11 +31,10 @@ def traffic_plans(exp: OrbitsExperiment, release: float, wall_s: float, port: in
     d = exp.dtn
     assert d is not None
     send_s = (d.send_until if d.send_until is not None else exp.orbits_spec().duration) / exp.speedup
-    plans = {n: {"node": n, "port": port, "service": "in", "flows": [], "release": release, "duration": send_s,
-                 "drain": max(0.0, wall_s - send_s) + d.drain, "lifetime": d.lifetime, "receive": False,
-                 "store_interval": d.store_interval} for n in exp.orbits_spec().node_names()}
+    plans = {n: proto.dtn_plan(n, port, release, send_s, max(0.0, wall_s - send_s) + d.drain, d.lifetime,
+                               d.store_interval) for n in exp.orbits_spec().node_names()}
     for src, dst, flow in d.flows_by_source(exp.satellites()):
-        plans[src]["flows"].append({"dst": dst, "size": flow.size, "rate": flow.rate, "count": None})
+        plans[src]["flows"].append(proto.dtn_flow(dst, flow.size, flow.rate, None))
         plans[dst]["receive"] = True
     return plans
 
@@ -59,7 +59,7 @@ class DtnTraffic:
         plans = traffic_plans(self.exp, release, wall_s, port)
         self.until = release + max(p["duration"] + p["drain"] for p in plans.values())
         for node, plan in plans.items():
-            proc = self.swarm.runner.popen(agents.traffic_argv(node, "run", "-"))
+            proc = self.swarm.runner.popen(agents.traffic_argv(node, proto.DTN_RUN, proto.STDIN))
             proc.stdin.write(json.dumps(plan))
             proc.stdin.close()
             self.procs[node] = proc

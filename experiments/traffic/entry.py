@@ -3,16 +3,10 @@ from __future__ import annotations
 
 from analysis.traffic import write_sweep_report
 from experiments.kind import ExperimentType
+from experiments.traffic import run
 from experiments.traffic.model import experiment_from_dict, plan_tests
-from experiments.traffic.run import run_sweep
-
-
-def _run(exp, store, *, backend=None, message=lambda m: None, progress=lambda d, t, w: None, abort_on_error=False):
-    run_sweep(exp, store, backend=backend, abort_on_error=abort_on_error, message=message, progress=progress)
-    return store.dir
-
 
 TYPE = ExperimentType(
     name="traffic", summary="bandwidth and loss sweep over swarm sizes, protocols and rates", command="sweep",
-    from_dict=experiment_from_dict, swarms=lambda exp: [exp.swarm_spec(size) for size in sorted(set(exp.sizes))], run=_run,
-    report=write_sweep_report, count_tests=lambda exp: len(plan_tests(exp)))
+    from_dict=experiment_from_dict, swarms=lambda exp: [exp.swarm_spec(size) for size in sorted(set(exp.sizes))],
+    run=run.run, report=write_sweep_report, count_tests=lambda exp: len(plan_tests(exp)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from experiments.traffic.model import ExperimentSpec, Flow, TestCase, _ips, server_ip
 from experiments.traffic.iperf3 import FlowResult  # noqa: F401  (flow_result's type)
 from experiments.traffic.muxresult import flow_result  # noqa: F401  (pure, so analysis can read mux records)
+from flightsw import protocol as proto
 
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
 
@@ -34,14 +35,13 @@ def engine_plans(flows: list[Flow], exp: ExperimentSpec, test: TestCase) -> dict
 
     def plan_of(node) -> dict:
         if node.name not in plans:
-            plans[node.name] = {"protocol": test.protocol, "bind": server_ip(node, exp.network),
-                                "port": exp.base_port, "length": size_bytes(exp.iperf3.length),
-                                "interval": exp.iperf3.interval, "out": [], "in": []}
+            plans[node.name] = proto.mux_plan(test.protocol, server_ip(node, exp.network), exp.base_port,
+                                              size_bytes(exp.iperf3.length), exp.iperf3.interval)
         return plans[node.name]
 
     for f in flows:
         _src_ip, dst_ip = _ips(f, exp.network)
-        plan_of(f.src)["out"].append({"id": f.flow_id, "index": f.src.index, "dst": dst_ip, "port": exp.base_port,
-                                      "rate_bps": test.rate_bps if test.protocol == "udp" else None})
-        plan_of(f.dst)["in"].append({"id": f.flow_id, "index": f.src.index})
+        plan_of(f.src)["out"].append(proto.mux_out(f.flow_id, f.src.index, dst_ip, exp.base_port,
+                                                   test.rate_bps if test.protocol == "udp" else None))
+        plan_of(f.dst)["in"].append(proto.mux_in(f.flow_id, f.src.index))
     return plans

@@ -1,4 +1,5 @@
-"""Sweep executor (the results store it writes into is experiments/store.py).
+"""Sweep executor (the results store it writes into is experiments/store.py; one test: experiments/traffic/cases.py;
+the loop over sizes and tests: experiments/loop.py).
 
 For each swarm size the swarm is brought up once; each test then
 1. starts one one-off iperf3 server per directed flow on every destination (one `agent servers` call per
@@ -15,461 +16,36 @@ A crash or Ctrl-C loses nothing already measured; `resume` runs only the tests m
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 import math
-import os
-import signal
-import time
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
-from swarm.runtime.swarm import Swarm, raise_keyboard_interrupt
-from swarm.errors import CommandError, RuntimeFailure
-from experiments.traffic.model import ExperimentSpec, Flow, TestCase, client_argv, plan_flows, plan_tests, server_ip
-from experiments.traffic.mux import engine_plans, flow_result
-from experiments.traffic.iperf3 import FlowResult, concurrent_window, parse_client_json, start_skew, window_figures
-from swarm.runtime.clocks import NodeClocks
+from experiments.loop import RunContext, Loop, run_tests
+from experiments.store import ResultsStore, host_facts
+from experiments.traffic.cases import TEST_RUNNERS, MuxTestRunner, TestRunner
+from experiments.traffic.model import ExperimentSpec, TestCase, plan_tests
+from swarm.errors import RuntimeFailure
+from swarm.mesh.plan import mesh_row
 from swarm.runtime.runner import Runner
-from experiments.store import HostSampler, ResultsStore, host_facts
-from experiments.timeline import FaultTimeline
-from swarm.mesh.plan import healed_pairs, mesh_row
-from swarm.runtime.mesh import MeshWatcher
-from swarm.runtime.backends import no_progress
+from swarm.runtime.swarm import Swarm
 
-SweepProgress = Callable[[int, int, str], None]
+SweepProgress = Callable[[float, float, str], None]
 
-
-# ------------------------------------------------------------------------------------------ running
-def with_inferred_start(result: FlowResult, exit_ts: float | None) -> FlowResult:
-    """The flow with its data start inferred as (client exit) - (test length iperf3 reports).
-
-    Clients start before the release and wait on stopped servers, so no process start marks a flow's
-    real start; its exit does, less the test length. The end-of-test result exchange (normally a few ms,
-    more on a saturated host) makes this an upper bound on each start, so the skew it gives is pessimistic.
-    """
-    if exit_ts is None or not result.ok:
-        return result
-    length = result.intervals[-1].end if result.intervals else result.duration
-    if length is None or math.isnan(length):
-        return result
-    return dataclasses.replace(result, spawn_ts=float(exit_ts) - float(length))
-
-
-def stopped_servers(netns_ids: set[str]) -> list[int]:
-    """PIDs of stopped iperf3 processes in the given network namespaces (the sweep's parked servers)."""
-    pids = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                stat = f.read()
-            comm, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2]
-            if comm == "iperf3" and state == "T" and os.readlink(f"/proc/{entry.name}/ns/net") in netns_ids:
-                pids.append(int(entry.name))
-        except (OSError, ValueError):
-            continue
-    return pids
-
-
-def continue_at(pids: list[int], instant: float) -> float:
-    """Sleep until `instant` (epoch s), SIGCONT every pid, return the epoch time the last one was sent.
-
-    Every process woken preempts the waker, so on a small host a plain loop over ~1000 servers took
-    25 s: the flows already released starved it. The loop runs as a real-time (SCHED_FIFO) task where
-    allowed, which ordinary tasks cannot preempt.
-    """
-    with _realtime():  # also while waiting: a starved waker would start late
-        delay = instant - time.time()
-        if delay > 0:
-            time.sleep(delay)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        return time.time()
-
-
-@contextlib.contextmanager
-def _realtime():
-    """Run the block as SCHED_FIFO (priority 50) if the host allows it, else as it is."""
-    try:
-        previous = os.sched_getscheduler(0), os.sched_getparam(0)
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
-    except (OSError, AttributeError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        os.sched_setscheduler(0, previous[0], previous[1])
-
-
-def _release_lead(flow_count: int) -> float:
-    """Seconds between sending the release instant and the instant itself."""
-    return 0.3 + 0.0002 * flow_count
-
-
-class TestRunner:
-    """Runs the tests of one size on one swarm that is up."""
-
-    def __init__(self, swarm: Swarm, exp: ExperimentSpec, store: ResultsStore, message: Callable[[str], None]):
-        self.swarm = swarm
-        self.exp = exp
-        self.store = store
-        self.message = message
-        self.workers = max(4, min(32, len(swarm.nodes)))
-        self.on_release: Callable[[float], None] | None = None  # called with the release instant (fault timeline)
-        self.clocks = NodeClocks({})  # node clocks against this machine's, measured per test (multi-host swarms)
-
-    def measure_clocks(self) -> None:
-        """Each node's clock offset, measured now (one probe conversation per host; nothing on one host)."""
-        self.clocks = self.swarm.node_clocks()
-
-    def _agent(self, node: str, *args: str) -> list[str]:
-        return self.swarm.backend.agent_argv(self.swarm.name, node, *args)
-
-    def start_servers(self, flows: list[Flow]) -> dict[str, str]:
-        """Start every flow's server; returns {dst node: error} for destinations whose servers failed."""
-        by_dst: dict[str, list[Flow]] = {}
-        for f in flows:
-            by_dst.setdefault(f.dst.name, []).append(f)
-
-        def start(dst: str) -> tuple[str, str]:
-            node = self.swarm.node(dst)
-            ports = ",".join(str(f.port) for f in by_dst[dst])
-            res = self.swarm.runner.run(self._agent(dst, "servers", "--bind", server_ip(node, self.exp.network),
-                                                    "--ports", ports), check=False, timeout=120)
-            return dst, "" if res.ok else f"servers on {dst} failed: {(res.stderr or res.stdout).strip()[-300:]}"
-
-        with ThreadPoolExecutor(self.workers) as pool:
-            return {dst: error for dst, error in pool.map(start, by_dst) if error}
-
-    def run_clients(self, test: TestCase, flows: list[Flow]) -> tuple[dict[str, dict], float, float]:
-        """Start clients, release at one instant, collect.
-
-        Returns ({flow_id: agent record}, the release instant, the spread of the nodes' actual releases).
-        """
-        by_src: dict[str, list[Flow]] = {}
-        for f in flows:  # every node holding servers runs `clients` too: it releases them
-            by_src.setdefault(f.src.name, []).append(f)
-            by_src.setdefault(f.dst.name, [])
-        procs = {src: self.swarm.runner.popen(self._agent(src, "clients")) for src in by_src}
-        for src, proc in procs.items():
-            payload = [{"id": f.flow_id, "argv": client_argv(f, self.exp, test)} for f in by_src[src]]
-            proc.stdin.write(json.dumps(payload) + "\n")
-            proc.stdin.flush()
-        records: dict[str, dict] = {}
-        failed: dict[str, str] = {}
-        releases: dict[str, float] = {}
-        for src, proc in procs.items():  # wait until every agent parked its clients
-            line = proc.stdout.readline()
-            if not line.startswith('{"parked"'):
-                failed[src] = f"agent on {src} did not park its clients: {(line + proc.stderr.read()).strip()[-300:]}"
-        stopped = stopped_servers(self.swarm.backend.netns_ids(self.swarm.name)) if os.geteuid() == 0 else []
-        release = time.time() + _release_lead(len(flows))
-        if self.on_release is not None:
-            self.on_release(release)
-        for src, proc in procs.items():
-            if src not in failed:
-                try:
-                    proc.stdin.write(f"{self.clocks.to_node(src, release)}\n")
-                    proc.stdin.close()
-                except BrokenPipeError:
-                    failed[src] = f"agent on {src} went away before the release"
-
-        # The host continues every stopped server itself, in one tight loop at the release instant: the
-        # agents would do it too, but once the first flows run they can be starved for seconds on a
-        # small host. (Their own SIGCONT then finds the servers already running.)
-        host_release = continue_at(stopped, release) if stopped else math.nan
-
-        def collect(item: tuple[str, object]) -> tuple[str, list[dict], str]:
-            src, proc = item
-            got = []
-            for line in proc.stdout:
-                if line.startswith('{"id"'):
-                    got.append(self.clocks.fix(src, json.loads(line)))
-                elif line.startswith('{"release_ts"'):
-                    releases[src] = self.clocks.from_node(src, json.loads(line)["release_ts"])
-            proc.wait()
-            err = "" if proc.returncode == 0 else f"agent on {src} exited {proc.returncode}: {proc.stderr.read().strip()[-300:]}"
-            return src, got, err
-
-        with ThreadPoolExecutor(self.workers) as pool:
-            for src, got, err in pool.map(collect, procs.items()):
-                for rec in got:
-                    records[rec["id"]] = rec
-                if err and src not in failed:
-                    failed[src] = err
-        for src, error in failed.items():
-            for f in by_src[src]:
-                records.setdefault(f.flow_id, {"id": f.flow_id, "error": error})
-        if stopped:
-            spread = host_release - release
-        else:
-            spread = (max(releases.values()) - min(releases.values())) if releases else math.nan
-        return records, release, spread
-
-    def cleanup(self) -> None:
-        """Kill every traffic process the agents started; a node that does not answer in time is reported
-        (its leftovers die with the swarm at `down`), not fatal to the sweep."""
-        def clean(node) -> str:
-            try:
-                self.swarm.runner.run(self._agent(node.name, "cleanup"), check=False, timeout=120)
-            except CommandError as exc:
-                return f"cleanup on {node.name}: {exc}"
-            return ""
-
-        with ThreadPoolExecutor(self.workers) as pool:
-            for problem in pool.map(clean, self.swarm.nodes):
-                if problem:
-                    self.message(problem)
-
-    def run(self, test: TestCase) -> dict:
-        """Run one test end to end; rows go to the store before this returns."""
-        t_start = time.monotonic()
-        self.measure_clocks()
-        flows = plan_flows(self.swarm.nodes, self.exp.pattern, self.exp.base_port)
-        server_errors = self.start_servers(flows)
-        setup_s = time.monotonic() - t_start
-        runnable = [f for f in flows if f.dst.name not in server_errors]
-        timeline = self._timeline(test)
-        self.on_release = timeline.start if timeline else None
-        try:
-            with HostSampler() as sampler:
-                records, release, release_spread = (self.run_clients(test, runnable) if runnable
-                                                else ({}, time.time(), math.nan))
-        finally:
-            self._finish_timeline(timeline, test)
-        self.cleanup()
-        parsed = {}
-        for f in flows:
-            rec = records.get(f.flow_id)
-            if rec and "output" in rec:
-                self.store.raw_path(test.test_id, f.flow_id).write_text(rec["output"])
-                result = with_inferred_start(parse_client_json(rec["output"]), rec.get("exit_ts"))
-            else:
-                error = server_errors.get(f.dst.name) or (rec or {}).get("error") or "no result from agent"
-                result = FlowResult(error=error)
-            parsed[f.flow_id] = (f, rec or {}, result)
-        return self._record(test, flows, parsed, release, release_spread, sampler, setup_s,
-                            time.monotonic() - t_start)
-
-    def _timeline(self, test: TestCase):
-        """The test's fault timeline (None without faults), with a mesh watcher when the swarm has a mesh."""
-        if not self.exp.faults:
-            return None
-        timeline = FaultTimeline(self.swarm.links, self.exp.faults, test.test_id, self.store.run_id, self.message)
-        if self.swarm.spec.mesh.enabled:
-            timeline.watcher = MeshWatcher(self.swarm.mesh, self.store.append_mesh, self.store.run_id,
-                                           test.test_id, test.size)
-        return timeline
-
-    def _finish_timeline(self, timeline, test: TestCase) -> None:
-        """Back to the spec's conditions (nodes restarted, cuts healed) before the next test, and the mesh
-        settled again, so that the next test starts on a converged mesh."""
-        if not timeline:
-            return
-        cuts = self.swarm.links.load().cuts
-        self.store.append_faults(timeline.finish(timeout=self.exp.duration + 30))
-        if timeline.watcher:
-            self._mesh_restored(timeline.watcher, test, cuts)
-
-    def _mesh_restored(self, watcher, test: TestCase, cuts_before: set) -> None:
-        watcher.finish()
-        mesh = self.swarm.mesh
-        timing = mesh.wait_converged(time.time(), direct=healed_pairs(cuts_before, self.swarm.links.load().cuts))
-        self.store.append_mesh(mesh_row(self.store.run_id, test.test_id, test.size, mesh.implementation, "restore",
-                                        "after the test", timing))
-        if not timing["converged"]:
-            self.message(f"{test.test_id}: mesh not converged after restoring the links ({timing.get('problem', '')})")
-
-    def _record(self, test, flows, parsed, release, release_spread, sampler, setup_s, wall_s) -> dict:
-        """Write one row per flow and the test's row; `parsed` is {flow id: (Flow, record, FlowResult)}."""
-        ok = [r for _, _, r in parsed.values() if r.ok]
-        t0, t1 = concurrent_window(ok)
-        window_s = (t1 - t0) if not math.isnan(t0) else 0.0
-        skew = start_skew([r.spawn_ts for r in ok])  # spawn_ts holds each flow's inferred data start
-        rows = []
-        for f, rec, r in parsed.values():
-            win = window_figures(r, t0, t1) if r.ok and window_s > 0 else {}
-            rows.append({
-                "run_id": self.store.run_id, "test_id": test.test_id, "size": test.size, "protocol": test.protocol,
-                "rate_bps": test.rate_bps if test.rate_bps is not None else "", "repeat": test.repeat,
-                "src": f.src.name, "dst": f.dst.name, "port": f.port, "start_ts": r.spawn_ts if r.spawn_ts is not None else "",
-                "release_ts": rec.get("release_ts", ""),
-                "exit_ts": rec.get("exit_ts", ""), "ok": r.ok, "error": r.error,
-                "bits_per_second": r.bits_per_second, "sent_bits_per_second": r.sent_bits_per_second,
-                "lost_percent": r.lost_percent,
-                "lost_packets": r.lost_packets, "packets": r.packets, "jitter_ms": r.jitter_ms,
-                "window_bits_per_second": win.get("bits_per_second", math.nan),
-                "window_lost_percent": win.get("lost_percent", math.nan),
-                "skew_s": round(skew, 6), "window_s": round(window_s, 6), "duration_s": self.exp.duration,
-                # bits_per_second is bytes over the receiver's seconds: a receiver reading late (busy host) or
-                # link delay and queueing stretch them past the sender's
-                "receiver_s": r.duration, "sender_s": r.sent_seconds,
-            })
-        self.store.append_flows(rows)
-        test_row = {"run_id": self.store.run_id, "test_id": test.test_id, "size": test.size,
-                    "protocol": test.protocol, "rate_bps": test.rate_bps or "", "repeat": test.repeat,
-                    "flows": len(flows), "flows_ok": len(ok), "duration_s": self.exp.duration,
-                    "release_ts": round(release, 6), "release_spread_s": round(release_spread, 6),
-                    "skew_s": round(skew, 6), "window_s": round(window_s, 6),
-                    "window_fraction": round(window_s / self.exp.duration, 4), **sampler.summary(),
-                    "setup_s": round(setup_s, 3), "wall_s": round(wall_s, 3),
-                    # stamps of different hosts compare only to within this: a smaller skew is not resolved
-                    "clock_uncertainty_s": round(self.clocks.resolution_s, 6)}
-        self.store.append_test(test_row)
-        return test_row
-
-
-class MuxTestRunner(TestRunner):
-    """Runs tests with the multiplexing engine (`engine: mux`): one traffic process per node.
-
-    Steps: every node's engine binds its receiver and says so; TCP flows connect (and identify
-    themselves) while nothing is sent yet; the host sends one release instant; every engine starts all
-    its flows at that instant on the shared clock and stamps each flow's real first and last send.
-    """
-
-    _SETUP_TIMEOUT_S = 120.0
-
-    def run(self, test: TestCase) -> dict:
-        t_start = time.monotonic()
-        self.measure_clocks()
-        flows = plan_flows(self.swarm.nodes, self.exp.pattern, self.exp.base_port)
-        plans = engine_plans(flows, self.exp, test)
-        procs = {node: self.swarm.runner.popen(self._agent(node, "mux")) for node in plans}
-        failed: dict[str, str] = {}
-        timeline = None
-        try:
-            step_start = time.monotonic()
-            self._step(procs, failed, {n: json.dumps(p) for n, p in plans.items()}, "listening")
-            slowest_step = time.monotonic() - step_start
-            step_start = time.monotonic()
-            connected = self._step(procs, failed, {n: "connect" for n in procs}, "connected")
-            slowest_step = max(slowest_step, time.monotonic() - step_start)
-            for reply in connected.values():
-                for fid, error in (reply.get("errors") or {}).items():
-                    self.message(f"{fid}: {error}")
-            setup_s = time.monotonic() - t_start
-            timeline = self._timeline(test)
-            with HostSampler() as sampler:
-                # The instant must reach every engine before it passes: through `docker exec` on a loaded
-                # host that took seconds, so the lead grows with the slowest set-up round trip.
-                release = time.time() + min(30.0, max(_release_lead(len(flows)), 2 * slowest_step))
-                if timeline:
-                    timeline.start(release)
-                for node, proc in procs.items():
-                    if node not in failed:
-                        self._send(proc, node, f"{self.clocks.to_node(node, release)} {self.exp.duration}", failed)
-                reports = self._collect(procs, failed, timeout=self.exp.duration + 60 + len(flows) * 0.01)
-        finally:
-            for proc in procs.values():
-                if proc.poll() is None:
-                    proc.kill()
-            self._finish_timeline(timeline, test)
-            self.cleanup()
-        wakes = [r["release_ts"] for r in reports.values() if "release_ts" in r]
-        spread = (max(wakes) - min(wakes)) if wakes else math.nan
-        parsed = {}
-        for f in flows:
-            send = reports.get(f.src.name, {}).get(("send", f.flow_id))
-            recv = reports.get(f.dst.name, {}).get(("recv", f.flow_id))
-            result = flow_result(test.protocol, send, recv, release, self.exp.duration, self.exp.iperf3.interval)
-            if not result.ok and (f.src.name in failed or f.dst.name in failed):
-                result = dataclasses.replace(result, error=failed.get(f.src.name) or failed[f.dst.name])
-            self.store.raw_path(test.test_id, f.flow_id).write_text(
-                json.dumps({"engine": "mux", "release": release, "send": send, "recv": recv}))
-            rec = {"release_ts": reports.get(f.src.name, {}).get("release_ts", ""),
-                   "exit_ts": (send or {}).get("last_send_ts") or ""}
-            parsed[f.flow_id] = (f, rec, result)
-        return self._record(test, flows, parsed, release, spread, sampler, setup_s, time.monotonic() - t_start)
-
-    def _send(self, proc, node: str, line: str, failed: dict[str, str]) -> None:
-        try:
-            proc.stdin.write(line + "\n")
-            proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            failed[node] = f"traffic engine on {node} went away"
-
-    def _step(self, procs, failed: dict[str, str], lines: dict[str, str], expect: str) -> dict[str, dict]:
-        """Send each node its line, wait for every engine's `expect` reply (in parallel)."""
-        for node, line in lines.items():
-            if node not in failed:
-                self._send(procs[node], node, line, failed)
-
-        def reply(node: str) -> tuple[str, dict | None, str]:
-            line = procs[node].stdout.readline()
-            try:
-                doc = json.loads(line)
-            except json.JSONDecodeError:
-                doc = None
-            if isinstance(doc, dict) and expect in doc:
-                return node, doc, ""
-            return node, None, f"traffic engine on {node}: {(line + procs[node].stderr.read()).strip()[-300:] or 'no reply'}"
-
-        alive = [n for n in lines if n not in failed]
-        out = {}
-        with ThreadPoolExecutor(self.workers) as pool:
-            for node, doc, error in pool.map(reply, alive):
-                if error:
-                    failed[node] = error
-                else:
-                    out[node] = doc
-        return out
-
-    def _collect(self, procs, failed: dict[str, str], timeout: float) -> dict[str, dict]:
-        """{node: {"release_ts": t, ("send"|"recv", flow id): record}} from every engine's final lines."""
-        deadline = time.monotonic() + timeout
-
-        def read(node: str) -> tuple[str, dict]:
-            got: dict = {}
-            proc = procs[node]
-            for line in proc.stdout:
-                doc = json.loads(line) if line.startswith("{") else {}
-                if "side" in doc:
-                    got[(doc["side"], doc["id"])] = self.clocks.fix(node, doc)
-                elif "release_ts" in doc:
-                    got["release_ts"] = self.clocks.from_node(node, doc["release_ts"])
-                elif doc.get("done"):
-                    break
-                if time.monotonic() > deadline:
-                    break
-            return node, got
-
-        alive = [n for n in procs if n not in failed]
-        pool = ThreadPoolExecutor(self.workers)
-        futures = {pool.submit(read, n): n for n in alive}
-        done, late = wait(futures, timeout=max(1.0, deadline - time.monotonic()))
-        for fut in late:  # a hung engine: kill it so its reader returns
-            procs[futures[fut]].kill()
-        pool.shutdown(wait=True)
-        reports = {futures[fut]: fut.result()[1] for fut in done}
-        for node in procs:
-            if node not in failed and "release_ts" not in reports.get(node, {}):
-                proc = procs[node]
-                if proc.poll() is None:
-                    proc.kill()
-                why = (proc.stderr.read() or "").strip().splitlines()[-1:] or ["no output"]
-                failed[node] = f"traffic engine on {node} gave no report: {why[0][-300:]}"
-        return reports
-
-
-TEST_RUNNERS = {"iperf3": TestRunner, "mux": MuxTestRunner}
+__all__ = ["run_sweep", "sweep", "window_note", "TestRunner", "MuxTestRunner", "SweepProgress"]
 
 
 def run_sweep(exp: ExperimentSpec, store: ResultsStore, *, backend: str | None = None,
               progress: SweepProgress = lambda d, t, w: None, message: Callable[[str], None] = lambda m: None,
               swarm_progress=None, abort_on_error: bool = False, runner: Runner | None = None) -> list[dict]:
     """Run every test of `exp` missing from `store`; returns the test rows written by this call."""
-    previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # a kill tears the swarm down like Ctrl-C
-    try:
-        return _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_error, runner)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return sweep(RunContext(exp, store, backend=backend, message=message, progress=progress,
+                            abort_on_error=abort_on_error, runner=runner, swarm_progress=swarm_progress))
+
+
+def run(ctx: RunContext):
+    """The `traffic` type's run (experiments/registry.py): the sweep into the context's run folder."""
+    sweep(ctx)
+    return ctx.store.dir
 
 
 def window_note(row: dict, duration: float, engine: str = "iperf3") -> str:
@@ -483,41 +59,33 @@ def window_note(row: dict, duration: float, engine: str = "iperf3") -> str:
             + ("; engine mux holds the start together on a loaded host" if engine == "iperf3" else ""))
 
 
-def _run_sweep(exp, store, backend, progress, message, swarm_progress, abort_on_error, runner) -> list[dict]:
+def sweep(ctx: RunContext) -> list[dict]:
+    """The sweep through the one run loop: a bring-up per size, the tests of that size on it."""
+    exp, store = ctx.exp, ctx.store
     store.drop_incomplete_flows()
-    done = store.completed_tests()
-    tests = plan_tests(exp)
-    todo = [t for t in tests if t.test_id not in done]
-    written: list[dict] = []
-    finished = len(tests) - len(todo)
-    progress(finished, len(tests), f"{len(todo)} tests to run")
-    for size in sorted({t.size for t in todo}, key=exp.sizes.index):
-        swarm = Swarm(exp.swarm_spec(size), backend=backend or exp.backend, runner=runner,
-                      progress=swarm_progress or no_progress, message=message)
-        message(f"bringing up {size} nodes ({swarm.backend.name})")
-        swarm.up()
-        try:
-            if swarm.mesh_result is not None:
-                store.append_mesh(mesh_row(store.run_id, "", size, swarm.mesh.implementation, "up", "", swarm.mesh_result))
-            if not (store.dir / "host.json").exists() or "backend" not in json.loads((store.dir / "host.json").read_text()):
-                facts = {**host_facts(swarm), "traffic_engine": exp.engine}
-                (store.dir / "host.json").write_text(json.dumps(facts, indent=1))
-            runner_ = TEST_RUNNERS[exp.engine](swarm, exp, store, message)
-            for test in [t for t in todo if t.size == size]:
-                progress(finished, len(tests), f"{test.test_id}")
-                row = runner_.run(test)
-                written.append(row)
-                finished += 1
-                progress(finished, len(tests), f"{test.test_id}: {row['flows_ok']}/{row['flows']} flows ok, "
-                                               f"skew {row['skew_s'] * 1000:.0f} ms"
-                                               + (f" (clocks of the hosts agree to ±{row['clock_uncertainty_s'] * 1000:.2f} ms)"
-                                                  if row.get("clock_uncertainty_s") else ""))
-                if (note := window_note(row, exp.duration, exp.engine)):
-                    message(note)
-                if abort_on_error and row["flows_ok"] < row["flows"]:
-                    raise RuntimeFailure(f"test {test.test_id}: {row['flows'] - row['flows_ok']} flows failed (--abort-on-error)")
-                if exp.settle:
-                    time.sleep(exp.settle)
-        finally:
-            swarm.down()
-    return written
+    current: dict[str, TestRunner] = {}  # the test runner of the swarm that is up
+
+    def on_up(swarm: Swarm, first: TestCase) -> None:
+        if swarm.mesh_result is not None:
+            store.append_mesh(mesh_row(store.run_id, "", first.size, swarm.mesh.implementation or "", "up", "",
+                                       swarm.mesh_result))
+        if not (store.dir / "host.json").exists() or "backend" not in json.loads((store.dir / "host.json").read_text()):
+            facts = {**host_facts(swarm), "traffic_engine": exp.engine}
+            (store.dir / "host.json").write_text(json.dumps(facts, indent=1))
+        current["runner"] = TEST_RUNNERS[exp.engine](swarm, exp, store, ctx.message)
+
+    def done_line(test: TestCase, row: dict) -> str:
+        clocks = row.get("clock_uncertainty_s")
+        return (f"{test.test_id}: {row['flows_ok']}/{row['flows']} flows ok, skew {row['skew_s'] * 1000:.0f} ms"
+                + (f" (clocks of the hosts agree to ±{clocks * 1000:.2f} ms)" if clocks else ""))
+
+    def after(test: TestCase, row: dict) -> None:
+        if (note := window_note(row, exp.duration, exp.engine)):
+            ctx.message(note)
+        if ctx.abort_on_error and row["flows_ok"] < row["flows"]:
+            raise RuntimeFailure(f"test {test.test_id}: {row['flows'] - row['flows_ok']} flows failed (--abort-on-error)")
+
+    return run_tests(ctx, Loop(
+        tests=plan_tests(exp), swarm_of=lambda t: exp.swarm_spec(t.size), share=lambda t: t.size,
+        run_test=lambda _swarm, test: current["runner"].run(test), on_up=on_up, done_line=done_line,
+        after=after, settle=exp.settle))

@@ -1,7 +1,8 @@
 """What a live orbit run records (pure): column names of links.csv and probes.csv, the probe's ping argv,
 its parser, and the comparison of probe samples with the plan.
 
-links.csv (netem.runtime.orbits): one row per link update the driver applied.
+links.csv (netem.runtime.orbits): one row per link update; `applied_by` says who applied it and measured
+its lag: "engine" (the userspace engine executed the schedule from its own clock) or "driver" (one step at a time).
 probes.csv: one row per ping of a probed pair: when it was sent (wall and plan time), whether it was
 answered, its RTT, and what the plan said at that time (up?, one-way delay).
 """
@@ -13,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 LINK_COLUMNS = ["run_id", "step", "t_plan_s", "scheduled_ts", "applied_ts", "lag_ms", "a", "b", "kind", "up",
-                "delay_ms", "rate", "delay_applied", "coalesced", "ok", "error"]
+                "delay_ms", "rate", "delay_applied", "coalesced", "ok", "error", "applied_by"]
 PROBE_COLUMNS = ["run_id", "a", "b", "seq", "sent_ts", "t_plan_s", "answered", "rtt_ms", "planned_up",
                  "planned_delay_ms", "near_change"]
 

@@ -112,14 +112,15 @@ def config_lines(config: str | None) -> list[str]:
 
 def ctl_argv(binary: str, request: str, config: str | None = None) -> list[str]:
     """swarm-linkd ctl (pure); a configuration goes as arguments, one per line (no stdin through docker exec)."""
-    return [binary, "ctl", "--control", LINKD_CONTROL, request, *(config_lines(config) if request == "set" else [])]
+    return [binary, "ctl", "--control", LINKD_CONTROL, request,
+            *(config_lines(config) if request in ("set", "sched") else [])]
 
 
 def ctl_body(request: str, config: str | None = None) -> str:
     """What `swarm-linkd ctl` writes to the control socket (pure): the request line, then a configuration."""
-    if request != "set":
+    if request not in ("set", "sched"):
         return f"{request}\n"
-    return "set\n" + "".join(f"{ln}\n" for ln in config_lines(config))
+    return f"{request}\n" + "".join(f"{ln}\n" for ln in config_lines(config))
 
 
 def ctl_socket(path: str, body: str, timeout: float) -> Result:
@@ -268,6 +269,29 @@ class Linkd:
         if not res.ok:
             raise RuntimeFailure(f"node {node!r}: userspace link engine: {(res.stderr or res.stdout).strip()[:200]}")
         return parse_kv(res.stdout)
+
+    def schedule(self, node: str, entries: list[str]) -> dict[str, str]:
+        """Hand the engine serving `node` a window of a link schedule (netem.runtime.orbit_schedule): it keeps
+        all entries or none; a refusal (an entry in the past, an unknown link, ...) is a SpecError naming it."""
+        res = self._ctl(node, "sched", "".join(f"{e}\n" for e in entries), timeout=60)
+        if res.returncode == 2:
+            raise SpecError(f"link schedule: userspace link engine: {(res.stderr or res.stdout).strip()}")
+        if not res.ok:
+            raise RuntimeFailure(f"link schedule: node {node!r}'s engine: {(res.stderr or res.stdout).strip()[:200]}")
+        return parse_kv(res.stdout.splitlines()[0])
+
+    def schedule_log(self, node: str) -> tuple[int, list[tuple[int, int, int]]]:
+        """(changes still pending, [(entry id, due ns, applied ns)] applied since the last call)."""
+        res = self._ctl(node, "schedlog", timeout=15)
+        if not res.ok:
+            raise RuntimeFailure(f"link schedule: node {node!r}'s engine: {(res.stderr or res.stdout).strip()[:200]}")
+        lines = res.stdout.splitlines()
+        done = [(int(a), int(b), int(c)) for a, b, c in (ln.split() for ln in lines[1:] if ln.strip())]
+        return int(parse_kv(lines[0]).get("pending", 0)), done
+
+    def schedule_clear(self, node: str) -> None:
+        """Drop what the engine still has pending of a schedule (a stopped run)."""
+        self._ctl(node, "schedclear", timeout=15)
 
     def stats(self, node: str) -> tuple[dict[str, str], list[dict[str, str]]]:
         """The engine's counters: the engine's own, and one dict per link."""

@@ -27,8 +27,10 @@ and at the end; `restore()` puts the spec's conditions back.
 """
 from __future__ import annotations
 
+import csv
 import threading
 import time
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Optional
 
@@ -36,6 +38,7 @@ from netem.incremental import tc_changes
 from netem.spec.links import NONE, DirectedLinks, Impairment
 from netem.orbits.planner import Plan
 from netem.orbits.records import LINK_COLUMNS
+from netem.runtime.orbit_schedule import LEAD_S, EngineSchedule, step_summary, wanted
 from netem.state import node_links, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.observe.events import emit
@@ -43,7 +46,7 @@ from swarm.observe.events import emit
 if TYPE_CHECKING:
     from netem.runtime.links import LinkController
 
-__all__ = ["LinkTimelineDriver", "LINK_COLUMNS", "check_plan_nodes"]
+__all__ = ["LinkTimelineDriver", "LINK_COLUMNS", "check_plan_nodes", "links_csv_writer"]
 DOWN = Impairment(up=False)
 SAVE_EVERY_S = 5.0
 
@@ -56,6 +59,21 @@ def check_plan_nodes(plan: Plan, swarm_nodes: list[str], where: str = "orbits") 
         shown = f"{swarm_nodes[0]}..{swarm_nodes[-1]}" if len(swarm_nodes) > 4 else ", ".join(swarm_nodes)
         raise SpecError(f"{where}: node {missing[0]!r} of the orbit plan is not a node of the swarm (nodes: {shown})"
                         + (f"; {len(missing) - 1} more" if len(missing) > 1 else ""))
+
+
+def links_csv_writer(path: Path, keep: Optional[list[dict]] = None) -> Callable[[list[dict]], None]:
+    """An `on_rows` that appends each batch of rows to links.csv at `path` (header first) and, given `keep`,
+    to that list too: the one links.csv writer of `swarm orbits apply` and the benchmark."""
+    def record(rows: list[dict]) -> None:
+        first = not path.exists()
+        with path.open("a", newline="") as f:
+            w = csv.DictWriter(f, LINK_COLUMNS, extrasaction="ignore")
+            if first:
+                w.writeheader()
+            w.writerows(rows)
+        if keep is not None:
+            keep.extend(rows)
+    return record
 
 
 class LinkTimelineDriver:
@@ -204,11 +222,14 @@ class LinkTimelineDriver:
             self.message(f"orbits: engine '{self.engine.name}' cannot apply delay on this host (no sch_netem): "
                          "links follow the plan's up/down" + (" and rate" if self.apply_rate else "")
                          + "; planned delays are recorded, not applied")
+        if self.initial_s is None:
+            self.prepare()
+        by_engine = self._run_by_engine(release, progress)
+        if by_engine is not None:
+            return by_engine
         steps = [(t, rows) for t, rows in self.plan.steps() if t > 0]
         wall_len = self.plan.duration / self.speedup
         step_rows: list[dict] = []
-        if self.initial_s is None:
-            self.prepare()
         initial_s = self.initial_s
         with self._pool as pool:
             t0 = release if release is not None else time.time()
@@ -257,6 +278,7 @@ class LinkTimelineDriver:
                 "steps_finished_before_next": (round(1 - late_steps / n_batches, 4) if n_batches else None),
                 "step_lag_ms_p50": q(0.5), "step_lag_ms_p99": q(0.99), "step_lag_ms_max": lags[-1] if lags else None,
                 "updates": sum(s["updates"] for s in step_rows), "stopped": self.stop_event.is_set(),
+                "applied_by": "driver",
                 **{f"{k}_commands": v for k, v in self.counts.items()}}
 
     def _wait_until(self, due: float) -> bool:
@@ -299,8 +321,38 @@ class LinkTimelineDriver:
                             "kind": r.kind, "up": bool(r.up),
                             "delay_ms": "" if r.delay_ms != r.delay_ms else r.delay_ms, "rate": int(r.rate),
                             "delay_applied": bool(r.up) and self.apply_delay, "coalesced": coalesced,
-                            "ok": not (err_a or err_b), "error": err_a or err_b})
+                            "ok": not (err_a or err_b), "error": err_a or err_b, "applied_by": "driver"})
         return out
+
+    def _run_by_engine(self, release: Optional[float], progress: Callable[[float, float, str], None]
+                       ) -> Optional[dict]:
+        """With the userspace engine: hand it the whole plan and let it apply each change at its instant
+        (netem.runtime.orbit_schedule); its measured lags go to links.csv. None where that does not apply (another
+        engine, $SWARM_ORBITS_ENGINE_SCHEDULE=0, a link no engine holds): the driver then applies each step."""
+        if self.engine.name != "userspace" or not wanted():
+            return None
+        t0 = release if release is not None else time.time() + LEAD_S
+        sched = EngineSchedule(self, t0)
+        if not sched.build():
+            self.message("orbits: a link of the plan is not held by the userspace engine: the driver applies each step")
+            return None
+        try:
+            missing = sched.run(progress, self.stop_event)
+        finally:
+            for rec in self.recs.values():
+                rec["stale"] = True  # the engines' configurations moved on without the records: re-plan next time
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            self._save()
+        entries = sum(len(e) for e in sched.entries.values())
+        self.summary = {"engine": self.engine.name, "delay_applied": self.apply_delay, "rate_applied": self.apply_rate,
+                        "speedup": self.speedup, "initial_s": round(self.initial_s or 0.0, 3),
+                        "steps_planned": len({c.t for c in sched.changes}), "coalesced_steps": 0,
+                        **step_summary(sched.changes, self.plan.step / self.speedup),
+                        "updates": len(sched.changes) - len(missing), "not_applied": len(missing),
+                        "stopped": self.stop_event.is_set(), "applied_by": "engine", "engine_entries": entries,
+                        "engines": len(sched.entries)}
+        return self.summary
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -335,7 +335,7 @@ def _check_experiment(command: str, experiment_file: str | None, backend: str | 
 def _run_experiment(command: str, experiment_file, resume_dir, backend, results_root, make_report,
                     abort_on_error: bool = False) -> None:
     """Any registered experiment type: open (or resume) its run folder, run it with a progress bar, report."""
-    from experiments.runs import discard_if_empty, open_run  # here, not at the top: the experiment types pull in pandas and
+    from experiments.runs import RunContext, discard_if_empty, open_run  # here, not at the top: the experiment types pull in pandas and
     # matplotlib (~1.5 s), which `swarm status` and the other swarm commands never need
 
     kind, exp, store = open_run(experiment_file, resume_dir, results_root, backend, command)
@@ -347,9 +347,10 @@ def _run_experiment(command: str, experiment_file, resume_dir, backend, results_
     try:
         with bar:
             task = bar.add_task("starting", total=0)  # a number from the start: the count column formats it
-            run_dir = kind.run(exp, store, backend=backend, abort_on_error=abort_on_error,
-                               message=lambda m: bar.console.print(m),
-                               progress=lambda d, t, w: bar.update(task, completed=d, total=t, description=w))
+            run_dir = kind.run(RunContext(exp, store, backend=backend, abort_on_error=abort_on_error,
+                                          message=lambda m: bar.console.print(m),
+                                          progress=lambda d, t, w: bar.update(task, completed=d, total=t,
+                                                                              description=w)))
     except BaseException:
         if not resume_dir and discard_if_empty(store):  # the first swarm never came up: no empty folder left
             err.print(f"removed the empty run folder {store.dir}")

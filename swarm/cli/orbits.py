@@ -9,7 +9,6 @@ FILE is a YAML file with an `orbits:` mapping (an orbits experiment, a swarm spe
 """
 from __future__ import annotations
 
-import csv
 import json
 import time
 from pathlib import Path
@@ -91,7 +90,7 @@ def apply_cmd(name: str, file: str | None, speedup: float, out_dir: str | None, 
     from netem.orbits.planner import plan as make_plan
     from netem.spec.orbits import load_orbits_file, parse_orbits
     from netem.orbits.records import LINK_COLUMNS
-    from netem.runtime.orbits import LinkTimelineDriver
+    from netem.runtime.orbits import LinkTimelineDriver, links_csv_writer
 
     if not speedup > 0:
         raise SpecError(f"--speedup {speedup:g}: must be positive")
@@ -102,17 +101,8 @@ def apply_cmd(name: str, file: str | None, speedup: float, out_dir: str | None, 
     folder = Path(out_dir) if out_dir else Path("results") / f"orbits-{name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     folder.mkdir(parents=True, exist_ok=True)
     plan.timeline.to_csv(folder / "timeline.csv", index=False)
-    links_csv = folder / "links.csv"
     rows: list[dict] = []
-
-    def record(new: list[dict]) -> None:
-        first = not links_csv.exists()
-        with links_csv.open("a", newline="") as f:
-            w = csv.DictWriter(f, LINK_COLUMNS, extrasaction="ignore")
-            if first:
-                w.writeheader()
-            w.writerows(new)
-        rows.extend(new)
+    record = links_csv_writer(folder / "links.csv", rows)
 
     driver = LinkTimelineDriver(swarm.links, plan, speedup=speedup, on_rows=record, message=err.print)
     err.print(f"swarm {name!r}: following {file or 'its orbits'} ({plan.duration:g} s of orbit at x{speedup:g}: "

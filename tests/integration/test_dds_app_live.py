@@ -3,21 +3,18 @@ and once with compose); a CCSDS command to the CI_LAB port changes the app, seen
 from __future__ import annotations
 
 import socket
-import sys
 import time
 
 import pandas as pd
 import pytest
 
-from conftest import REPO
 from experiments.app.model import experiment_from_dict
 from experiments.app.run import run_app_experiment
 from analysis.app import phase_table, write_app_report
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import gateway_address, spec_from_dict
 
-sys.path.insert(0, str(REPO / "flightsw"))
-import ground_link as gl  # noqa: E402
+from flightsw import ground_link as gl
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -4,7 +4,6 @@ killing only what the agent started, `run` ending on SIGTERM. iperf3 is replaced
 the agent starts whatever argv a flow names."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -15,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from flightsw import agent as flightsw_agent
 
 AGENT = Path(__file__).resolve().parents[2] / "flightsw" / "agent.py"
 
@@ -27,10 +28,7 @@ def agent(*args: str, run_dir: Path, **kwargs) -> subprocess.Popen:
 
 
 def load_agent():
-    spec = importlib.util.spec_from_file_location("flightsw_agent", AGENT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return flightsw_agent
 
 
 def gone(pid: int, within: float = 5.0) -> bool:

@@ -96,11 +96,11 @@ def test_sweep_and_run_show_progress_and_report_for_any_registered_type(tmp_path
 
     calls = []
 
-    def run(exp, store, *, progress, message, **kw):
-        progress(0, 0, "starting")
-        progress(1, 3, "test 1")
-        message("a message")
-        calls.append(exp)
+    def run(ctx):
+        ctx.progress(0, 0, "starting")
+        ctx.progress(1, 3, "test 1")
+        ctx.message("a message")
+        calls.append(ctx.exp)
         return tmp_path / "run"
 
     def report(run_dir):

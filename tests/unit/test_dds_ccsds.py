@@ -1,15 +1,10 @@
 """CCSDS commands and telemetry of the reference app (flightsw/ground_link.py) through the spacepackets library."""
 from __future__ import annotations
 
-import sys
-
 import pytest
 from spacepackets.ccsds.spacepacket import PacketType, SpacePacketHeader
 
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "flightsw"))
-import ground_link as gl  # noqa: E402
+from flightsw import ground_link as gl
 
 
 def test_command_round_trip_and_cfs_framing():

@@ -2,14 +2,10 @@
 from __future__ import annotations
 
 import math
-import sys
 
 import pytest
 
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "flightsw"))
-import swarm_logic as sl  # noqa: E402
+from flightsw import swarm_logic as sl
 
 NODES = ["sat01", "sat02", "sat03", "sat04"]
 
@@ -91,7 +87,7 @@ def test_window_stats_reports_silent_peers_and_clips_before_start():
 
 
 def test_cyclone_configuration_of_the_app():
-    import swarm_app
+    from flightsw import swarm_app
 
     uri = swarm_app.cyclone_uri("10.150.0.2")
     assert '<NetworkInterface address="10.150.0.2"/>' in uri and "AllowMulticast" not in uri

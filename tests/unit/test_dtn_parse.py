@@ -1,6 +1,5 @@
 """DTN result readers on output recorded from real dtnd 0.21.0 agents (a -> b -> c chain, tcp CLA, epidemic;
 tests/data/dtn, recorded 2026-11-22 on three network namespaces)."""
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -18,16 +17,13 @@ from experiments.dtn.parse import (
     store_rows,
     figures as metrics_of,
 )
+from flightsw import dtn_traffic
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "dtn"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _traffic():
-    spec = importlib.util.spec_from_file_location("dtn_traffic", ROOT / "flightsw" / "dtn_traffic.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return dtn_traffic
 
 
 def test_decode_a_real_bundle():

@@ -14,7 +14,10 @@
 //!                   (one process serving many queues, e.g. every node of a swarm at its switch: see `Inst`)
 //!   swarm-linkd ctl --control PATH set [LINE...] < config   (replace the conditions: the lines given, else
 //!                   stdin; prints "ok gen=N set_at_ns=T" or the error, exit 2)
-//!   swarm-linkd ctl --control PATH stats|ping
+//!   swarm-linkd ctl --control PATH stats|ping|schedlog|schedclear
+//!   swarm-linkd ctl --control PATH sched [ENTRY...] < schedule   (a link timeline the engine applies at each
+//!                   entry's instant from its own clock: `<due realtime ns> <queue> link <MAC> key=value ...`;
+//!                   see sched.rs; --max-sched N bounds the pending changes, default 1,000,000)
 //!   swarm-linkd check [--max-bytes B] < config      (validate only; exit 2 with one line on bad input)
 //!
 //! --tick-us T (default 250), --tick-pps R (default 4000): above R packets/s over all its queues the engine
@@ -38,12 +41,13 @@
 
 mod model;
 mod nfq;
+mod sched;
 
 use model::{
     check_bound, fmt_mac, parse_config, parse_link_line, Decision, Link, LinkCfg, Mac, Rng,
 };
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::io::{Read, Write};
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -122,6 +126,7 @@ struct Opts {
     instances: Vec<String>,
     tick_ns: u64,
     tick_pps: u64,
+    max_sched: usize,
 }
 
 struct Engine {
@@ -161,6 +166,8 @@ struct Engine {
     stamped: u64,
     /// lateness of releases (actual - due): counts per bucket of LATE_BOUNDS_US
     late: [u64; LATE_BOUNDS_US.len() + 1],
+    /// each link's configuration line as handed over (by `set` or a scheduled change): the state file
+    lines: BTreeMap<Option<Mac>, String>,
 }
 
 /// Upper bounds (microseconds) of the release-lateness histogram in `stats`.
@@ -189,6 +196,37 @@ impl Engine {
             }
         }
         gen
+    }
+
+    /// One link's new conditions (a scheduled change); the other links keep theirs.
+    fn set_link(&mut self, key: Option<Mac>, cfg: LinkCfg, line: String) {
+        self.gen += 1;
+        self.set_at = real_ns();
+        self.first_packet_at = 0;
+        let gen = self.gen;
+        match self.links.get_mut(&key) {
+            Some(l) if l.cfg == cfg => {}
+            Some(l) => l.reconfigure(cfg, gen),
+            None => {
+                self.links.insert(key, Link::new(cfg, gen));
+            }
+        }
+        self.lines.insert(key, line);
+    }
+
+    /// The lines of a `set` body, by link (a later line for a link replaces an earlier one, as in parse_config).
+    fn set_lines(&mut self, body: &str) {
+        self.lines.clear();
+        for raw in body.lines() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if let Ok((key, _)) = parse_link_line(line) {
+                self.lines.insert(key, line.to_string());
+            }
+        }
+    }
+
+    fn config_text(&self) -> String {
+        self.lines.values().map(|l| format!("{l}\n")).collect()
     }
 
     fn needs_payload(&self) -> bool {
@@ -463,7 +501,7 @@ fn usage() -> ! {
                [--max-bytes B] [--max-packets N] [--kernel-hold N] [--seed S] [--pidfile PATH]\n       \
                swarm-linkd run --instance 'queue=N control=PATH state=PATH [inject-dev=IF inject-mac=MAC]'... \
                [--tick-us T] [--tick-pps R] [--max-bytes B] [--max-packets N] [--realtime]\n       \
-               swarm-linkd ctl --control PATH set|stats|ping   (set reads the config from stdin)\n       \
+               swarm-linkd ctl --control PATH set|sched|stats|ping|schedlog|schedclear   (set and sched read stdin)\n       \
                swarm-linkd check [--max-bytes B] < config");
     std::process::exit(2);
 }
@@ -527,6 +565,7 @@ fn parse_opts(args: &[String]) -> (Opts, Vec<String>) {
         instances: vec![],
         tick_ns: 250_000,
         tick_pps: 4_000,
+        max_sched: 1_000_000,
     };
     let mut rest = vec![];
     let mut i = 0;
@@ -583,6 +622,14 @@ fn parse_opts(args: &[String]) -> (Opts, Vec<String>) {
                     bad(&format!("--tick-pps {:?}: expected packets/s", val(i)))
                 })
             }
+            "--max-sched" => {
+                o.max_sched = val(i).parse().unwrap_or_else(|_| {
+                    bad(&format!(
+                        "--max-sched {:?}: expected a count of changes",
+                        val(i)
+                    ))
+                })
+            }
             "--inject-dev" => o.inject_dev = Some(val(i)),
             "--inject-mac" => {
                 o.inject_mac = Some(model::parse_mac(&val(i)).unwrap_or_else(|| {
@@ -625,9 +672,9 @@ fn ctl(o: &Opts, rest: &[String]) -> i32 {
         .unwrap_or_else(|| bad("ctl: --control PATH is required"));
     let cmd = rest.first().map(String::as_str).unwrap_or_else(|| usage());
     let body = match cmd {
-        "set" if rest.len() > 1 => format!("set\n{}\n", rest[1..].join("\n")),
-        "set" => format!("set\n{}", read_stdin()),
-        "stats" | "ping" => format!("{cmd}\n"),
+        "set" | "sched" if rest.len() > 1 => format!("{cmd}\n{}\n", rest[1..].join("\n")),
+        "set" | "sched" => format!("{cmd}\n{}", read_stdin()),
+        "stats" | "ping" | "schedlog" | "schedclear" => format!("{cmd}\n"),
         _ => usage(),
     };
     let mut s = match UnixStream::connect(path) {
@@ -654,15 +701,35 @@ fn ctl(o: &Opts, rest: &[String]) -> i32 {
     0
 }
 
-fn handle_control(eng: &mut Engine, q: &mut nfq::Queue, mut conn: UnixStream, state: Option<&str>) {
+/// A control connection's request (None when it could not be read in time).
+fn read_request(conn: &mut UnixStream) -> Option<String> {
     conn.set_nonblocking(false).ok();
     conn.set_read_timeout(Some(Duration::from_secs(2))).ok();
     let mut req = String::new();
-    if conn.read_to_string(&mut req).is_err() {
-        return;
+    conn.read_to_string(&mut req).ok().map(|_| req)
+}
+
+/// The queue's saved configuration (read again by a restarted engine, so a restart keeps the links).
+fn save_state(eng: &Engine, state: Option<&str>) {
+    if let Some(path) = state {
+        let tmp = format!("{path}.tmp");
+        if std::fs::write(&tmp, eng.config_text())
+            .and_then(|_| std::fs::rename(&tmp, path))
+            .is_err()
+        {
+            eprintln!("swarm-linkd: --state {path}: cannot save the configuration");
+        }
     }
-    let (cmd, body) = req.split_once('\n').unwrap_or((req.as_str(), ""));
-    let reply = match cmd.trim() {
+}
+
+fn handle_control(
+    eng: &mut Engine,
+    q: &mut nfq::Queue,
+    cmd: &str,
+    body: &str,
+    state: Option<&str>,
+) -> String {
+    match cmd {
         "ping" => format!(
             "ok pid={} gen={} restarted={}\n",
             std::process::id(),
@@ -673,24 +740,88 @@ fn handle_control(eng: &mut Engine, q: &mut nfq::Queue, mut conn: UnixStream, st
         "set" => match parse_config(body).and_then(|c| check_bound(&c, eng.max_bytes).map(|_| c)) {
             Ok(cfgs) => {
                 let gen = eng.apply(cfgs);
+                eng.set_lines(body);
                 eng.tune(q);
-                if let Some(path) = state {
-                    // the last configuration, read again by a restarted engine (so a restart keeps the links)
-                    let tmp = format!("{path}.tmp");
-                    if std::fs::write(&tmp, body)
-                        .and_then(|_| std::fs::rename(&tmp, path))
-                        .is_err()
-                    {
-                        eprintln!("swarm-linkd: --state {path}: cannot save the configuration");
-                    }
-                }
+                save_state(eng, state);
                 format!("ok gen={gen} set_at_ns={}\n", eng.set_at)
             }
             Err(e) => format!("error: {e}\n"),
         },
-        other => format!("error: unknown request {other:?} (set, stats, ping)\n"),
-    };
-    conn.write_all(reply.as_bytes()).ok();
+        other => format!(
+            "error: unknown request {other:?} (set, stats, ping, sched, schedlog, schedclear)\n"
+        ),
+    }
+}
+
+/// The engine's schedule and what its entries are checked against: the queues it serves (with each node's own
+/// MAC where known) and every node's MAC.
+struct Sched {
+    s: sched::Schedule,
+    queues: HashMap<u16, Option<Mac>>,
+    macs: HashSet<Mac>,
+    index: HashMap<u16, usize>,
+}
+
+impl Sched {
+    fn new(insts: &[Inst], max_pending: usize) -> Sched {
+        Sched {
+            s: sched::Schedule::new(max_pending),
+            queues: insts.iter().map(|i| (i.o.queue, i.o.inject_mac)).collect(),
+            // with one queue the inject MAC is the node's own: other nodes' MACs are not known
+            macs: if insts.len() > 1 {
+                insts.iter().filter_map(|i| i.o.inject_mac).collect()
+            } else {
+                HashSet::new()
+            },
+            index: insts
+                .iter()
+                .enumerate()
+                .map(|(k, i)| (i.o.queue, k))
+                .collect(),
+        }
+    }
+
+    fn request(&mut self, cmd: &str, body: &str, max_bytes: u64) -> Option<String> {
+        Some(match cmd {
+            "sched" => {
+                let known = sched::Known {
+                    queues: &self.queues,
+                    macs: &self.macs,
+                    max_bytes,
+                };
+                match self.s.add(body, &known, real_ns(), mono_ns()) {
+                    Ok((n, first)) => format!(
+                        "ok entries={n} first_id={first} pending={}\n",
+                        self.s.pending()
+                    ),
+                    Err(e) => format!("error: {e}\n"),
+                }
+            }
+            "schedlog" => self.s.drain_log(),
+            "schedclear" => format!("ok dropped={}\n", self.s.clear()),
+            _ => return None,
+        })
+    }
+
+    /// Apply every change that is due, each to its queue's link; then retune and save the queues it touched.
+    fn apply_due(&mut self, insts: &mut [Inst]) {
+        if self.s.next_due().is_none_or(|d| d > mono_ns()) {
+            return;
+        }
+        let mut touched = vec![];
+        for (_, c) in self.s.take_due(mono_ns()) {
+            let k = self.index[&c.queue];
+            insts[k].eng.set_link(c.key, c.cfg, c.line);
+            touched.push(k);
+        }
+        touched.sort();
+        touched.dedup();
+        for k in touched {
+            let i = &mut insts[k];
+            i.eng.tune(&mut i.q);
+            save_state(&i.eng, i.o.state.as_deref());
+        }
+    }
 }
 
 /// One queue the engine serves: the links of one receiving node (the packets sent to it), with that node's
@@ -805,7 +936,9 @@ fn open_instance(o: Opts) -> Inst {
         restarted,
         stamped: 0,
         late: [0; LATE_BOUNDS_US.len() + 1],
+        lines: BTreeMap::new(),
     };
+    eng.set_lines(&text);
     eng.apply(cfgs);
     let mut q = nfq::Queue::open(o.queue, COPY_META, o.max_packets, 64 << 20).unwrap_or_else(|e| {
         eprintln!("swarm-linkd: NFQUEUE {}: {e} (needs root/CAP_NET_ADMIN and the kernel's nfnetlink_queue; is another engine bound to it?)", o.queue);
@@ -896,6 +1029,7 @@ fn run(o: Opts) -> i32 {
         specs
     };
     let mut insts: Vec<Inst> = specs.into_iter().map(open_instance).collect();
+    let mut sched = Sched::new(&insts, o.max_sched);
     if o.realtime {
         // release times are the product: a low real-time priority keeps them sub-millisecond on a busy host
         // (the kernel's RT throttling still leaves 5 % to everything else); else a high nice priority
@@ -954,6 +1088,7 @@ fn run(o: Opts) -> i32 {
         let next = insts
             .iter()
             .filter_map(|i| i.eng.heap.peek().map(|h| h.0.due))
+            .chain(sched.s.next_due())
             .min();
         let mut wait = next.map(|d| d.saturating_sub(now)).unwrap_or(1_000_000_000);
         if ticking {
@@ -978,6 +1113,7 @@ fn run(o: Opts) -> i32 {
             return 1;
         }
         wakes += 1;
+        sched.apply_due(&mut insts);
         if ticking {
             // which queues hold packets: one poll without waiting, not a receive attempt on each
             let zero = libc::timespec {
@@ -1055,14 +1191,32 @@ fn run(o: Opts) -> i32 {
         }
         release_all(&mut insts);
         for k in nq..fds.len() {
-            if fds[k].revents != 0 {
-                let inst = &mut insts[owner[k]];
-                if let Some(l) = &inst.listener {
-                    while let Ok((conn, _)) = l.accept() {
-                        handle_control(&mut inst.eng, &mut inst.q, conn, inst.o.state.as_deref());
-                    }
-                }
+            if fds[k].revents == 0 {
+                continue;
             }
+            let conns: Vec<UnixStream> = match &insts[owner[k]].listener {
+                Some(l) => std::iter::from_fn(|| l.accept().ok().map(|c| c.0)).collect(),
+                None => vec![],
+            };
+            for mut conn in conns {
+                let Some(req) = read_request(&mut conn) else {
+                    continue;
+                };
+                let (cmd, body) = req.split_once('\n').unwrap_or((req.as_str(), ""));
+                let cmd = cmd.trim();
+                let reply = sched.request(cmd, body, o.max_bytes).unwrap_or_else(|| {
+                    let inst = &mut insts[owner[k]];
+                    handle_control(
+                        &mut inst.eng,
+                        &mut inst.q,
+                        cmd,
+                        body,
+                        inst.o.state.as_deref(),
+                    )
+                });
+                conn.write_all(reply.as_bytes()).ok();
+            }
+            sched.apply_due(&mut insts);
         }
     }
     let held: u64 = insts.iter().map(|i| i.eng.held_total).sum();

@@ -1,0 +1,126 @@
+"""Link schedules executed by the userspace engine (issue 27), live on netns: an orbit plan is handed to the
+swarm's swarm-linkd ahead of time, the engine applies every change at its instant from its own clock and
+measures its lag; links.csv carries those lags, the links end in the plan's last state (cut pairs silent, up
+pairs at the planned delay), and a bad schedule is refused with one line naming the entry, nothing applied.
+
+Goal for the lag: p99 <= 1 ms (BENCHMARKS.md). Asserted: p99 <= LAG_P99_BOUND_MS, what this shared 2-core host
+meets reliably (the engine wakes at each change's due time; its wake-up is what a busy host delays).
+Names lks-*, subnets 10.160-161.x (issue 27's helper range)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pandas as pd
+import pytest
+
+from netem.engines import LINKD_CONTROL
+from netem.orbits.planner import plan as make_plan
+from netem.spec.orbits import parse_orbits
+from netem.runtime.orbits import LinkTimelineDriver, links_csv_writer
+from swarm.errors import SpecError
+from swarm.runtime.backends.netns.backend import node_ns
+from swarm.runtime.swarm import Swarm
+from swarm.spec.model import spec_from_dict
+
+from conftest import REPO, require
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+LAG_P99_BOUND_MS = 5.0
+ORBITS = {"duration": "10min", "satellites": [{"walker": {"total": 8, "planes": 2, "phasing": 1, "altitude": 550,
+                                                          "inclination": 53}}],
+          "ground_stations": [{"name": "gs01", "lat": 30, "lon": 20, "min_elevation": 0}],
+          "links": {"isl": {"max_range": "4000km", "rate": "50Mbit"}}}
+
+
+@pytest.fixture(scope="module")
+def sched_swarm():
+    from swarm.runtime.probe import capabilities
+
+    caps = capabilities()
+    require("root", caps.root, "not running as root")
+    require("netns", caps.netns, "cannot create network namespaces")
+    require("nfqueue", caps.nfqueue, "iptables NFQUEUE target refused")
+    require("swarm-linkd", bool(caps.linkd), "swarm-linkd not built (make setup)")
+    require("br_netfilter", caps.bridge_nf, "no br_netfilter: one engine per node, not one per swarm")
+    spec = spec_from_dict({"name": "lks-it", "backend": "netns",
+                           "groups": [{"prefix": "sat", "count": 8}, {"prefix": "gs", "count": 1}],
+                           "networks": {"isl": {"subnet": "10.160.0.0/24"}, "ground": {"subnet": "10.161.0.0/24"}}})
+    swarm = Swarm(spec, workdir=REPO)
+    swarm.down()
+    swarm.up()
+    try:
+        yield swarm
+    finally:
+        swarm.down()
+
+
+def ping(swarm: Swarm, a: str, b: str) -> list[float]:
+    res = subprocess.run(["ip", "netns", "exec", node_ns(swarm.name, a), "ping", "-n", "-c", "3", "-i", "0.2",
+                          "-W", "1", swarm.node(b).isl_ip], capture_output=True, text=True, timeout=60)
+    return [float(m) for m in re.findall(r"time=([\d.]+) ms", res.stdout)]
+
+
+def test_the_engine_executes_an_orbit_plan_and_measures_every_lag(sched_swarm, tmp_path):
+    swarm = sched_swarm
+    plan = make_plan(parse_orbits(ORBITS))
+    changes = plan.timeline[plan.timeline["t_start"] > 0]
+    assert len(changes) >= 10 and changes["t_start"].nunique() >= 5
+    csv_path = tmp_path / "links.csv"
+    driver = LinkTimelineDriver(swarm.links, plan, speedup=30, on_rows=links_csv_writer(csv_path))
+    assert driver.engine.name == "userspace"
+    summary = driver.run()
+    driver.close()
+    assert summary["applied_by"] == "engine" and summary["engines"] == 1 and summary["not_applied"] == 0
+    links = pd.read_csv(csv_path)
+    assert len(links) == len(changes)  # one row per planned change
+    assert links["ok"].all() and (links["applied_by"] == "engine").all()
+    lag = links["lag_ms"]
+    assert (lag >= 0).all()
+    assert ((links["applied_ts"] - links["scheduled_ts"]) * 1000 - lag).abs().max() < 0.01
+    p50, p99 = lag.quantile(0.5), lag.quantile(0.99)
+    print(f"engine-applied change lag over {len(links)} changes: p50 {p50:.3f} ms, p99 {p99:.3f} ms, "
+          f"max {lag.max():.3f} ms")
+    assert p99 <= LAG_P99_BOUND_MS, lag.describe()
+    # the links are in the plan's last state: cut pairs silent, up pairs at the planned delay
+    end = plan.timeline[plan.timeline["t_end"] == plan.duration]
+    ups = [r for r in end.itertuples() if r.up]
+    downs = [r for r in end.itertuples() if not r.up]
+    assert ups and downs
+    for r in ups[:3]:
+        got = ping(swarm, r.a, r.b)
+        assert len(got) == 3, f"{r.a}-{r.b} is up in the plan's last state"
+        assert 2 * r.delay_ms - 1 <= min(got) <= 2 * r.delay_ms + 15, (r.a, r.b, r.delay_ms, got)
+    for r in downs[:3]:
+        assert not ping(swarm, r.a, r.b), f"{r.a}-{r.b} is down in the plan's last state"
+    driver.restore()
+    assert len(ping(swarm, downs[0].a, downs[0].b)) == 3
+
+
+def test_a_bad_schedule_is_refused_with_the_entry_named_and_nothing_applied(sched_swarm):
+    swarm = sched_swarm
+    linkd = swarm.links.linkd
+    control = str(swarm.backend.run_path_on_host(swarm.name, "sat01", LINKD_CONTROL))
+    sat01, sat02 = swarm.node("sat01"), swarm.node("sat02")
+    queue = linkd.hold(sat02, swarm.links.isl_iface(sat02)).queue
+    gen_before = linkd.ping("sat02")["gen"]
+    soon = time.time_ns() + 300_000_000
+    good = f"{soon} {queue} link {sat01.isl_mac.lower()} delay=7ms"
+    bad = {"in the past": f"{time.time_ns() - 10**9} {queue} link {sat01.isl_mac.lower()} delay=7ms",
+           "unknown link": f"{soon} 4000 link {sat01.isl_mac.lower()} delay=7ms",
+           "not another node": f"{soon} {queue} link 02:99:00:00:00:01 delay=7ms",
+           "twice": f"{soon} {queue} link {sat01.isl_mac.lower()} down"}
+    for why, entry in bad.items():
+        res = subprocess.run([linkd.host_binary, "ctl", "--control", control, "sched", good, entry],
+                             capture_output=True, text=True, timeout=30)
+        assert res.returncode == 2, (why, res.stdout, res.stderr)
+        assert res.stderr.startswith("swarm-linkd: entry 2") and res.stderr.count("\n") == 1, (why, res.stderr)
+        assert not res.stdout
+    with pytest.raises(SpecError, match="entry 2"):
+        linkd.schedule("sat05", [good, bad["in the past"]])
+    time.sleep(0.5)  # past the good entry's instant: nothing of any refused schedule was applied
+    pending, applied = linkd.schedule_log("sat01")
+    assert pending == 0 and applied == []
+    assert linkd.ping("sat02")["gen"] == gen_before
