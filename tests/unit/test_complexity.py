@@ -1,4 +1,4 @@
-"""No function of the five packages has a cyclomatic complexity above 20, as radon measures it (issue 25).
+"""No function of the five packages (and of flightsw/, the node programs) has a cyclomatic complexity above 20, as radon measures it (issue 25).
 
 radon (`radon cc -s -n D swarm netem compose experiments analysis` lists the offenders) counts every branch,
 loop, `except`, boolean operator and comprehension `if`: a function above 20 has too many paths to read or
@@ -13,7 +13,7 @@ from radon.complexity import cc_visit
 from radon.visitors import Function
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("swarm", "netem", "compose", "experiments", "analysis")
+PACKAGES = ("swarm", "netem", "compose", "experiments", "analysis", "flightsw")  # flightsw: the node programs
 LIMIT = 20
 
 # Functions over the limit while a branch in flight splits them (name: "path:Class.function"); the test fails
