@@ -24,7 +24,7 @@ from swarm.errors import SpecError
 from swarm.runtime.probe import capabilities
 
 if TYPE_CHECKING:
-    from experiments.traffic.model import ExperimentSpec
+    from experiments.base import ExperimentModel
     from swarm.runtime.swarm import Swarm
 
 FLOW_COLUMNS = ["run_id", "test_id", "size", "protocol", "rate_bps", "repeat", "src", "dst", "port", "start_ts",
@@ -44,7 +44,7 @@ class ResultsStore:
         self.dir = run_dir
 
     @classmethod
-    def create(cls, root: Path, exp: ExperimentSpec, host_facts: dict) -> "ResultsStore":
+    def create(cls, root: Path, exp: ExperimentModel, host_facts: dict) -> "ResultsStore":
         run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{exp.name}"
         store = cls(root / run_id)
         store.dir.mkdir(parents=True, exist_ok=False)

@@ -146,7 +146,7 @@ class FaultTimeline:
         self.t0: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.watcher = None  # a swarm.mesh.MeshWatcher: convergence after each fault, when the swarm has a mesh
+        self.watcher: Any = None  # a swarm.runtime.mesh.MeshWatcher: convergence after each fault, when the swarm has a mesh
         self._pending: tuple[dict, float, dict] | None = None  # (row, command time, {node: engine generation})
 
     def start(self, t0: float) -> None:

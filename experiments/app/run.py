@@ -85,7 +85,7 @@ def _timed(ctx: RunContext, swarm: Swarm) -> None:
     try:
         (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
         if swarm.mesh_result is not None:  # a swarm with a mesh: its convergence after up, then per fault
-            store.append_mesh(mesh_row(store.run_id, "app", exp.nodes, swarm.mesh.implementation, "up", "",
+            store.append_mesh(mesh_row(store.run_id, "app", exp.nodes, swarm.mesh.implementation or "", "up", "",
                                        swarm.mesh_result))
         end_warmup = time.time() + exp.warmup
         while (left := end_warmup - time.time()) > 0:

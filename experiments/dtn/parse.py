@@ -218,3 +218,24 @@ def ltp_handovers(dtnd_log: str) -> int:
     """Bundles dtnd handed to its `ltp` module (cla: ltp). dtnd 0.21.0 counts a hand-over as sent even when its
     100-slot channel to the module was full and the bundle was dropped; the module's own count tells."""
     return len(_LTP_HANDOVER_RE.findall(dtnd_log))
+
+
+IP_COLUMNS = ["run_id", "test_id", "src", "dst", "second", "sent", "received", "lost"]
+
+
+def ip_rows(sent: dict[str, list[dict]], received: dict[str, list[dict]], release: float, run_id: str,
+            test_id: str) -> list[dict]:
+    """Per directed pair and second since release: UDP probe datagrams sent, received, lost (pure)."""
+    got = {(ev["src"], node, ev["seq"]) for node, evs in received.items() for ev in evs
+           if ev.get(proto.EV) == proto.EV_IP_RECV}
+    bins: dict[tuple[str, str, int], list[int]] = {}
+    for node, evs in sent.items():
+        for ev in evs:
+            if ev.get(proto.EV) != proto.EV_IP_SENT:
+                continue
+            key = (node, ev["dst"], int(math.floor(ev["t"] - release)))
+            b = bins.setdefault(key, [0, 0])
+            b[0] += 1
+            b[1] += (node, ev["dst"], ev["seq"]) in got
+    return [{"run_id": run_id, "test_id": test_id, "src": s, "dst": d, "second": sec, "sent": n, "received": r,
+             "lost": n - r} for (s, d, sec), (n, r) in sorted(bins.items())]

@@ -20,11 +20,12 @@ import math
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from experiments.dtn.model import MAX_RATE, DtnExperiment, DtnTest, flows, swarm_nodes
-from experiments.dtn.parse import (ltp_handovers, BUNDLE_COLUMNS, STORE_COLUMNS, bundle_rows, figures, parse_dtnd_log, read_events,
-                                   store_rows)
+from experiments.dtn.parse import (IP_COLUMNS, ltp_handovers, BUNDLE_COLUMNS, STORE_COLUMNS, bundle_rows, figures,
+                                   ip_rows, parse_dtnd_log, read_events, store_rows)
+from experiments.dtn.plan import traffic_plans
 from experiments.loop import RunContext, Loop, run_tests
 from experiments.store import HostSampler, ResultsStore, host_facts
 from experiments.timeline import FaultEvent, FaultTimeline
@@ -36,10 +37,7 @@ from flightsw import protocol as proto
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import SwarmSpec
 
-IP_PORT = 5999
 RELEASE_LEAD_S = 2.0  # between handing out the plans and the release: every program is running by then
-QUIET_MAX_S = 5.0  # max-rate tests: receivers stop after this long without a bundle once sending ended
-IP_COLUMNS = ["run_id", "test_id", "src", "dst", "second", "sent", "received", "lost"]
 DTN_TEST_COLUMNS = ["run_id", "test_id", "pattern", "size", "nodes", "cla", "routing", "profile", "bundle_size",
                     "rate", "repeat", "flows", "duration_s", "drain_s", "release_ts", "bundles_sent", "bundles_delivered",
                     "delivery_ratio", "latency_p50_s", "latency_p95_s", "latency_max_s", "latency_min_s", "goodput_bps",
@@ -56,63 +54,6 @@ LTP_COLUMNS = ["run_id", "test_id", "node", "blocks_queued", "blocks_sent", "blo
                "bytes_sent", "bytes_received", "segments_out", "segments_in", "retransmitted_segments",
                "retransmitted_bytes", "cancels", "recv_cancels", "refused", "dropped", "send_would_block",
                "sndbuf", "rcvbuf", "dtnd_handed_over", "lost_in_dtnd_channel", "cpu_s"]
-
-
-def traffic_plans(exp: DtnExperiment, test: DtnTest, isl_ips: dict[str, str], release: float, web_port: int,
-                  rtt: float = 0.0) -> dict[str, dict]:
-    """{node: the plan its traffic program reads} (pure). `rtt`: the swarm's longest round trip (s): a
-    max-rate receiver waits six round trips longer before it calls the link quiet: a TCPCL session's set-up
-    takes three (TCP handshake, contact headers, session init) and its first bundle about three more (TCP slow
-    start from a small socket buffer); then it carries one bundle per round trip."""
-    nodes = swarm_nodes(test.size)
-    pairs = flows(exp.pattern, nodes)
-    count = exp.flow_counts(test)
-    expect: dict[str, int] = {}
-    plans: dict[str, dict] = {}
-    for n in nodes:
-        plans[n] = proto.dtn_plan(n, web_port, release, exp.duration, exp.drain, exp.lifetime, exp.store_interval)
-    for src, dst in pairs:
-        plans[src]["flows"].append(proto.dtn_flow(dst, test.bundle_size, test.rate, count))
-        plans[dst]["receive"] = True
-        expect[dst] = expect.get(dst, 0) + (count or 0)
-    for n, plan in plans.items():
-        if plan["receive"]:
-            if count is not None:
-                plan["expect"] = expect[n]
-            else:
-                plan["quiet"] = min(QUIET_MAX_S + 6 * rtt, exp.drain)
-    if exp.probe_ip():
-        probes = probe_pairs(exp.pattern, nodes)
-        for n, plan in plans.items():
-            dsts = [(d, isl_ips[d]) for s, d in probes if s == n]
-            plan["ip_probe"] = proto.dtn_probe(isl_ips[n], IP_PORT, exp.ip_probe_rate, dsts)
-    return plans
-
-
-def probe_pairs(pattern: str, nodes: list[str]) -> list[tuple[str, str]]:
-    """Where the UDP probe goes: over each hop of the chain (the links the bundles take: plain IP has no
-    multi-hop path without a mesh), else beside each bundle flow."""
-    if pattern == "chain":
-        return list(zip(nodes, nodes[1:]))
-    return flows(pattern, nodes)
-
-
-def ip_rows(sent: dict[str, list[dict]], received: dict[str, list[dict]], release: float, run_id: str,
-            test_id: str) -> list[dict]:
-    """Per directed pair and second since release: UDP probe datagrams sent, received, lost (pure)."""
-    got = {(ev["src"], node, ev["seq"]) for node, evs in received.items() for ev in evs
-           if ev.get(proto.EV) == proto.EV_IP_RECV}
-    bins: dict[tuple[str, str, int], list[int]] = {}
-    for node, evs in sent.items():
-        for ev in evs:
-            if ev.get(proto.EV) != proto.EV_IP_SENT:
-                continue
-            key = (node, ev["dst"], int(math.floor(ev["t"] - release)))
-            b = bins.setdefault(key, [0, 0])
-            b[0] += 1
-            b[1] += (node, ev["dst"], ev["seq"]) in got
-    return [{"run_id": run_id, "test_id": test_id, "src": s, "dst": d, "second": sec, "sent": n, "received": r,
-             "lost": n - r} for (s, d, sec), (n, r) in sorted(bins.items())]
 
 
 class TrafficReader(threading.Thread):
@@ -132,6 +73,18 @@ class TrafficReader(threading.Thread):
                 self.lines.append(line)
                 if proto.is_event(line, proto.EV_RECV_DONE):
                     self.finished_receiving = True
+
+
+def start_program(swarm: Swarm, node: str, plan: dict, out: Path) -> tuple[Any, TrafficReader]:
+    """Start `node`'s traffic program with its plan on stdin; a reader copies its output to `out` as it arrives."""
+    proc = swarm.runner.popen(swarm.dtn.traffic_argv(node, proto.DTN_RUN, proto.STDIN))
+    stdin = proc.stdin
+    assert stdin is not None  # the runner's popen opens stdin
+    stdin.write(proto.dumps(plan))
+    stdin.close()
+    reader = TrafficReader(proc, out)
+    reader.start()
+    return proc, reader
 
 
 def _cut_before_release(links, initial, run_id: str, test_id: str) -> list[dict]:
@@ -231,12 +184,7 @@ class DtnCase:
         for node, plan in plans.items():
             if not plan["flows"] and not plan["receive"] and not self.exp.store_interval:
                 continue
-            proc = swarm.runner.popen(agents.traffic_argv(node, proto.DTN_RUN, proto.STDIN))
-            proc.stdin.write(json.dumps(plan))
-            proc.stdin.close()
-            procs[node] = proc
-            readers[node] = TrafficReader(proc, raw / f"{node}.traffic.jsonl")
-            readers[node].start()
+            procs[node], readers[node] = start_program(swarm, node, plan, raw / f"{node}.traffic.jsonl")
         return plans, readers
 
     def _wait(self, test: DtnTest, plans: dict[str, dict], procs: dict, readers: dict[str, TrafficReader],

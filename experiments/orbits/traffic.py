@@ -6,16 +6,15 @@ row per bundle judged against the exact contact plan (experiments.orbits.bundles
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from experiments.dtn.parse import STORE_COLUMNS, bundle_rows, parse_dtnd_log, read_events, store_rows
-from experiments.dtn.run import TrafficReader
+from experiments.dtn.run import TrafficReader, start_program
 from experiments.orbits.bundles import ORBIT_BUNDLE_COLUMNS, judge, last_hops, summary
 from experiments.orbits.model import OrbitsExperiment
-from flightsw import protocol as proto
+from experiments.orbits.plan import traffic_plans
 from swarm.dtn.contacts import ContactPlan, parse_contact_plan
 
 if TYPE_CHECKING:
@@ -23,20 +22,6 @@ if TYPE_CHECKING:
     from swarm.runtime.swarm import Swarm
 
 RELEASE_LEAD_S = 2.0  # plans handed out -> release: every program and agent connection is ready by then
-
-
-def traffic_plans(exp: OrbitsExperiment, release: float, wall_s: float, port: int) -> dict[str, dict]:
-    """{node: its traffic program's plan} (pure). Bundles are created in [release, release + send window);
-    receivers listen until the plan's end plus `drain`."""
-    d = exp.dtn
-    assert d is not None
-    send_s = (d.send_until if d.send_until is not None else exp.orbits_spec().duration) / exp.speedup
-    plans = {n: proto.dtn_plan(n, port, release, send_s, max(0.0, wall_s - send_s) + d.drain, d.lifetime,
-                               d.store_interval) for n in exp.orbits_spec().node_names()}
-    for src, dst, flow in d.flows_by_source(exp.satellites()):
-        plans[src]["flows"].append(proto.dtn_flow(dst, flow.size, flow.rate, None))
-        plans[dst]["receive"] = True
-    return plans
 
 
 class DtnTraffic:
@@ -59,12 +44,8 @@ class DtnTraffic:
         plans = traffic_plans(self.exp, release, wall_s, port)
         self.until = release + max(p["duration"] + p["drain"] for p in plans.values())
         for node, plan in plans.items():
-            proc = self.swarm.runner.popen(agents.traffic_argv(node, proto.DTN_RUN, proto.STDIN))
-            proc.stdin.write(json.dumps(plan))
-            proc.stdin.close()
-            self.procs[node] = proc
-            self.readers[node] = TrafficReader(proc, self.raw / f"{node}.traffic.jsonl")
-            self.readers[node].start()
+            self.procs[node], self.readers[node] = start_program(self.swarm, node, plan,
+                                                                self.raw / f"{node}.traffic.jsonl")
 
     def wait(self, progress: Callable[[float, float, str], None] = lambda d, t, w: None) -> None:
         """Until every program ended (they stop at their plan's end), at most a minute past it."""

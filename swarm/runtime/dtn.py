@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from flightsw import protocol as proto
 from netem.spec.links import LinksSpec, resolve_links
 from swarm.dtn.plan import (LTP_DOWN, LTP_LOG, LTP_STATUS, AgentPlan, ltp_down_windows, ltp_summary, peer_clas,
                             peer_names, plan_agents, readiness, spec_link_view)
@@ -54,7 +55,7 @@ DTN_IMAGE_REPO = "swarm-emu/dtn"
 IN_NODE_DIR = "/var/lib/swarm-dtn"
 PID_FILE = "dtnd.pid"
 LOG_FILE = "dtnd.log"
-TRAFFIC_PROGRAM = "flightsw/dtn_traffic.py"
+TRAFFIC_PROGRAM = f"flightsw/{proto.DTN_TRAFFIC}"
 BUILD_TIMEOUT = 3600.0
 HTTP_TIMEOUT = 3.0
 #: The wrapper: record the shell's pid (exec keeps it for dtnd), then become dtnd with output appended to the
@@ -428,7 +429,7 @@ class DtnAgents:
         """Take the next bundle delivered to dtn://<node>/<service> (waiting up to `timeout` s)."""
         if node not in self.by_name:
             raise SpecError(f"node {node!r}: no DTN agent in swarm {self.swarm.name!r}")
-        argv = self.traffic_argv(node, "recv-once", "--port", str(self.piece(node).web_port), "--service", service,
+        argv = self.traffic_argv(node, proto.DTN_RECV_ONCE, "--port", str(self.piece(node).web_port), "--service", service,
                                  "--timeout", f"{timeout:g}")
         res = self.swarm.runner.run(argv, timeout=timeout + 30, check=False)
         try:

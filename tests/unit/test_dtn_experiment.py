@@ -3,7 +3,8 @@ traffic plans, the UDP probe's table."""
 import pytest
 
 from experiments.dtn.model import chain_neighbours, experiment_from_dict, flows, swarm_nodes
-from experiments.dtn.run import ip_rows, probe_pairs, traffic_plans
+from experiments.dtn.parse import ip_rows
+from experiments.dtn.plan import probe_pairs, traffic_plans
 from swarm.errors import SpecError
 
 NETS = {"networks": {"isl": {"subnet": "10.210.9.0/24"}, "ground": {"subnet": "10.211.9.0/24"}}}

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("swarm", "netem", "compose", "experiments", "analysis")
+PACKAGES = ("swarm", "netem", "compose", "experiments", "analysis", "flightsw")
 
 # (folder, layer): one entry per folder, no single modules; a module takes the layer of the deepest folder that
 # holds it, so where a module lives says what it may import. docs/ARCHITECTURE.md draws the same table.
 LAYER_OF = [
+    ("flightsw", "base"),        # the programs inside a node and their protocol with the host: standard library only
     ("swarm", "base"),           # the package root: errors, units, caps (and the package's lazy `Swarm`, PEP 562)
     ("swarm.spec", "spec"),      # the swarm spec and its sections: hosts, apps, mesh, dtn
     ("netem.spec", "spec"),      # the `links:` and `orbits:` sections (pydantic only)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from compose.render import NODE_SYSCTLS, node_environment
+from flightsw import protocol as proto
 from swarm.errors import SpecError
 from swarm.spec.model import NodePlan, SwarmSpec, gateway_address
 from swarm.caps import BackendTraits
@@ -133,7 +134,7 @@ class NetnsBackend(Backend):
         return swarm_dir(self.workdir, swarm)
 
     def agent_path(self) -> Path:
-        return self.workdir / "flightsw" / "agent.py"
+        return self.workdir / "flightsw" / proto.AGENT
 
     def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress) -> None:
         total = len(nodes)
