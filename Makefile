@@ -13,6 +13,13 @@ APT_PACKAGES := iperf3 iproute2 nftables fping iputils-ping traceroute procps ut
 # tshark (pulls wireshark-common: dumpcap, mergecap, editcap, capinfos): `swarm capture` runs dumpcap from the host in
 # a node's namespace (pcapng, ring buffer, duration stop), mergecap joins a link's two ends; tshark reads them back
 APT_PACKAGES += tshark
+# openssh-server: sshd inside the second Docker Engine's namespace, so the multi-host backend's ssh:// endpoint is
+# tested for real (tests/hosts/ssh_host.py: its own config and throw-away keys). The tests start no ssh service on the
+# machine itself; on a machine booted with systemd, Debian's package enables one (`systemctl disable --now ssh`)
+APT_PACKAGES += openssh-server
+# python3-paramiko: Debian's docker-compose v1 (docker-py) imports it for any ssh:// host, though it then runs the
+# system's ssh client
+APT_PACKAGES += python3-paramiko
 
 .PHONY: setup linkd ltpcla linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn bench-dtn-delay wipe clean help lint lint-py lint-rust
 

@@ -8,7 +8,9 @@ The swarm (names orb-bench-N, subnets 10.234-235.x unless --subnets) comes up, t
 down unless up at t=0) and then follows `--duration` of orbit at 1 s steps in real time (`--speedup` to
 compress). Reported: initial apply time, links changing per step, per-step lag (due -> last update of the
 step applied on both its nodes) p50/p99/max, the share of steps finished before the next step was due,
-coalesced steps, per-update lag p50/p99. Prints a Markdown table for BENCHMARKS.md; links.csv of each size
+coalesced steps, per-update lag p50/p99. With the userspace engine the plan is handed to the engine, which applies
+each change at its instant and measures its lag (applied_by "engine"; SWARM_ORBITS_ENGINE_SCHEDULE=0: the driver
+applies each step, the earlier figures). Prints a Markdown table for BENCHMARKS.md; links.csv of each size
 goes to results/bench-orbits-live-<time>/.
 
     python bench/bench_orbits_live.py --sizes 16 32 --duration 120s
@@ -92,7 +94,7 @@ def bench(n: int, duration: str, speedup: float, out: Path, workers: int, third:
             "update_lag_p99_ms": round(lag.get("update_lag_ms_p99", float("nan")), 1),
             "failed": lag.get("failed", 0), "engine": summary["engine"], "load_before": round(load0, 2),
             "tc_in_place": summary.get("tc_in_place_commands"), "tc_rebuilt": summary.get("tc_rebuilt_commands"),
-            "nft": summary.get("nft_commands")}
+            "nft": summary.get("nft_commands"), "applied_by": summary.get("applied_by")}
 
 
 def main() -> None:
@@ -111,7 +113,7 @@ def main() -> None:
     cols = ["nodes", "up_s", "pairs_ever_up", "initial_s", "steps", "steps_with_changes", "changes_per_step_mean",
             "changes_per_step_max", "changed_share_of_live_links_max", "step_lag_p50_ms", "step_lag_p99_ms",
             "step_lag_max_ms", "before_next", "coalesced", "update_lag_p50_ms", "update_lag_p99_ms", "failed",
-            "tc_in_place", "tc_rebuilt", "nft", "engine", "load_before"]
+            "tc_in_place", "tc_rebuilt", "nft", "engine", "applied_by", "load_before"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for n in args.sizes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from swarm.observe.runcapture import take_section
 from swarm.errors import SpecError
 from swarm.spec.documents import read_yaml
 
@@ -42,6 +43,7 @@ def load(path: str | Path) -> tuple[ExperimentType, Any]:
     """Read an experiment file: its type and its validated model (one-line SpecErrors)."""
     data = read_yaml(path, "experiment")
     kind = type_of_document(data, str(path))
+    take_section(data, str(path))  # `capture:` is any type's (swarm.observe.runcapture): checked, then set aside
     return kind, kind.from_dict(data, str(path))
 
 

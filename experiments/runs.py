@@ -3,14 +3,18 @@ experiment validated and the backend its first swarm needs answered, so bad inpu
 from __future__ import annotations
 
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from experiments import registry
 from experiments.loop import RunContext
 from experiments.registry import ExperimentType
 from experiments.store import ResultsStore, host_facts
 from swarm.errors import SpecError
+from swarm.observe.runcapture import check_names, section_of
+from swarm.runtime.locks import run_lock
+from swarm.runtime.state import OWNER, StateError, default_workdir, down_by_name, read_state
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import SwarmSpec
 
@@ -37,7 +41,46 @@ def open_run(experiment_file: str | None, resume_dir: str | None, results_root: 
     kind, exp = registry.load(experiment_file)
     _check_command(kind, experiment_file, command)
     preflight(kind, exp, backend, experiment_file)
+    section = section_of(experiment_file)  # `capture:` (swarm.observe.runcapture): only nodes the swarms have
+    if section is not None:
+        check_names(section, [n.name for s in experiment_swarms(kind, exp) for n in s.resolved_nodes()], experiment_file)
     return kind, exp, ResultsStore.create(Path(results_root), exp, host_facts())
+
+
+@contextmanager
+def running(kind: ExperimentType, exp: Any, store: ResultsStore, *, resume: bool,
+            message: Callable[[str], None] = lambda _m: None) -> Iterator[None]:
+    """Held while the experiment runs into `store`: one process per run folder (swarm.runtime.locks.run_lock),
+    and every swarm brought up meanwhile records the run as its owner. On `resume`, first the swarms the
+    interrupted run left up (a crash or a kill skips its `down`) are taken over: removed, so the run brings
+    them up afresh; rows of a test that never finished are dropped; measurements already written are kept."""
+    with run_lock(store.dir):
+        owner = str(store.dir.resolve())
+        if resume:
+            take_over(kind, exp, owner, message)
+            store.drop_incomplete_flows()
+        token = OWNER.set(owner)
+        try:
+            yield
+        finally:
+            OWNER.reset(token)
+
+
+def take_over(kind: ExperimentType, exp: Any, owner: str, message: Callable[[str], None]) -> list[str]:
+    """Remove every swarm of the experiment whose state names `owner` (the run being resumed) as the run that
+    started it; a swarm of the same name somebody else started is left alone (its `up` then refuses). Returns
+    the names removed."""
+    workdir, removed = default_workdir(), []
+    for name in dict.fromkeys(spec.name for spec in experiment_swarms(kind, exp)):
+        try:
+            state = read_state(workdir, name)
+        except StateError:
+            continue
+        if state is not None and state.get("owner") == owner:
+            message(f"swarm {name!r}: left up by the interrupted run; taking it over (removing it to start afresh)")
+            down_by_name(name, workdir=workdir, warn=message)
+            removed.append(name)
+    return removed
 
 
 def experiment_swarms(kind: ExperimentType, exp: Any) -> list[SwarmSpec]:

@@ -72,22 +72,30 @@ class ResultsStore:
             return {row["test_id"] for row in csv.DictReader(f)}
 
     def drop_incomplete_flows(self) -> None:
-        """Remove flow and fault rows of tests that never got their tests.csv row (a crash between the
-        two), so that running such a test again does not leave its rows twice."""
+        """Remove the rows of tests that never got their tests.csv row (a crash between the two) from every
+        other table of the run (flows.csv, faults.csv, bundles.csv, ddsperf.csv, ...), so that running such a
+        test again does not leave its rows twice. Rows of no test (an empty test_id, e.g. mesh convergence
+        after `up`) and tables without a test_id column are kept as they are."""
         done = self.completed_tests()
-        for name in ("flows.csv", "faults.csv"):
-            path = self.dir / name
-            if not path.exists():
+        for path in sorted(self.dir.glob("*.csv")):
+            if path.name == "tests.csv":
                 continue
-            with path.open() as f:
+            with path.open(newline="") as f:
                 reader = csv.DictReader(f)
-                rows = [r for r in reader if r["test_id"] in done]
                 columns = reader.fieldnames or []
+                if "test_id" not in columns:
+                    continue
+                rows = list(reader)
+            kept = [r for r in rows if r["test_id"] in done or not r["test_id"]]
+            if len(kept) == len(rows):
+                continue
             tmp = path.with_suffix(".tmp")
             with tmp.open("w", newline="") as f:
                 writer = csv.DictWriter(f, columns)
                 writer.writeheader()
-                writer.writerows(rows)
+                writer.writerows(kept)
+                f.flush()
+                os.fsync(f.fileno())
             tmp.replace(path)
 
     def raw_path(self, test_id: str, flow_id: str) -> Path:

@@ -1,3 +1,3 @@
-from swarm.cli.main import main
+from swarm.cli.entry import main
 
 main()

@@ -10,4 +10,4 @@ from experiments.kind import ExperimentType
 TYPE = ExperimentType(
     name="dtn", summary="bundles through dtn7-rs agents: patterns x CLAs x routings x link profiles x contacts",
     command="run", from_dict=experiment_from_dict, swarms=run.test_swarms, run=run.run,
-    report=write_dtn_report, resumable=False, unit="s")
+    report=write_dtn_report, unit="s")

@@ -412,7 +412,10 @@ def experiment_from_dict(data: Any, source: str = "") -> DtnExperiment:
     if isinstance(data, dict) and isinstance(data.get("contacts"), dict) and data["contacts"].get("plan"):
         contacts = dict(data["contacts"])
         base = Path(source).parent if source else Path(".")
-        path = Path(contacts.pop("plan"))
+        plan = contacts.pop("plan")
+        if not isinstance(plan, str):  # `plan: [a.txt]` (found by the experiment fuzzer): not a path
+            raise SpecError(f"{source or 'experiment'}: contacts.plan: {plan!r:.80}: not a file name")
+        path = Path(plan)
         path = path if path.is_absolute() else base / path
         try:
             contacts["text"] = read_text(path, "contact plan", PLAN_LIMIT)  # bounded; errors never echo its text

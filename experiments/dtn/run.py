@@ -258,7 +258,8 @@ def _rounded(m: dict) -> dict:
 def run_dtn_experiment(exp: DtnExperiment, store: ResultsStore, *, backend: Optional[str] = None,
                        message: Callable[[str], None] = lambda m: None,
                        progress: Callable[[float, float, str], None] = lambda d, t, w: None) -> Path:
-    """Every test of the sweep, in order, into `store`; returns the run folder."""
+    """Every test of the sweep missing from `store`, in order (`run --resume` runs only those an interrupted run
+    did not finish), into `store`; returns the run folder."""
     return run(RunContext(exp, store, backend=backend, message=message, progress=progress))
 
 
@@ -271,8 +272,9 @@ def run(ctx: RunContext) -> Path:
         ctx.message(f"  delivered {row['bundles_delivered']}/{row['bundles_sent']} bundles, "
                     f"goodput {row['goodput_bps'] / 1e6:.1f} Mbit/s, latency p95 {row['latency_p95_s']} s")
 
-    run_tests(ctx, Loop(tests=exp.tests(), swarm_of=exp.swarm_spec, run_test=case.run, resumable=False,
-                            starting=case.starting, after=after, announce_up=False))
+    done = ctx.store.completed_tests()  # `run --resume`: the tests an interrupted run finished are kept, not rerun
+    run_tests(ctx, Loop(tests=[t for t in exp.tests() if t.test_id not in done], swarm_of=exp.swarm_spec,
+                        run_test=case.run, resumable=False, starting=case.starting, after=after, announce_up=False))
     return ctx.store.dir
 
 

@@ -104,7 +104,8 @@ def _follow(ctx: RunContext, swarm: Swarm, plan: Plan, probes: list) -> dict:
         (store.dir / "host.json").write_text(json.dumps(host_facts(swarm), indent=1))
         driver = LinkTimelineDriver(swarm.links, plan, speedup=exp.speedup, workers=exp.workers, message=message,
                                     run_id=store.run_id, on_rows=lambda rows: store.append("links.csv",
-                                                                                            LINK_COLUMNS, rows))
+                                                                                            LINK_COLUMNS, rows),
+                                    orbits=exp.orbits_spec())  # the live view's map
         initial_s = driver.prepare()
         # contact plans, probes and bundles start at one known instant
         release = time.time() + (RELEASE_LEAD_S if exp.dtn else 1.0)

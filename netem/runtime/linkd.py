@@ -194,7 +194,9 @@ class Linkd:
     def ensure_running(self, plan: "NodePlan", iface: str, rec: dict) -> None:
         """Start the node's engine (at the hop, or in the node) if none answers, and wait until it does."""
         node = plan.name
-        if self.ping(node):
+        answer = self.ping(node)
+        if answer:  # already served (the swarm's engine, started for another node): record which process
+            rec["linkd_pid"] = int(answer.get("pid", 0))
             return
         if not self.host_binary:
             raise RuntimeFailure("userspace link engine: no swarm-linkd binary (run `make setup`, or set $SWARM_LINKD)")

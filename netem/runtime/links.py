@@ -73,9 +73,10 @@ class LinkController:
         tmp.replace(self.path)
 
     @contextmanager
-    def _transaction(self) -> Iterator[LinkState]:
+    def _transaction(self, events: bool = True) -> Iterator[LinkState]:
         """The state, locked against other writers; saved on exit, also after a failure while applying (which
-        marks the nodes concerned stale), but not after a SpecError (raised before anything is applied)."""
+        marks the nodes concerned stale), but not after a SpecError (raised before anything is applied).
+        `events`: log each link's change (False: the caller logged them as they happened, e.g. the orbit driver)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / "links.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -89,7 +90,7 @@ class LinkController:
                 self._save(state)
                 raise
             self._save(state)
-            for change in link_changes(before, link_view(state.base, state.cuts)):  # the event log (swarm.observe)
+            for change in link_changes(before, link_view(state.base, state.cuts)) if events else []:  # swarm.observe
                 emit(self.dir, "link", **change)
 
     # ------------------------------------------------------------------------------- conditions
@@ -309,9 +310,9 @@ class LinkController:
         return out
 
     # ------------------------------------------------------------------- applying (public: the orbit driver)
-    def transaction(self):
+    def transaction(self, events: bool = True):
         """The link state (links.json), locked against other writers and saved on exit (see _transaction)."""
-        return self._transaction()
+        return self._transaction(events)
 
     def apply(self, node, rec: dict, links: DirectedLinks, *, force: bool = False, cut_frames: bool = True):
         """Make one running node match `links` (the effective conditions of the directed links touching it),

@@ -41,7 +41,8 @@ from netem.orbits.records import LINK_COLUMNS
 from netem.runtime.orbit_schedule import LEAD_S, EngineSchedule, step_summary, wanted
 from netem.state import node_links, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
-from swarm.observe.events import emit
+from swarm.observe.events import caused_by, emit
+from swarm.observe.track import publish as publish_track
 
 if TYPE_CHECKING:
     from netem.runtime.links import LinkController
@@ -82,7 +83,7 @@ class LinkTimelineDriver:
 
     def __init__(self, links: "LinkController", plan: Plan, *, speedup: float = 1.0, workers: int = 16,
                  on_rows: Callable[[list[dict]], None] = lambda rows: None,
-                 message: Callable[[str], None] = lambda m: None, run_id: str = ""):
+                 message: Callable[[str], None] = lambda m: None, run_id: str = "", orbits=None):
         if not speedup > 0:
             raise SpecError(f"speedup {speedup!r}: must be positive")
         self.plan, self.speedup = plan, float(speedup)
@@ -90,6 +91,7 @@ class LinkTimelineDriver:
         swarm = links.swarm  # the swarm's context: its nodes
         self.engine = self.ctl.engine
         self.workers, self.on_rows, self.message, self.run_id = workers, on_rows, message, run_id
+        self.orbits = orbits  # the OrbitsSpec the plan came from: its ground tracks go to the live view's map
         names = [n.name for n in swarm.nodes]
         check_plan_nodes(plan, names)
         self.by_name = {n.name: n for n in swarm.nodes}
@@ -180,9 +182,10 @@ class LinkTimelineDriver:
                 emit(self.ctl.dir, "link", src=src, dst=dst, state="up" if r["up"] else "down", conditions=cond,
                      cause="orbit schedule", step=r["step"])
 
-    def _save(self) -> None:
-        """links.json: the configured conditions with the plan's current ones, and the per-node records."""
-        with self.ctl.transaction() as state:
+    def _save(self, events: bool = False) -> None:
+        """links.json: the configured conditions with the plan's current ones, and the per-node records.
+        `events`: log the changes since the last save (the initial state; later steps log their own rows)."""
+        with caused_by("orbit schedule"), self.ctl.transaction(events) as state:
             merged = dict(self.base)
             for links in self.eff.values():
                 merged.update(links)
@@ -206,7 +209,7 @@ class LinkTimelineDriver:
             self._set(a, b, *self.conditions(a, b, False, float("nan"), 0))
         done = self._apply_nodes(list(self.plan.nodes), pool, force=True)
         failed = [(n, e) for n, (_, e) in done.items() if e]
-        self._save()
+        self._save(events=True)
         if failed:
             raise RuntimeFailure(f"orbits: initial link state not applied on {len(failed)} node(s): "
                                  f"{failed[0][0]}: {failed[0][1]}")
@@ -233,6 +236,8 @@ class LinkTimelineDriver:
         initial_s = self.initial_s
         with self._pool as pool:
             t0 = release if release is not None else time.time()
+            if self.orbits is not None:  # the live view's map: where the nodes are at each plan second
+                publish_track(self.ctl.dir, self.orbits, t0, self.speedup)
             i = 0
             n_batches = coalesced_steps = late_steps = 0
             while i < len(steps) and not self.stop_event.is_set():
@@ -332,6 +337,8 @@ class LinkTimelineDriver:
         if self.engine.name != "userspace" or not wanted():
             return None
         t0 = release if release is not None else time.time() + LEAD_S
+        if self.orbits is not None:  # the live view's map, as in the driver's own loop
+            publish_track(self.ctl.dir, self.orbits, t0, self.speedup)
         sched = EngineSchedule(self, t0)
         if not sched.build():
             self.message("orbits: a link of the plan is not held by the userspace engine: the driver applies each step")

@@ -20,17 +20,19 @@ from rich.table import Table
 from swarm import __version__
 from swarm.cfs.node import check_cfs
 from swarm.runtime.state import all_states, default_workdir, down_by_name, leftovers, wipe as wipe_all
-from swarm.runtime.swarm import NodeFailed, Swarm
+from swarm.runtime.swarm import BEFORE_DOWN, NodeFailed, Swarm
 from swarm.cli import cfs as cfs_commands, dtn as dtn_commands, links as link_commands, mesh as mesh_commands, \
     orbits as orbit_commands
 from swarm.cli import observe as observe_commands
 from swarm.cli.console import err, out, warn
 from swarm.cli.mesh import convergence_line
 from swarm.errors import SwarmError
+from swarm.observe.events import RunEvents
+from swarm.observe.runcapture import RunCaptures, section_of
 from netem.engines import ENGINES, choose_engine
 from swarm.spec.mesh import MeshSpec, choose_implementation
 from swarm.runtime.probe import capabilities
-from swarm.runtime.backends import REGISTRY, TRAITS
+from swarm.runtime.backends import REGISTRY, TRAITS, swarm_dir
 from swarm.runtime.backends.compose import ComposeBackend
 from swarm.spec.model import check_swarm_name, json_schema, spec_from_dict
 
@@ -311,17 +313,21 @@ def sweep(experiment_file, resume_dir, backend, results_root, abort_on_error, ma
 
 
 @cli.command("run")
-@click.argument("experiment_file", type=click.Path())
+@click.argument("experiment_file", required=False, type=click.Path())
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False),
+              help="Finish the interrupted run in this folder (types that resume: dtn).")
 @click.option("--backend", help=f"{ONE_HOST_BACKENDS} (default: the experiment's, else the host's default).")
 @click.option("--results", "results_root", default="results", show_default=True, help="Folder for run folders.")
 @click.option("--report/--no-report", "make_report", default=True, show_default=True)
 @click.option("--check", is_flag=True, help="Only validate the experiment and its swarm; create nothing.")
-def run_cmd(experiment_file: str, backend: str | None, results_root: str, make_report: bool, check: bool) -> None:
-    """Run the experiment in EXPERIMENT_FILE (e.g. the reference swarm app under a fault timeline); results and a report."""
+def run_cmd(experiment_file: str | None, resume_dir: str | None, backend: str | None, results_root: str,
+            make_report: bool, check: bool) -> None:
+    """Run the experiment in EXPERIMENT_FILE (e.g. the reference swarm app under a fault timeline), or --resume a
+    run folder; results and a report."""
     if check:
         _check_experiment("run", experiment_file, backend)
         return
-    _run_experiment("run", experiment_file, None, backend, results_root, make_report)
+    _run_experiment("run", experiment_file, resume_dir, backend, results_root, make_report)
 
 
 def _check_experiment(command: str, experiment_file: str | None, backend: str | None) -> None:
@@ -335,22 +341,42 @@ def _check_experiment(command: str, experiment_file: str | None, backend: str | 
 def _run_experiment(command: str, experiment_file, resume_dir, backend, results_root, make_report,
                     abort_on_error: bool = False) -> None:
     """Any registered experiment type: open (or resume) its run folder, run it with a progress bar, report."""
-    from experiments.runs import RunContext, discard_if_empty, open_run  # here, not at the top: the experiment types pull in pandas and
-    # matplotlib (~1.5 s), which `swarm status` and the other swarm commands never need
+    # here, not at the top: the experiment types pull in pandas and matplotlib (~1.5 s), which `swarm status` and
+    # the other swarm commands never need
+    from experiments.runs import RunContext, discard_if_empty, open_run, running
 
     kind, exp, store = open_run(experiment_file, resume_dir, results_root, backend, command)
+    section = section_of(experiment_file) if experiment_file and not resume_dir else None  # checked by open_run
     err.print(f"run folder: {store.dir}")
     unit = f" {kind.unit}" if kind.unit else ""
     bar = Progress(TextColumn(f"[bold]{kind.name}[/] {{task.description}}"), BarColumn(),
                    TextColumn(f"{{task.completed:.0f}}/{{task.total:.0f}}{unit}"), TimeElapsedColumn(),
                    TextColumn("ETA"), TimeRemainingColumn(), console=err)
+    specs = kind.swarms(exp)
+    watched = RunEvents([swarm_dir(default_workdir(), spec.name) for spec in specs], getattr(exp, "name", kind.name))
+
+    def message(m: str) -> None:
+        bar.console.print(m)
+        watched.message(m)
+
+    def progress(d: float, t: float, w: str) -> None:
+        bar.update(task, completed=d, total=t, description=w)
+        watched.progress(d, t, w)
+
+    captures = None
     try:
-        with bar:
+        with bar, running(kind, exp, store, resume=bool(resume_dir), message=lambda m: bar.console.print(m)):
             task = bar.add_task("starting", total=0)  # a number from the start: the count column formats it
-            run_dir = kind.run(RunContext(exp, store, backend=backend, abort_on_error=abort_on_error,
-                                          message=lambda m: bar.console.print(m),
-                                          progress=lambda d, t, w: bar.update(task, completed=d, total=t,
-                                                                              description=w)))
+            if section is not None:
+                captures = RunCaptures(section, [spec.name for spec in specs], store.dir / "capture", default_workdir(),
+                                       attach=Swarm.attach, before_down=BEFORE_DOWN, message=message)
+                captures.start()
+            try:
+                run_dir = kind.run(RunContext(exp, store, backend=backend, abort_on_error=abort_on_error,
+                                              message=message, progress=progress))
+            finally:
+                if captures is not None:
+                    captures.stop()
     except BaseException:
         if not resume_dir and discard_if_empty(store):  # the first swarm never came up: no empty folder left
             err.print(f"removed the empty run folder {store.dir}")

@@ -97,14 +97,15 @@ def apply_cmd(name: str, file: str | None, speedup: float, out_dir: str | None, 
     swarm = Swarm.attach(name)
     if file is None and swarm.spec.orbits is None:
         raise SpecError(f"swarm {name!r}: its spec has no `orbits:`; give an orbits FILE")
-    plan = make_plan(load_orbits_file(file) if file else parse_orbits(swarm.spec.orbits, f"swarm {name}: orbits"))
+    orbits_spec = load_orbits_file(file) if file else parse_orbits(swarm.spec.orbits, f"swarm {name}: orbits")
+    plan = make_plan(orbits_spec)
     folder = Path(out_dir) if out_dir else Path("results") / f"orbits-{name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     folder.mkdir(parents=True, exist_ok=True)
     plan.timeline.to_csv(folder / "timeline.csv", index=False)
     rows: list[dict] = []
     record = links_csv_writer(folder / "links.csv", rows)
 
-    driver = LinkTimelineDriver(swarm.links, plan, speedup=speedup, on_rows=record, message=err.print)
+    driver = LinkTimelineDriver(swarm.links, plan, speedup=speedup, on_rows=record, message=err.print, orbits=orbits_spec)
     err.print(f"swarm {name!r}: following {file or 'its orbits'} ({plan.duration:g} s of orbit at x{speedup:g}: "
               f"{plan.duration / speedup:.0f} s); Ctrl-C stops")
     try:

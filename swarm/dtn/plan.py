@@ -210,13 +210,16 @@ def broadcast_address(isl_subnet: str) -> str:
 
 
 def plan_agent(node: str, piece: DtnSpec, peers: list[Peer], workdir: str, isl_subnet: str,
-               rtt: float = 0.0) -> AgentPlan:
+               rtt: float = 0.0, isl_ip: str = "") -> AgentPlan:
     """The agent of `node`. `peers`: the DTN nodes it should know (static mode: its static peers; auto
     mode: the nodes discovery is expected to find), in index order. `rtt`: the longest round trip (s) of
-    the node's links; the piece's `max_delay` (one-way) replaces it when set."""
+    the node's links; the piece's `max_delay` (one-way) replaces it when set. `isl_ip`: the node's ISL
+    address, the only one its convergence layer listens on (dtn7's `bind=`; issue 29, defect 13)."""
     argv = [DTND, "-n", node, "-W", workdir, "-e", APP_SERVICE, "-r", piece.routing,
             "-w", str(piece.web_port), "-j", _humantime(piece.janitor)]
     cla = piece.cla if piece.cla == "http" else f"{piece.cla}:port={piece.cla_port()}"
+    if isl_ip and piece.cla != "http":
+        cla += f":bind={isl_ip}"
     if piece.cla == "ltp":
         argv += ["--ecla"]  # no built-in CLA: bundles leave through swarm-ltpcla only
     else:
@@ -267,7 +270,7 @@ def plan_agents(nodes: list[tuple[str, str, Optional[DtnSpec]]], isl_subnet: str
         if piece.cla == "ltp" and piece.peers != "static":
             raise ValueError(f"node {name!r}: dtn.peers {piece.peers!r}: cla ltp needs static peers (its one-way "
                              "light time and rate come from the links toward them)")
-        plan = plan_agent(name, piece, peers, workdir_of(name), isl_subnet, rtts[name])
+        plan = plan_agent(name, piece, peers, workdir_of(name), isl_subnet, rtts[name], isl_ip=ip)
         if piece.cla == "ltp":
             plan = replace(plan, ltp_argv=plan_ltp(name, index[name], ip, piece, peers, workdir_of(name), link_of))
         plans.append(plan)
@@ -332,3 +335,30 @@ def ltp_summary(counters: dict) -> dict:
             "blocks_sent": get("blocks_sent"), "blocks_received": get("blocks_received"),
             "retransmitted_segments": get("retransmitted_segments"), "cancels": get("cancels") + get("recv_cancels"),
             "refused": get("refused"), "dropped": get("dropped"), "queued": get("queued")}
+
+
+#: The nft table that keeps each node's agent to the swarm's ISL (issue 29, defect 13), in the node's own
+#: namespace; it goes with the node.
+GUARD_TABLE = "swarm_dtn_guard"
+
+
+def guard_rules(piece: DtnSpec, isl_subnet: str) -> str:
+    """nft script for one node (pure). dtnd 0.21.0 cannot bind its HTTP port to one address (it listens on
+    every one), so the node's own firewall keeps the agent to the ISL: the HTTP port answers loopback (the
+    node's own programs, swarm-ltpcla) and, with `cla: http`, the ISL subnet (peers push bundles there); the
+    convergence-layer and discovery ports answer the ISL subnet only. Everything else, the ground network
+    through which every local user of the host reaches the node and IPv6 included, is refused. Re-applying
+    replaces the table."""
+    web, cla = piece.web_port, piece.cla_port()
+    proto = "udp" if piece.cla in ("udp", "ltp") else "tcp"
+    rules = ['iif "lo" accept']
+    if piece.cla == "http":
+        rules.append(f"ip saddr {isl_subnet} tcp dport {web} accept")
+    rules.append(f"tcp dport {web} reject with tcp reset")
+    if piece.cla != "http":
+        rules += [f"ip saddr {isl_subnet} {proto} dport {cla} accept",
+                  f"{proto} dport {cla} " + ("reject with tcp reset" if proto == "tcp" else "drop")]
+    rules += [f"ip saddr {isl_subnet} udp dport {DISCOVERY_PORT} accept", f"udp dport {DISCOVERY_PORT} drop"]
+    body = "".join(f"    {r}\n" for r in rules)
+    return (f"table inet {GUARD_TABLE}\ndelete table inet {GUARD_TABLE}\ntable inet {GUARD_TABLE} {{\n"
+            f"  chain input {{\n    type filter hook input priority -10; policy accept;\n{body}  }}\n}}\n")

@@ -12,6 +12,8 @@ Each line: {"t": unix seconds, "type": ..., "cause": who made it happen, ...}. T
   fault   {"kind": "cut"|"heal"|"partition"|"node", "args": [...]}
   node    {"node", "state": "stopped"|"killed"|"paused"|"running"...}
   engine  {"node", "what": "restart", "line": the engine's log line}   (seen by the follower in the log)
+  mesh    {"state": "converged"|"not converged", "converge_s", "problem"}: a wait for the mesh (up, faults)
+  run     {"experiment", "message"} or {"experiment", "done", "total", "what"}: an experiment's progress
 The cause is a ContextVar: "command: swarm fault ..." by default, "fault timeline" or "orbit schedule" inside
 `caused_by(...)`.
 """
@@ -99,6 +101,11 @@ def format_event(ev: dict) -> str:
         what = f"{ev['node']}: {ev.get('what', '')} {ev.get('line', '')}".strip()
     elif kind == "swarm":
         what = f"{ev.get('state', '')}" + (f" ({ev['nodes']} nodes)" if "nodes" in ev else "")
+    elif kind == "mesh":
+        what = f"mesh {ev.get('state', '')}" + (f" in {ev['converge_s']} s" if ev.get("converge_s") != "" else "") \
+            + (f": {ev['problem']}" if ev.get("problem") else "")
+    elif kind == "run":
+        what = ev.get("message") or f"{ev.get('what', '')} ({ev.get('done', 0):.0f}/{ev.get('total', 0):.0f})"
     else:
         what = " ".join(f"{k}={v}" for k, v in ev.items() if k not in ("t", "type", "cause"))
     return f"{when}  {kind:<6}  {what:<44}  {ev.get('cause', '')}"
@@ -212,3 +219,30 @@ class NodeWatch:
         return [{"t": round(time.time(), 6), "type": "node", "node": n, "state": now.get(n, "missing"),
                  "was": old.get(n, "missing"), "cause": "observed"}
                 for n in sorted(set(old) | set(now)) if old.get(n) != now.get(n)]
+
+
+class RunEvents:
+    """An experiment run's progress into the event log of each swarm it runs (`run` events): its messages
+    (the run folder, warnings, results) and its progress, at most one progress event per `every` seconds
+    unless the phase changes (the first word of what it is doing). A swarm not up has no state directory,
+    and emit() writes nothing there: only a running swarm's watchers see its experiment."""
+
+    def __init__(self, state_dirs: list[Path], experiment: str, every: float = 2.0):
+        self.dirs, self.experiment, self.every = state_dirs, experiment, every
+        self.last = (0.0, "")
+
+    def _emit(self, **fields) -> None:
+        with caused_by(f"experiment {self.experiment}"):
+            for d in self.dirs:
+                emit(d, "run", experiment=self.experiment, **fields)
+
+    def message(self, text: str) -> None:
+        self._emit(message=str(text)[:500])
+
+    def progress(self, done: float, total: float, what: str) -> None:
+        phase = what.split(" ", 1)[0] if what else ""
+        now = time.monotonic()
+        if phase == self.last[1] and now - self.last[0] < self.every:
+            return
+        self.last = (now, phase)
+        self._emit(done=round(float(done), 3), total=round(float(total or 0), 3), what=what)

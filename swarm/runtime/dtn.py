@@ -16,8 +16,12 @@
   ~/.cache/swarm-emu/ltpcla-target, or here on first use; on compose copied into the DTN image with dtnd), under
   the same kind of wrapper (ltpcla.pid, ltpcla.log); its record (ltp.csv), counters (ltp-status.json) and the
   contact plan's down windows (ltp-down.txt, re-read when it changes) are in the node's work folder.
-- Readiness: every agent answers its status API (GET /status/nodeid on the node's ground address, from the
-  host) with its own node ID and lists every expected peer (/status/peers).
+- Readiness: every agent answers its status API (GET /status/nodeid, from inside the node on loopback) with its
+  own node ID and lists every expected peer (/status/peers).
+- Who may inject bundles (issue 29, defect 13): the convergence layer listens on the node's ISL address only
+  (dtn7's `bind=`), and an nft table in the node's namespace (swarm.dtn.plan.guard_rules) keeps dtnd's HTTP
+  port, which dtnd 0.21.0 binds to every address, to loopback (and the ISL subnet for `cla: http`): a host
+  user cannot reach any agent port over the ground network; status and bundles go through the node (exec).
 """
 from __future__ import annotations
 
@@ -28,8 +32,6 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,8 +39,8 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from flightsw import protocol as proto
 from netem.spec.links import LinksSpec, resolve_links
-from swarm.dtn.plan import (LTP_DOWN, LTP_LOG, LTP_STATUS, AgentPlan, ltp_down_windows, ltp_summary, peer_clas,
-                            peer_names, plan_agents, readiness, spec_link_view)
+from swarm.dtn.plan import (LTP_DOWN, LTP_LOG, LTP_STATUS, AgentPlan, guard_rules, ltp_down_windows, ltp_summary,
+                            peer_clas, peer_names, plan_agents, readiness, spec_link_view)
 from swarm.spec.dtn import DtnSpec
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.runtime.backends import swarm_dir
@@ -63,6 +65,14 @@ HTTP_TIMEOUT = 3.0
 WRAPPER = 'mkdir -p "$0" && cd "$0" && echo $$ > "$0/dtnd.pid" && exec "$@" >> "$0/dtnd.log" 2>&1'
 LTP_WRAPPER = 'mkdir -p "$0" && cd "$0" && echo $$ > "$0/ltpcla.pid" && exec "$@" >> "$0/ltpcla.log" 2>&1'
 LTPCLA_MANIFEST = "flightsw/ltpcla/Cargo.toml"
+#: Run inside a node by DtnAgents.http_many: GET each path from dtnd on loopback, print the bodies as one JSON list.
+FETCH = ("import json, sys, urllib.request\n"
+         "port, timeout, paths = sys.argv[1], float(sys.argv[2]), sys.argv[3:]\n"
+         "out = []\n"
+         "for p in paths:\n"
+         "    with urllib.request.urlopen(f'http://127.0.0.1:{port}{p}', timeout=timeout) as r:\n"
+         "        out.append(r.read().decode('utf-8', 'replace'))\n"
+         "print(json.dumps(out))\n")
 
 
 def ltpcla_binary(workdir: Path, runner: Runner, message: Callable[[str], None] = lambda m: None) -> Path:
@@ -264,11 +274,21 @@ class DtnAgents:
             self._exec(node, ["sh", "-c", 'cat > "$0"', f"{plan.workdir}/{name}"], input=text)
         if plan.route_attrs:
             self._route_attrs(node, list(plan.route_attrs))
+        self._guard(node)
         self.swarm.backend.start_daemon(self.swarm.name, node, wrapper_argv(plan.workdir, plan.argv), "dtnd")
         if plan.ltp_argv:  # connects to dtnd's WebSocket as soon as it answers (retries until then)
             self._exec(node, ["sh", "-c", ': >> "$0"', f"{plan.workdir}/{LTP_DOWN}"])
             self.swarm.backend.start_daemon(self.swarm.name, node, ["sh", "-c", LTP_WRAPPER, plan.workdir, *plan.ltp_argv],
                                             "ltpcla")
+
+    def _guard(self, node: str) -> None:
+        """The node's firewall for its agent's ports (swarm.dtn.plan.guard_rules), set before dtnd starts; a
+        node where nft cannot run gets one line saying its agent answers every address."""
+        res = self._exec(node, ["nft", "-f", "-"], input=guard_rules(self.piece(node), self.swarm.spec.networks.isl.subnet),
+                         check=False)
+        if not res.ok:
+            self.swarm.message(f"dtn: {node}: nft failed ({(res.stderr or res.stdout).strip()[-160:]}): its agent's "
+                               "HTTP port answers every address of the node")
 
     def _route_attrs(self, node: str, attrs: list[str]) -> None:
         """`attrs` (swarm.dtn.plan.route_attributes: quickack, initial windows) on the node's ISL subnet route
@@ -317,10 +337,9 @@ class DtnAgents:
 
     def _ready_check(self, plan: AgentPlan) -> Optional[str]:
         try:
-            nodeid = self.http(plan.node, "/status/nodeid")
-            peers = self.http(plan.node, "/status/peers")
-        except (OSError, urllib.error.URLError) as exc:
-            return f"status API: {getattr(exc, 'reason', exc)}"
+            nodeid, peers = self.http_many(plan.node, ["/status/nodeid", "/status/peers"])
+        except OSError as exc:
+            return f"status API: {exc}"
         problem = readiness(plan, nodeid, peers)
         if problem is None and plan.ltp_argv:
             status = self.ltp_status(plan.node)
@@ -362,11 +381,22 @@ class DtnAgents:
                            input=text)
 
     def http(self, node: str, path: str, timeout: float = HTTP_TIMEOUT) -> str:
-        """GET an agent's status API on its ground address, from the host (status routes answer anyone)."""
-        plan = self.by_name[node]
-        url = f"http://{plan.ground_ip}:{self.piece(node).web_port}{path}"
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.read().decode("utf-8", "replace")
+        """GET `path` of the agent's status API, from inside the node (its HTTP port answers loopback only)."""
+        return self.http_many(node, [path], timeout)[0]
+
+    def http_many(self, node: str, paths: list[str], timeout: float = HTTP_TIMEOUT) -> list[str]:
+        """GET each of `paths` from the agent on the node's loopback, in one program run inside the node (the
+        node's Python: the host's on netns, the image's in a container); OSError naming why on any failure."""
+        res = self._exec(node, ["python3", "-c", FETCH, str(self.piece(node).web_port), f"{timeout:g}", *paths],
+                         timeout=timeout * len(paths) + 30, check=False)
+        try:
+            bodies = json.loads(res.stdout) if res.ok else None
+        except ValueError:
+            bodies = None
+        if not isinstance(bodies, list) or len(bodies) != len(paths):
+            last = (res.stderr or res.stdout).strip().splitlines()[-1:]
+            raise OSError(last[0][-200:] if last else f"exit {res.returncode}")
+        return bodies
 
     def stop(self, timeout: float = 10.0) -> list[str]:
         """End every agent by its recorded pid (and only that process); the nodes stay up. Returns the nodes
@@ -447,14 +477,12 @@ class DtnAgents:
         def one(node: NodePlan) -> AgentStatus:
             piece = self.piece(node.name)
             try:
-                eid = self.http(node.name, "/status/nodeid").strip()
-                peers_json = self.http(node.name, "/status/peers")
-                peers = peer_names(peers_json)
-                store = json.loads(self.http(node.name, "/status/store"))
-                info = json.loads(self.http(node.name, "/status/info"))
-            except (OSError, ValueError, urllib.error.URLError) as exc:
-                return AgentStatus(node.name, "", piece.cla, piece.routing, [], 0, 0, 0, 0, 0,
-                                   f"no answer ({getattr(exc, 'reason', exc)})")
+                eid, peers_json, store_text, info_text = self.http_many(
+                    node.name, ["/status/nodeid", "/status/peers", "/status/store", "/status/info"])
+                eid, peers = eid.strip(), peer_names(peers_json)
+                store, info = json.loads(store_text), json.loads(info_text)
+            except (OSError, ValueError) as exc:
+                return AgentStatus(node.name, "", piece.cla, piece.routing, [], 0, 0, 0, 0, 0, f"no answer ({exc})")
             stored = sum(1 for e in store if "Deleted" not in e)
             ltp = ltp_summary(self.ltp_status(node.name)) if piece.cla == "ltp" else None
             state = "ok" if ltp is None or ltp["registered"] else "swarm-ltpcla not registered"

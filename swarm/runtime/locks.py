@@ -9,6 +9,7 @@ host-wide directory (not the workdir): namespaces and bridges are host-wide, wha
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import signal
 import tempfile
@@ -116,3 +117,20 @@ def swarm_operation(name: str, operation: str, *, cancel_up: bool = False,
             raise RuntimeFailure(f"swarm {name!r}: `{op or 'another operation'}` (pid {pid}) still holds "
                                  f"{path} after {wait_s:g} s")
         time.sleep(0.2)
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Held by the process running (or resuming) the experiment in `run_dir` for as long as it runs: a second
+    process finding it held is refused (SpecError, nothing touched), so `--resume` never takes over the
+    swarm of a run that is still alive. A crashed run's lock is gone with its process."""
+    path = lock_dir() / f"run-{hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:20]}.lock"
+    with _flock(path, blocking=False) as fd:
+        if fd is None:
+            _op, pid = _holder(path)
+            raise SpecError(f"{run_dir}: a run is in progress in this folder{f' (pid {pid})' if pid else ''}; "
+                            "wait for it to end or stop it first")
+        if fd >= 0:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"run {os.getpid()}\n".encode(), 0)
+        yield

@@ -8,6 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable
 
+from swarm.observe.events import emit
 from swarm.errors import CommandError, RuntimeFailure
 from swarm.mesh.plan import (BATMAND_HOST_TABLE, POLL_S, MeshSnapshot, Originator, batadv_originators_argv,
                              batmand_argv, batmand_query_argv, evaluate, mesh_row, parse_batadv_originators,
@@ -143,9 +144,9 @@ class Mesh:
                              f"mesh converged, routes stable {held:.1f}/{stable_s:g} s")
                 if held >= stable_s:  # converged after last_unconverged and before converged_ts: the resolution
                     first, _, before = stable_from
-                    return {"event_ts": round(since, 6), "converged_ts": round(first, 6),
-                            "converge_s": round(first - since, 3), "resolution_s": round(first - before, 3),
-                            "converged": True, "polls": polls}
+                    return self._logged({"event_ts": round(since, 6), "converged_ts": round(first, 6),
+                                         "converge_s": round(first - since, 3), "resolution_s": round(first - before, 3),
+                                         "converged": True, "polls": polls})
             else:
                 stable_from = None
                 last_unconverged = snap.taken_ts
@@ -153,9 +154,18 @@ class Mesh:
                     progress(good, len(snap.problems), "mesh nodes converged")
             if time.monotonic() > deadline:
                 problem = _first_problem(snap) if not snap.converged else f"routes still changing after {timeout:g} s"
-                return {"event_ts": round(since, 6), "converged_ts": "", "converge_s": "", "converged": False,
-                        "polls": polls, "problem": problem}
+                return self._logged({"event_ts": round(since, 6), "converged_ts": "", "converge_s": "",
+                                     "converged": False, "polls": polls, "problem": problem})
             time.sleep(max(0.0, POLL_S - (time.time() - snap.taken_ts)))
+
+    def _logged(self, result: dict) -> dict:
+        """A convergence wait's outcome into the swarm's event log (swarm.observe.events: type mesh); a Mesh
+        without a link controller (made bare, in tests) has no log."""
+        state_dir = getattr(getattr(self, "links", None), "dir", None)
+        if state_dir is not None:
+            emit(state_dir, "mesh", state="converged" if result["converged"] else "not converged",
+                 converge_s=result["converge_s"], **({"problem": result["problem"]} if "problem" in result else {}))
+        return result
 
     def _originators_or_none(self, node: str) -> list[Originator]:
         try:

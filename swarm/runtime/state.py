@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import time
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -20,6 +21,12 @@ from swarm.runtime.probe import capabilities
 from swarm.runtime.runner import Runner
 from swarm.spec.model import check_swarm_name
 from swarm.runtime.locks import swarm_operation
+
+
+#: Who starts the swarms this process brings up: the folder of the experiment run in progress ("" outside one).
+#: Recorded in each swarm's state, so that `--resume` of that run knows a swarm its crash left up as its own
+#: and replaces it, and never touches a swarm somebody else started.
+OWNER: ContextVar[str] = ContextVar("swarm_owner", default="")
 
 
 def default_workdir() -> Path:

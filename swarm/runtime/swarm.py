@@ -36,7 +36,7 @@ from swarm.runtime.runner import Result, Runner
 from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
 # state files, leftovers, down by name and wipe live in swarm.runtime.state (re-exported here for callers
 # written before the move)
-from swarm.runtime.state import (StateError, all_states, default_workdir, down_by_name, forget_state,  # noqa: F401
+from swarm.runtime.state import (OWNER, StateError, all_states, default_workdir, down_by_name, forget_state,  # noqa: F401
                                  leftovers, read_state, state_names, wipe, write_state)
 from netem.spec.links import links_with_engine
 from swarm.observe.events import emit
@@ -70,6 +70,11 @@ def fping_alive(runner_result: Result) -> set[str]:
 def with_engine(spec: SwarmSpec, engine: str) -> SwarmSpec:
     """`spec` with its impairment engine pinned (`swarm up --engine`); kept in the swarm's state with the spec."""
     return spec.model_copy(update={"links": links_with_engine(spec.links, engine)})
+
+#: Called with the swarm's name before `down` removes anything, in this process (swarm.observe.runcapture:
+#: an experiment's captures stop and close their files first). A hook must not raise.
+BEFORE_DOWN: list[Callable[[str], None]] = []
+
 
 class Swarm:
     """A swarm described by a spec, on one backend."""
@@ -181,6 +186,7 @@ class Swarm:
             write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
                                                    "spec": self.spec.model_dump(mode="json", exclude_none=True),
                                                    "image": self.image, "created": time.time(),
+                                                   **({"owner": OWNER.get()} if OWNER.get() else {}),
                                                    "mesh": choose_implementation(self.spec.mesh, self.caps,
                                                                                  self.backend.traits)})
         previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
@@ -259,6 +265,8 @@ class Swarm:
 
     def down(self) -> list[str]:
         """Remove everything of this swarm; an empty list means there was nothing to remove."""
+        for hook in BEFORE_DOWN:  # e.g. an experiment's captures end while the interfaces still exist
+            hook(self.name)
         with swarm_operation(self.name, "down", cancel_up=True, message=self.message):
             removed = self.backend.down(self.name)
             if forget_state(self.workdir, self.name):
@@ -273,8 +281,12 @@ class Swarm:
         self._rollback()
 
     def _check_conflicts(self) -> None:
-        if read_state(self.workdir, self.name) is not None or self.backend.node_states(self.name):
-            raise SpecError(f"swarm {self.name!r}: already up; run `swarm down {self.name}` first")
+        state = read_state(self.workdir, self.name)
+        if state is not None or self.backend.node_states(self.name):
+            owner = (state or {}).get("owner")
+            raise SpecError(f"swarm {self.name!r}: already up" + (f" (started by the run in {owner}: `--resume` it to "
+                                                                   "take the swarm over)" if owner else "")
+                            + f"; run `swarm down {self.name}` first")
         mine = [ipaddress.IPv4Network(n.subnet) for n in (self.spec.networks.isl, self.spec.networks.ground)]
         for label, net in zip(("isl", "ground"), mine):
             for ifname, theirs in host_networks(self.runner):

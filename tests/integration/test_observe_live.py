@@ -129,7 +129,8 @@ def test_capture_of_one_node_for_a_duration(lossy, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "swarm", "capture", "obs-cap", "--node", "sat01", "--iface",
                              "ground", "--duration", "3", "-o", str(out)], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+    started = proc.stderr.readline()  # "capturing on ...": dumpcap has opened the interface (a loaded host: seconds)
+    assert "capturing on" in started, started + proc.stderr.read()
     subprocess.run(["ping", "-q", "-c", "5", "-i", "0.1", lossy.node("sat01").ground_ip], capture_output=True, timeout=30)
     stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr

@@ -191,3 +191,43 @@ def test_reapplying_the_same_impairment_revives_a_dead_engine(need_netns, tmp_pa
         assert got and min(got) >= 190, got
     finally:
         swarm(["down", "rel-engine"], tmp_path)
+
+
+# ---- 6. Ctrl-C early in `up`: one line, exit 130, everything rolled back; never a KeyboardInterrupt traceback
+@pytest.mark.root
+def test_ctrl_c_at_any_moment_of_an_early_up_is_one_line_and_leaves_nothing(need_netns, tmp_path):
+    import signal
+    spec = netns_spec(tmp_path, "rel-ctrlc", isl="10.186.0.0/24", ground="10.187.0.0/24")
+    seen = []
+    try:
+        for trial, delay in enumerate([0.04 * k for k in range(25)] + [1.2, 1.5, 2.0]):  # start-up (imports
+            proc = popen(["up", str(spec)], tmp_path)  # ~1 s on a small host) to the nodes' readiness
+            time.sleep(delay)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=120)
+            seen.append(proc.returncode)
+            if "Fatal Python error: init_import_site" in err or ("Traceback" in err and f"{REPO}/swarm/" not in err):
+                # the interpreter's own start-up (`site`, runpy finding the module), before any line of the program
+                assert not namespaces("swarm-emu_rel-ctrlc"), (trial, err)  # ran: nothing of it can catch that
+                continue
+            assert "Traceback" not in err and "KeyboardInterrupt" not in err, (trial, err)
+            if proc.returncode == -signal.SIGINT:
+                # no handler of the program in place: the interpreter's start-up or its shut-down, i.e. before
+                # anything started (nothing made) or after the `up` ended (the swarm is up and whole)
+                if (tmp_path / ".swarm" / "rel-ctrlc").exists():
+                    assert "up with backend" in out and swarm(["status", "rel-ctrlc"], tmp_path).returncode == 0, trial
+                    swarm(["down", "rel-ctrlc"], tmp_path)
+                assert not namespaces("swarm-emu_rel-ctrlc"), (trial, err)
+                continue
+            if proc.returncode == 130:
+                lines = [ln for ln in err.splitlines()  # what is not the progress bar (`up <phase> n/N`) or the
+                         if ln.strip() and not ln.startswith("up ") and "rolling back" not in ln]  # rollback note
+                assert len(lines) == 1 and lines[0].startswith("interrupted"), (trial, err)
+                assert not namespaces("swarm-emu_rel-ctrlc"), (trial, err)
+                assert not (tmp_path / ".swarm" / "rel-ctrlc").exists(), trial
+            else:
+                assert proc.returncode == 0, (trial, err)  # finished before the signal: up, and it stays up
+            swarm(["down", "rel-ctrlc"], tmp_path)
+        assert seen.count(130) >= 8, seen  # most trials interrupted it
+    finally:
+        swarm(["down", "rel-ctrlc"], tmp_path)

@@ -231,3 +231,27 @@ def test_ctrl_c_during_up_undoes_the_swarm_too(clean_main, tmp_path, stage):
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
     nothing_left(name, eng)
+
+
+def test_a_host_over_ssh(clean_main, monkeypatch):
+    """The second engine addressed as a remote Docker host most often is: ssh://root@<its address>, Debian's
+    sshd in its network namespace and the Docker CLI's own ssh transport, a throw-away key (tests/hosts/ssh_host.py)."""
+    from hosts.ssh_host import SshEndpoint
+
+    eng = clean_main
+    ssh = SshEndpoint(eng).start()
+    for key, value in ssh.env().items():
+        monkeypatch.setenv(key, value)
+    # over ssh, the endpoint is that engine, not this machine's (whose socket a plain dial-stdio would reach)
+    assert sh("docker", "-H", ssh.endpoint, "info", "--format", "{{.Name}}").strip() == eng.hostname
+    over_ssh = hosts(eng)
+    over_ssh[1] = {**over_ssh[1], "endpoint": ssh.endpoint}
+    swarm = make("mh2-ssh", eng, 184, n=2, hosts=over_ssh)
+    try:
+        swarm.up()
+        assert [(r.host, r.state) for r in swarm.status(health=False)] == [("main", "running"), ("host2", "running")]
+        assert swarm.reachability() == {"sat01": {"sat02": True}, "sat02": {"sat01": True}}
+        assert swarm.exec("sat02", ["hostname"]).stdout.strip() == "sat02"
+    finally:
+        swarm.down()
+    nothing_left("mh2-ssh", eng)

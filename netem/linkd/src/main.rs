@@ -1094,6 +1094,9 @@ fn run(o: Opts) -> i32 {
         if ticking {
             wait = wait.max(o.tick_ns).min(o.tick_ns); // one tick, whatever is due within it waits for its end
         }
+        if insts.iter().any(|i| i.q.stashed()) {
+            wait = 0; // packets that came while a configuration awaited its ack: read them now
+        }
         let ts = libc::timespec {
             tv_sec: (wait / 1_000_000_000) as i64,
             tv_nsec: (wait % 1_000_000_000) as i64,
@@ -1123,7 +1126,7 @@ fn run(o: Opts) -> i32 {
             unsafe { libc::ppoll(fds.as_mut_ptr(), nq as u64, &zero, std::ptr::null()) };
         }
         ready.clear();
-        ready.extend((0..nq).filter(|&k| fds[k].revents != 0));
+        ready.extend((0..nq).filter(|&k| fds[k].revents != 0 || insts[owner[k]].q.stashed()));
         // packets first, a batch from each ready queue in turn, then what is due in every queue, then more
         // packets: a burst on one queue neither starves the others nor delays due verdicts
         while !ready.is_empty() {

@@ -65,6 +65,9 @@ pub struct Queue {
     vbuf: Vec<u8>,
     pub verdicts_sent: u64,
     pub verdict_errors: u64,
+    /// packet messages that arrived while a configuration request awaited its ack: handed out by the next
+    /// `recv_batch` (dropping them would leave their packets held by the kernel with no verdict, ever)
+    stash: std::collections::VecDeque<Vec<u8>>,
 }
 
 fn align4(n: usize) -> usize {
@@ -137,6 +140,7 @@ impl Queue {
             vbuf: Vec::with_capacity(64 * 1024),
             verdicts_sent: 0,
             verdict_errors: 0,
+            stash: Default::default(),
         };
         unsafe {
             let mut addr: libc::sockaddr_nl = std::mem::zeroed();
@@ -216,7 +220,7 @@ impl Queue {
         attrs(&mut buf);
         finish(&mut buf, at);
         self.send(&buf)?;
-        // wait for the ack (packets may already arrive in between: they wait in the socket buffer after it)
+        // wait for the ack; packets that arrive in between are kept for the next recv_batch
         loop {
             let n = unsafe {
                 libc::recv(
@@ -231,23 +235,35 @@ impl Queue {
             }
             let mut off = 0usize;
             let n = n as usize;
+            let mut acked = None;
             while off + 16 <= n {
                 let len = u32::from_ne_bytes(self.rbuf[off..off + 4].try_into().unwrap()) as usize;
                 let typ = u16::from_ne_bytes(self.rbuf[off + 4..off + 6].try_into().unwrap());
-                if typ == NLMSG_ERROR {
+                if len < 16 || off + len > n {
+                    break;
+                }
+                if typ == NLMSG_ERROR && len >= 20 {
                     let errno =
                         i32::from_ne_bytes(self.rbuf[off + 16..off + 20].try_into().unwrap());
-                    if errno == 0 {
-                        return Ok(());
-                    }
-                    return Err(io::Error::from_raw_os_error(-errno));
-                }
-                if len < 16 {
-                    break;
+                    acked = Some(if errno == 0 {
+                        Ok(())
+                    } else {
+                        Err(io::Error::from_raw_os_error(-errno))
+                    });
+                } else if typ == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET {
+                    self.stash.push_back(self.rbuf[off..off + len].to_vec());
                 }
                 off += align4(len);
             }
+            if let Some(res) = acked {
+                return res;
+            }
         }
+    }
+
+    /// Packets kept while a configuration awaited its ack, not yet handed out.
+    pub fn stashed(&self) -> bool {
+        !self.stash.is_empty()
     }
 
     fn send(&self, buf: &[u8]) -> io::Result<()> {
@@ -273,6 +289,17 @@ impl Queue {
     /// other than "nothing waiting".
     pub fn recv_batch(&mut self, max: usize, mut f: impl FnMut(Packet)) -> io::Result<usize> {
         let mut count = 0;
+        while count < max {
+            let Some(msg) = self.stash.pop_front() else {
+                break;
+            };
+            if msg.len() >= 20 {
+                if let Some(p) = parse_packet(&msg[20..]) {
+                    f(p);
+                    count += 1;
+                }
+            }
+        }
         while count < max {
             let n = unsafe {
                 libc::recv(
