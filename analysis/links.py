@@ -139,47 +139,57 @@ def write_worst_link_series(run_dir: Path, out: Path, flows: pd.DataFrame, tests
     figures = {}
     for test_id in chosen_tests(flows):
         group = flows[flows["test_id"] == test_id]
-        worst = worst_links(group)
-        series = []
-        for flow in worst.itertuples(index=False):
-            path = Path(run_dir) / "raw" / test_id / f"{flow.src}__{flow.dst}.json"
-            if not path.exists():
-                continue
-            result, origin = flow_intervals(path, flow, duration, interval)
-            if not result.intervals or math.isnan(origin):
-                continue
-            release = releases.get(test_id, math.nan)
-            zero = release if not pd.isna(release) else origin
-            t = [origin + iv.start - zero + (iv.end - iv.start) / 2 for iv in result.intervals]
-            mbps = [iv.bits_per_second / 1e6 for iv in result.intervals]
-            loss = [100.0 * iv.lost_packets / iv.packets if iv.packets else math.nan for iv in result.intervals]
-            series.append((f"{flow.src}->{flow.dst}", t, mbps, loss))
-        if not series:
-            continue
-        udp = group["protocol"].iloc[0] == "udp"
-        fig = Figure(figsize=(7, 5.2 if udp else 3.6), dpi=100)
-        axes = [fig.add_subplot(2 if udp else 1, 1, 1)]
-        if udp:
-            axes.append(fig.add_subplot(2, 1, 2, sharex=axes[0]))
-        for label, t, mbps, loss in series:
-            axes[0].plot(t, mbps, marker="o", markersize=3, label=label)
-            if udp:
-                axes[1].plot(t, loss, marker="o", markersize=3, label=label)
-        axes[0].set_ylabel("throughput (Mbit/s)")
-        axes[0].set_ylim(0, max([v for _, _, mbps, _ in series for v in mbps] + [0]) * 1.15 or 1)
-        if udp:
-            axes[1].set_ylabel("loss (%)")
-            top = max([v for _, _, _, loss in series for v in loss if not math.isnan(v)] or [0])
-            upper = max(1.0, top * 1.15)
-            axes[1].set_ylim(-0.03 * upper, upper)  # a zero-loss line stays visible above the axis
-        axes[-1].set_xlabel("time since release (s)")
-        for ax in axes:
-            ax.grid(True, alpha=0.3)
-        axes[0].legend(fontsize="x-small", ncol=2)
-        title = f"Worst {len(series)} links of test {test_id}: per-interval figures"
-        axes[0].set_title(title, fontsize="small")
-        fig.tight_layout()
-        path = out / f"worst_{test_id}.png"
-        fig.savefig(path, format="png")
-        figures[test_id] = (path, title)
+        series = _worst_series(Path(run_dir), test_id, worst_links(group), duration, interval,
+                               releases.get(test_id, math.nan))
+        if series:
+            title = f"Worst {len(series)} links of test {test_id}: per-interval figures"
+            path = out / f"worst_{test_id}.png"
+            _plot_series(series, udp=group["protocol"].iloc[0] == "udp", title=title, path=path)
+            figures[test_id] = (path, title)
     return figures
+
+
+def _worst_series(run_dir: Path, test_id: str, worst: pd.DataFrame, duration: float, interval: float,
+                  release: float) -> list[tuple[str, list[float], list[float], list[float]]]:
+    """(link label, interval mid-times since the release, Mbit/s, loss %) of each worst link with intervals."""
+    series = []
+    for flow in worst.itertuples(index=False):
+        path = run_dir / "raw" / test_id / f"{flow.src}__{flow.dst}.json"
+        if not path.exists():
+            continue
+        result, origin = flow_intervals(path, flow, duration, interval)
+        if not result.intervals or math.isnan(origin):
+            continue
+        zero = release if not pd.isna(release) else origin
+        t = [origin + iv.start - zero + (iv.end - iv.start) / 2 for iv in result.intervals]
+        mbps = [iv.bits_per_second / 1e6 for iv in result.intervals]
+        loss = [100.0 * iv.lost_packets / iv.packets if iv.packets else math.nan for iv in result.intervals]
+        series.append((f"{flow.src}->{flow.dst}", t, mbps, loss))
+    return series
+
+
+def _plot_series(series: list[tuple[str, list[float], list[float], list[float]]], udp: bool, title: str,
+                 path: Path) -> None:
+    """Throughput against time (and, for UDP, loss below it), one line a link, saved as a PNG."""
+    fig = Figure(figsize=(7, 5.2 if udp else 3.6), dpi=100)
+    axes = [fig.add_subplot(2 if udp else 1, 1, 1)]
+    if udp:
+        axes.append(fig.add_subplot(2, 1, 2, sharex=axes[0]))
+    for label, t, mbps, loss in series:
+        axes[0].plot(t, mbps, marker="o", markersize=3, label=label)
+        if udp:
+            axes[1].plot(t, loss, marker="o", markersize=3, label=label)
+    axes[0].set_ylabel("throughput (Mbit/s)")
+    axes[0].set_ylim(0, max([v for _, _, mbps, _ in series for v in mbps] + [0]) * 1.15 or 1)
+    if udp:
+        axes[1].set_ylabel("loss (%)")
+        top = max([v for _, _, _, loss in series for v in loss if not math.isnan(v)] or [0])
+        upper = max(1.0, top * 1.15)
+        axes[1].set_ylim(-0.03 * upper, upper)  # a zero-loss line stays visible above the axis
+    axes[-1].set_xlabel("time since release (s)")
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize="x-small", ncol=2)
+    axes[0].set_title(title, fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, format="png")

@@ -13,7 +13,7 @@ from typing import Any
 
 from swarm.observe.runcapture import take_section
 from swarm.errors import SpecError
-from swarm.spec.model import read_yaml
+from swarm.spec.documents import read_yaml
 
 from experiments.app.entry import TYPE as APP
 from experiments.ddsperf.entry import TYPE as DDSPERF

@@ -4,7 +4,7 @@ the root and building it again.
 
 Why: rebuilding drops every packet queued in the tree (a netem leaf holds a whole delay's worth of traffic)
 and costs two commands (the root check and the batch); orbit-driven links change rate and delay every few
-seconds. The engines' planners (netem.engines.plan_htb) give a destination the same class id and leaf
+seconds. The engines' planners (netem.tc.plan_htb) give a destination the same class id and leaf
 handle as long as the set of impaired destinations is unchanged (ids follow MAC order), so two plans of the
 same shape differ only in the parameters of their `add` lines.
 """

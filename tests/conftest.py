@@ -54,7 +54,7 @@ def need_iperf3(caps):
 @pytest.fixture
 def need_dtn7(need_netns):
     """dtn7-rs built by `make setup`; on CI its absence is a failure, not a skip."""
-    from swarm.runtime.dtn import _cache_root
+    from swarm.runtime.dtn_image import _cache_root
     if not any(_cache_root().glob("dtn7-*/.complete")):
         reason = "dtn7-rs not built (make setup builds it with cargo into ~/.cache/swarm-emu/dtn7)"
         if CI:

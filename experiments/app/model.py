@@ -8,7 +8,8 @@ from pydantic import Field, field_validator, model_validator
 from experiments.timeline import FaultEvent, check_timeline
 from swarm.spec.apps import AppSettings
 from experiments.base import ExperimentModel
-from swarm.spec.model import SwarmSpec, swarm_from_template, validate_document
+from swarm.spec.documents import validate_document
+from swarm.spec.model import SwarmSpec, swarm_from_template
 from swarm.units import parse_duration
 
 

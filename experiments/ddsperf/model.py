@@ -11,7 +11,8 @@ from experiments.traffic.model import ExperimentSpec
 from swarm.spec.apps import check_domain_id
 from swarm.units import parse_duration, rate_hz
 from experiments.base import ExperimentModel
-from swarm.spec.model import SwarmSpec, read_yaml, swarm_from_template, unique, validate_document
+from swarm.spec.documents import read_yaml, unique, validate_document
+from swarm.spec.model import SwarmSpec, swarm_from_template
 
 
 SIZE_RE = re.compile(r"^(\d+)(k|kB|KiB|M|MB|MiB)?\Z")

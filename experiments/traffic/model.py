@@ -19,11 +19,12 @@ from swarm.units import parse_duration
 from experiments.timeline import FaultEvent, check_timeline
 from netem.spec.links import LinksSpec
 from experiments.base import ExperimentModel
-from swarm.spec.model import (MAX_NODES, NodePlan, SwarmSpec, _Strict, read_yaml, swarm_from_template, unique,
-                              validate_document)
+from swarm.spec.documents import read_yaml, unique, validate_document
+from swarm.spec.model import MAX_NODES, NodePlan, SwarmSpec, swarm_from_template
+from swarm.spec.validation import Strict
 
 PATTERNS = ("full-mesh", "ring", "pairs", "one-to-all")
-class IperfOptions(_Strict):
+class IperfOptions(Strict):
     """iperf3 client options applied to every flow."""
 
     length: Optional[str] = None  # -l, e.g. 1400 or 128K

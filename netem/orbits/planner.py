@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 
 from netem.orbits.propagate import ground_positions, satellite_positions, satrecs, time_grid
-from netem.spec.orbits import EARTH_RADIUS_KM, OrbitsSpec, RateModel, load_orbits_file
+from netem.spec.orbits import OrbitsSpec, RateModel, load_orbits_file
+from netem.spec.satellites import EARTH_RADIUS_KM
 
 COLUMNS = ["t_start", "t_end", "a", "b", "kind", "up", "delay_ms", "rate", "distance_km"]
 _CHUNK_ELEMENTS = 2_000_000  # samples x node pairs per chunk: ~16 MB per float64 matrix

@@ -15,7 +15,8 @@ from datetime import datetime
 import numpy as np
 from sgp4.api import WGS72, Satrec, SatrecArray, jday
 
-from netem.spec.orbits import EARTH_RADIUS_KM, MU_KM3_S2, Elements, GroundStation, OrbitsSpec
+from netem.spec.orbits import OrbitsSpec
+from netem.spec.satellites import EARTH_RADIUS_KM, MU_KM3_S2, Elements, GroundStation
 from swarm.errors import SpecError
 
 WGS84_F = 1 / 298.257223563

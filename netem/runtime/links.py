@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from netem.engines import TC_MAJOR, Engine, choose_engine, nft_clear_script, tcp_buffer_bytes, tcp_buffer_sysctls
+from netem.engines import Engine, choose_engine, tcp_buffer_bytes, tcp_buffer_sysctls
+from netem.tc import TC_MAJOR, nft_clear_script
 from netem.spec.links import NONE, DirectedLinks, Impairment, LinkOverride, resolve_links
 from netem.state import (LINKS_FILE, LinkRow, LinkState, check_partition, node_links, node_needs_visit, parts_to_apply,
                          signature, with_cuts)

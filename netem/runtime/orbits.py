@@ -241,49 +241,21 @@ class LinkTimelineDriver:
             i = 0
             n_batches = coalesced_steps = late_steps = 0
             while i < len(steps) and not self.stop_event.is_set():
-                due = t0 + steps[i][0] / self.speedup
-                wait = due - time.time()
-                if wait > 0:
-                    if wait > 0.2 and time.monotonic() - self._last_save > SAVE_EVERY_S:
-                        self._save()
-                        wait = due - time.time()
-                    if wait > 0 and self.stop_event.wait(wait):
-                        break
+                if self._wait_until(t0 + steps[i][0] / self.speedup):
+                    break
                 batch = [steps[i]]
                 i += 1
                 now = time.time()
                 while i < len(steps) and t0 + steps[i][0] / self.speedup <= now:
                     batch.append(steps[i])
                     i += 1
-                latest: dict[tuple[str, str], object] = {}
-                for _, rows in batch:
-                    for r in rows.itertuples(index=False):
-                        latest[(r.a, r.b)] = r
-                nodes: set[str] = set()
-                for (a, b), r in latest.items():
-                    self._set(a, b, *self.conditions(a, b, bool(r.up), r.delay_ms, int(r.rate)))
-                    nodes.update((a, b))
-                done = self._apply_nodes(sorted(nodes), pool)
+                latest, nodes, done = self._apply_batch(batch, pool)
                 finished = max(ts for ts, _ in done.values()) if done else time.time()
                 n_batches += 1
-                coalesced = len(batch) > 1
                 coalesced_steps += len(batch) - 1
                 # done before the next step was due (one step period after this one), whether or not it changes links
                 late_steps += finished > t0 + batch[0][0] / self.speedup + self.plan.step / self.speedup
-                out = []
-                for t, rows in batch:
-                    scheduled = t0 + t / self.speedup
-                    for r in rows.itertuples(index=False):
-                        ts_a, err_a = done[r.a]
-                        ts_b, err_b = done[r.b]
-                        applied = max(ts_a, ts_b)
-                        out.append({"run_id": self.run_id, "step": int(round(t / self.plan.step)), "t_plan_s": t,
-                                    "scheduled_ts": round(scheduled, 6), "applied_ts": round(applied, 6),
-                                    "lag_ms": round((applied - scheduled) * 1000, 3), "a": r.a, "b": r.b,
-                                    "kind": r.kind, "up": bool(r.up),
-                                    "delay_ms": "" if r.delay_ms != r.delay_ms else r.delay_ms, "rate": int(r.rate),
-                                    "delay_applied": bool(r.up) and self.apply_delay, "coalesced": coalesced,
-                                    "ok": not (err_a or err_b), "error": err_a or err_b, "applied_by": "driver"})
+                out = self._link_rows(batch, done, t0)
                 step_rows.append({"t": batch[0][0], "lag_ms": (finished - (t0 + batch[0][0] / self.speedup)) * 1000,
                                   "updates": len(latest), "nodes": len(nodes)})
                 self.on_rows(out)
@@ -295,20 +267,67 @@ class LinkTimelineDriver:
                 while (left := end - time.time()) > 0 and not self.stop_event.wait(min(left, 0.5)):
                     progress(wall_len - left, wall_len, "plan's last interval")
         self._save()
+        self.summary = self._summarise(len(steps), step_rows, n_batches, coalesced_steps, late_steps, initial_s)
+        return self.summary
+
+    def _summarise(self, steps_planned: int, step_rows: list[dict], n_batches: int, coalesced_steps: int,
+                   late_steps: int, initial_s: float) -> dict:
         lags = sorted(s["lag_ms"] for s in step_rows)
 
         def q(p: float) -> Optional[float]:
             return round(lags[min(len(lags) - 1, int(p * len(lags)))], 3) if lags else None
 
-        self.summary = {"engine": self.engine.name, "delay_applied": self.apply_delay, "rate_applied": self.apply_rate,
-                        "speedup": self.speedup, "initial_s": round(initial_s, 3), "steps_planned": len(steps),
-                        "batches": n_batches, "coalesced_steps": coalesced_steps,
-                        "steps_finished_before_next": (round(1 - late_steps / n_batches, 4) if n_batches else None),
-                        "step_lag_ms_p50": q(0.5), "step_lag_ms_p99": q(0.99), "step_lag_ms_max": lags[-1] if lags else None,
-                        "updates": sum(s["updates"] for s in step_rows), "stopped": self.stop_event.is_set(),
-                        "applied_by": "driver",
-                        **{f"{k}_commands": v for k, v in self.counts.items()}}
-        return self.summary
+        return {"engine": self.engine.name, "delay_applied": self.apply_delay, "rate_applied": self.apply_rate,
+                "speedup": self.speedup, "initial_s": round(initial_s, 3), "steps_planned": steps_planned,
+                "batches": n_batches, "coalesced_steps": coalesced_steps,
+                "steps_finished_before_next": (round(1 - late_steps / n_batches, 4) if n_batches else None),
+                "step_lag_ms_p50": q(0.5), "step_lag_ms_p99": q(0.99), "step_lag_ms_max": lags[-1] if lags else None,
+                "updates": sum(s["updates"] for s in step_rows), "stopped": self.stop_event.is_set(),
+                "applied_by": "driver",
+                **{f"{k}_commands": v for k, v in self.counts.items()}}
+
+    def _wait_until(self, due: float) -> bool:
+        """Sleep until `due` (wall clock), saving the link state meanwhile if it is time to; True if stopped."""
+        wait = due - time.time()
+        if wait > 0:
+            if wait > 0.2 and time.monotonic() - self._last_save > SAVE_EVERY_S:
+                self._save()
+                wait = due - time.time()
+            if wait > 0 and self.stop_event.wait(wait):
+                return True
+        return False
+
+    def _apply_batch(self, batch: list, pool) -> tuple[dict[tuple[str, str], object], set[str], dict]:
+        """The latest row of every link changed in `batch` (steps that came due together) set and applied:
+        (those rows by link, the nodes touched, per node (applied at, error))."""
+        latest: dict[tuple[str, str], object] = {}
+        for _, rows in batch:
+            for r in rows.itertuples(index=False):
+                latest[(r.a, r.b)] = r
+        nodes: set[str] = set()
+        for (a, b), r in latest.items():
+            self._set(a, b, *self.conditions(a, b, bool(r.up), r.delay_ms, int(r.rate)))
+            nodes.update((a, b))
+        return latest, nodes, self._apply_nodes(sorted(nodes), pool)
+
+    def _link_rows(self, batch: list, done: dict, t0: float) -> list[dict]:
+        """links.csv rows of one batch: every planned change with when it was due and when it was applied."""
+        coalesced = len(batch) > 1
+        out = []
+        for t, rows in batch:
+            scheduled = t0 + t / self.speedup
+            for r in rows.itertuples(index=False):
+                ts_a, err_a = done[r.a]
+                ts_b, err_b = done[r.b]
+                applied = max(ts_a, ts_b)
+                out.append({"run_id": self.run_id, "step": int(round(t / self.plan.step)), "t_plan_s": t,
+                            "scheduled_ts": round(scheduled, 6), "applied_ts": round(applied, 6),
+                            "lag_ms": round((applied - scheduled) * 1000, 3), "a": r.a, "b": r.b,
+                            "kind": r.kind, "up": bool(r.up),
+                            "delay_ms": "" if r.delay_ms != r.delay_ms else r.delay_ms, "rate": int(r.rate),
+                            "delay_applied": bool(r.up) and self.apply_delay, "coalesced": coalesced,
+                            "ok": not (err_a or err_b), "error": err_a or err_b, "applied_by": "driver"})
+        return out
 
     def _run_by_engine(self, release: Optional[float], progress: Callable[[float, float, str], None]
                        ) -> Optional[dict]:

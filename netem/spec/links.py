@@ -37,9 +37,10 @@ from pathlib import Path
 from typing import Any, Iterable, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from swarm.errors import SpecError
+from swarm.spec.validation import Strict
 from swarm.units import format_rate, format_time, parse_link_rate, parse_percent, parse_time_ms
 
 PARAMS = ("delay", "jitter", "jitter_distribution", "jitter_correlation", "loss", "loss_correlation", "loss_gemodel",
@@ -53,11 +54,7 @@ _PERCENT_FIELDS = ("jitter_correlation", "loss", "loss_correlation", "corrupt", 
 
 
 # ------------------------------------------------------------------------------------------- model
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Impairment(_Strict):
+class Impairment(Strict):
     """Conditions of one directed link (or a change to them). None: not set."""
 
     delay: Optional[float] = None  # ms, one-way
@@ -266,7 +263,7 @@ class LinkOverride(LinkValues):
         return list(self.between) if self.between is not None else [self.node]
 
 
-class LinksSpec(_Strict):
+class LinksSpec(Strict):
     """The `links:` section: conditions of every directed ISL link."""
 
     default: Optional[LinkValues] = None
@@ -337,7 +334,7 @@ def _with_where(fn, where: str):
 
 
 # ------------------------------------------------------------------------------------------ profiles
-class Profile(_Strict):
+class Profile(Strict):
     """A named set of link conditions from netem/profiles/<file>.yaml, with the source it was taken from."""
 
     name: str

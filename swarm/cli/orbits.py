@@ -19,7 +19,8 @@ from rich.table import Table
 from swarm.cli.console import err, out
 from swarm.errors import SpecError
 from swarm.runtime.swarm import Swarm
-from swarm.spec.model import read_yaml, spec_from_dict
+from swarm.spec.documents import read_yaml
+from swarm.spec.model import spec_from_dict
 
 # The planner, its report and the driver pull in numpy, pandas and matplotlib (~1.5 s): imported in the
 # commands that use them, so the other `swarm` commands start fast.

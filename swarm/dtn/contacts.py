@@ -107,51 +107,27 @@ def parse_contact_plan(text: str, source: str = "contact plan") -> ContactPlan:
     raw: list[tuple[str, int, tuple, tuple, str, str, float]] = []
     reference: Optional[float] = None
     for number, line in enumerate(text.splitlines(), start=1):
-        body = line.split("#", 1)[0].strip()
-        if not body:
+        words = line.split("#", 1)[0].split()
+        if not words:
             continue
-        words = body.split()
         try:
             if words[0] == "@" and len(words) == 2 and _ABS_RE.match(words[1]):
                 at = _time(words[1])[1]  # ionadmin's reference time: `+N` counts from it
                 if reference is not None and at != reference:
                     raise ValueError(f"a second '@' reference time ({words[1]})")
                 reference = at
-                continue
-            if words[0] != "a":
-                if words[0] in _IGNORED:
-                    continue
-                if re.fullmatch(r"[a-z_]{1,16}", words[0]):  # a command-like word: named
-                    raise ValueError(f"unknown command {words[0]!r} (expected 'a contact' or 'a range')")
-                # anything else is not echoed: a file that is not a contact plan (/etc/shadow given by mistake)
-                raise ValueError("not a contact plan line (expected 'a contact' or 'a range')")
-            if len(words) < 2 or words[1] not in ("contact", "range"):
-                got = words[1] if len(words) > 1 else "nothing"
-                raise ValueError(f"'a {got}': only 'a contact' and 'a range' describe contacts")
-            kind = words[1]
-            want = (7, 8) if kind == "contact" else (7,)
-            if len(words) not in want:
-                raise ValueError(f"'a {kind}' takes {' or '.join(str(w - 2) for w in want)} fields "
-                                 f"(from until nodeA nodeB {'rate [confidence]' if kind == 'contact' else 'owlt'}), "
-                                 f"got {len(words) - 2}")
-            t0, t1 = _time(words[2]), _time(words[3])
-            if t0[0] != t1[0]:
-                raise ValueError("mixes a relative and an absolute time")
-            if t1[1] <= t0[1]:
-                raise ValueError(f"until {words[3]!r} is not after from {words[2]!r}")
-            a, b = words[4], words[5]
-            if a == b:
-                raise ValueError(f"node {a!r} to itself")
-            value = _number(words[6], "rate (bytes/s)" if kind == "contact" else "owlt (s)")
-            if kind == "contact" and value <= 0:
-                raise ValueError(f"rate {words[6]!r}: must be positive")
-            if kind == "contact" and len(words) == 8:
-                conf = _number(words[7], "confidence")
-                if conf > 1:
-                    raise ValueError(f"confidence {words[7]!r}: must be between 0 and 1")
+            elif words[0] != "a":
+                _other_command(words[0])
+            else:
+                kind, t0, t1, a, b, value = _contact_line(words)
+                raw.append((kind, number, t0, t1, a, b, value))
         except ValueError as exc:
             raise ValueError(f"{source} line {number}: {exc}") from None
-        raw.append((kind, number, t0, t1, a, b, value))
+    return _plan(raw, reference)
+
+
+def _plan(raw: list[tuple[str, int, tuple, tuple, str, str, float]], reference: Optional[float]) -> ContactPlan:
+    """The parsed lines as a plan, times relative: absolute ones from the `@` reference, else from the earliest."""
     absolute = [t[1] for r in raw for t in (r[2], r[3]) if t[0] == "abs"]
     epoch = reference if reference is not None else (min(absolute) if absolute else 0.0)
     contacts, ranges = [], []
@@ -163,6 +139,43 @@ def parse_contact_plan(text: str, source: str = "contact plan") -> ContactPlan:
         else:
             ranges.append(Range(start, end, a, b, value, number))
     return ContactPlan(tuple(contacts), tuple(ranges), epoch if (absolute or reference is not None) else None)
+
+
+def _other_command(word: str) -> None:
+    """An ionadmin command other than `a`: ignored if it sets up an ION node, else a ValueError."""
+    if word in _IGNORED:
+        return
+    if re.fullmatch(r"[a-z_]{1,16}", word):  # a command-like word: named
+        raise ValueError(f"unknown command {word!r} (expected 'a contact' or 'a range')")
+    # anything else is not echoed: a file that is not a contact plan (/etc/shadow given by mistake)
+    raise ValueError("not a contact plan line (expected 'a contact' or 'a range')")
+
+
+def _contact_line(words: list[str]) -> tuple[str, tuple, tuple, str, str, float]:
+    """The fields of one `a contact` / `a range` line, checked: (kind, from, until, node A, node B, rate or owlt)."""
+    if len(words) < 2 or words[1] not in ("contact", "range"):
+        got = words[1] if len(words) > 1 else "nothing"
+        raise ValueError(f"'a {got}': only 'a contact' and 'a range' describe contacts")
+    kind = words[1]
+    want = (7, 8) if kind == "contact" else (7,)
+    if len(words) not in want:
+        raise ValueError(f"'a {kind}' takes {' or '.join(str(w - 2) for w in want)} fields "
+                         f"(from until nodeA nodeB {'rate [confidence]' if kind == 'contact' else 'owlt'}), "
+                         f"got {len(words) - 2}")
+    t0, t1 = _time(words[2]), _time(words[3])
+    if t0[0] != t1[0]:
+        raise ValueError("mixes a relative and an absolute time")
+    if t1[1] <= t0[1]:
+        raise ValueError(f"until {words[3]!r} is not after from {words[2]!r}")
+    a, b = words[4], words[5]
+    if a == b:
+        raise ValueError(f"node {a!r} to itself")
+    value = _number(words[6], "rate (bytes/s)" if kind == "contact" else "owlt (s)")
+    if kind == "contact" and value <= 0:
+        raise ValueError(f"rate {words[6]!r}: must be positive")
+    if kind == "contact" and len(words) == 8 and _number(words[7], "confidence") > 1:
+        raise ValueError(f"confidence {words[7]!r}: must be between 0 and 1")
+    return kind, t0, t1, a, b, value
 
 
 def resolve_nodes(plan: ContactPlan, swarm_nodes: Sequence[str], source: str = "contact plan") -> ContactPlan:

@@ -16,7 +16,8 @@ from typing import ClassVar
 from netem.runtime.links import LinkController
 from swarm.runtime.cfs_image import ensure_cfs_image, host_ulimits
 from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs
-from swarm.runtime.dtn import DtnAgents, ensure_dtn_image
+from swarm.runtime.dtn import DtnAgents
+from swarm.runtime.dtn_image import ensure_dtn_image
 from swarm.errors import NodeFailed
 from swarm.mesh.plan import STABLE_S
 from swarm.runtime.mesh import Mesh

@@ -20,8 +20,9 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from swarm.spec.validation import Strict
 from swarm.units import parse_link_rate
 
 AGENTS = ("dtn7",)
@@ -78,11 +79,7 @@ def _one_of(kind: str, value: Any, known: tuple[str, ...]) -> str:
     return value
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class DtnStorage(_Strict):
+class DtnStorage(Strict):
     """Where an agent keeps bundles. `limit` is the framework's: dtn7-rs itself enforces no quota, so a bundle
     larger than the limit is refused before anything starts, and a DTN report warns where a node's store held
     more than the limit."""
@@ -101,7 +98,7 @@ class DtnStorage(_Strict):
         return None if v is None else parse_size(v, "storage.limit")
 
 
-class LtpSpec(_Strict):
+class LtpSpec(Strict):
     """`cla: ltp`: how swarm-ltpcla (flightsw/ltpcla) carries bundles over LTP. The one-way light time and the
     pacing rate of each peer come from the swarm's `links:` (delay, rate) toward it; `rate` is the fallback
     for links without one (LTP cannot pace an unlimited link)."""
@@ -139,14 +136,14 @@ class LtpSpec(_Strict):
         return parse_seconds(v, "dtn.ltp.margin")
 
 
-class StaticRoute(_Strict):
+class StaticRoute(Strict):
     """`routing: static`: bundles to `to` (a node name or `*`) go to the next hop `via` (a node name)."""
 
     to: str
     via: str
 
 
-class DtnSpec(_Strict):
+class DtnSpec(Strict):
     """A BPv7 agent on a node (see the module text)."""
 
     agent: str = "dtn7"

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from swarm.errors import SpecError
+from swarm.spec.validation import Strict
 
 HOST_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?\Z")
 ENDPOINT_SCHEMES = ("unix", "ssh", "tcp")
@@ -36,11 +37,7 @@ ENDPOINT_SCHEMES = ("unix", "ssh", "tcp")
 VXLAN_OVERHEAD = 50
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TlsSpec(_Strict):
+class TlsSpec(Strict):
     """Client certificate and the CA that signed the daemon's, for a tcp:// endpoint (paths)."""
 
     ca: str
@@ -55,7 +52,7 @@ class TlsSpec(_Strict):
         return str(Path(os.path.abspath(Path(v).expanduser())))
 
 
-class HostSpec(_Strict):
+class HostSpec(Strict):
     """One Docker Engine the swarm may use."""
 
     name: str
@@ -114,7 +111,7 @@ class HostSpec(_Strict):
         return args
 
 
-class PlacementSpec(_Strict):
+class PlacementSpec(Strict):
     """How nodes without a `host:` are placed: `spread` evenly, or each `group` whole on one host."""
 
     policy: Literal["spread", "group"] = "spread"
@@ -175,62 +172,79 @@ def place(nodes: Sequence[Placeable], hosts: Sequence[HostSpec], policy: str = "
     """{node name: host name} for every node. Raises SpecError (one line naming host/node and field)."""
     if not hosts:
         raise SpecError("hosts: the swarm backend needs at least one host")
+    out, load = _place_pinned(nodes, hosts)
     names = [h.name for h in hosts]
     index = {h.name: i for i, h in enumerate(hosts)}
+    free = [n for n in nodes if n.host is None]
+    room = {h.name: (None if h.capacity is None else h.capacity - load[h.name]) for h in hosts}
+    if all(r is not None for r in room.values()) and len(free) > sum(room.values()):  # type: ignore[arg-type]
+        total = sum(h.capacity or 0 for h in hosts)
+        raise SpecError(f"hosts: {len(nodes)} nodes exceed the hosts' total capacity {total}")
+    if policy == "group":
+        out.update(_place_groups(free, names, index, load, room))
+    elif policy == "spread":
+        out.update(_place_spread(free, names, index, load, room))
+    else:
+        raise SpecError(f"placement.policy {policy!r}: expected spread or group")
+    return {n.name: out[n.name] for n in nodes}
+
+
+def _place_pinned(nodes: Sequence[Placeable], hosts: Sequence[HostSpec]) -> tuple[dict[str, str], dict[str, int]]:
+    """The nodes with a `host:` of their own, checked against the hosts and their capacity: (placed, load)."""
+    names = [h.name for h in hosts]
     load = {h.name: 0 for h in hosts}
     out: dict[str, str] = {}
     pinned_to: dict[str, list[str]] = {h.name: [] for h in hosts}
     for n in nodes:
         if n.host is None:
             continue
-        if n.host not in index:
+        if n.host not in load:
             raise SpecError(f"{n.where or f'node {n.name!r}.host'} {n.host!r}: no such host (hosts: {', '.join(names)})")
         out[n.name] = n.host
         load[n.host] += 1
         pinned_to[n.host].append(n.name)
-    for h in hosts:
+    for i, h in enumerate(hosts):
         if h.capacity is not None and load[h.name] > h.capacity:
             who = pinned_to[h.name]
-            raise SpecError(f"hosts[{index[h.name]}] ({h.name!r}).capacity: {load[h.name]} nodes pinned to it "
+            raise SpecError(f"hosts[{i}] ({h.name!r}).capacity: {load[h.name]} nodes pinned to it "
                             f"({who[0]}..{who[-1]}) exceed its capacity {h.capacity}")
-    free = [n for n in nodes if n.host is None]
-    capacity = {h.name: h.capacity for h in hosts}
-    room = {h: (None if capacity[h] is None else capacity[h] - load[h]) for h in names}
-    if all(r is not None for r in room.values()) and len(free) > sum(room.values()):  # type: ignore[arg-type]
-        total = sum(h.capacity or 0 for h in hosts)
-        raise SpecError(f"hosts: {len(nodes)} nodes exceed the hosts' total capacity {total}")
-    if policy == "group":
-        groups: dict[str, list[Placeable]] = {}
-        for n in free:
-            groups.setdefault(n.group, []).append(n)
-        for group, members in groups.items():
-            fits = [h for h in names if room[h] is None or room[h] >= len(members)]
-            if not fits:
-                raise SpecError(f"placement.policy group: group {group!r} ({len(members)} nodes) fits on no host "
-                                f"(room: {', '.join(f'{h} {room[h]}' for h in names)})")
-            target = min(fits, key=lambda h: (load[h], index[h]))
-            for n in members:
-                out[n.name] = target
-            load[target] += len(members)
-            if room[target] is not None:
-                room[target] -= len(members)
-        return {n.name: out[n.name] for n in nodes}
-    if policy != "spread":
-        raise SpecError(f"placement.policy {policy!r}: expected spread or group")
-    # Water-fill: each free node goes to the least loaded host with room; then hand the counts out as
-    # contiguous blocks in node order, so sat01..sat08 share a host and status reads naturally.
+    return out, load
+
+
+def _place_groups(free: list[Placeable], names: list[str], index: dict[str, int], load: dict[str, int],
+                  room: dict[str, int | None]) -> dict[str, str]:
+    """Policy `group`: each group's free nodes together on the least loaded host that has room for all of them."""
+    groups: dict[str, list[Placeable]] = {}
+    for n in free:
+        groups.setdefault(n.group, []).append(n)
+    out: dict[str, str] = {}
+    for group, members in groups.items():
+        fits = [h for h in names if (r := room[h]) is None or r >= len(members)]
+        if not fits:
+            raise SpecError(f"placement.policy group: group {group!r} ({len(members)} nodes) fits on no host "
+                            f"(room: {', '.join(f'{h} {room[h]}' for h in names)})")
+        target = min(fits, key=lambda h: (load[h], index[h]))
+        for n in members:
+            out[n.name] = target
+        load[target] += len(members)
+        if (r := room[target]) is not None:
+            room[target] = r - len(members)
+    return out
+
+
+def _place_spread(free: list[Placeable], names: list[str], index: dict[str, int], load: dict[str, int],
+                  room: dict[str, int | None]) -> dict[str, str]:
+    """Policy `spread`. Water-fill: each free node goes to the least loaded host with room; then hand the counts
+    out as contiguous blocks in node order, so sat01..sat08 share a host and status reads naturally."""
     share = {h: 0 for h in names}
     for _ in free:
-        target = min((h for h in names if room[h] is None or room[h] > 0), key=lambda h: (load[h], index[h]))
+        target = min((h for h in names if (r := room[h]) is None or r > 0), key=lambda h: (load[h], index[h]))
         share[target] += 1
         load[target] += 1
-        if room[target] is not None:
-            room[target] -= 1
+        if (r := room[target]) is not None:
+            room[target] = r - 1
     it = iter(free)
-    for h in names:
-        for _ in range(share[h]):
-            out[next(it).name] = h
-    return {n.name: out[n.name] for n in nodes}
+    return {next(it).name: h for h in names for _ in range(share[h])}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -7,21 +7,19 @@ is a `SpecError` whose one line names the field and the value.
 """
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional, get_args
+from typing import Any, Literal, Optional
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from swarm.spec.dtn import DtnSpec, check_dtn_nodes
 from swarm.spec.apps import AppSettings, app_environment, app_image, check_apps
 from swarm.errors import SpecError
-from swarm.spec.safe_yaml import load_yaml, read_text
-from swarm.spec.validation import error_location, show
+from swarm.spec.documents import read_yaml, validate_document
+from swarm.spec.validation import Strict
 from netem.spec.links import LinksSpec, resolve_links
 from netem.spec.orbits import parse_orbits
 from swarm.spec.mesh import MeshSpec
@@ -52,11 +50,7 @@ def check_swarm_name(name: str) -> str:
     return name
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class NetworkSpec(_Strict):
+class NetworkSpec(Strict):
     """One bridge network: its IPv4 subnet and MTU."""
 
     subnet: str
@@ -74,7 +68,7 @@ class NetworkSpec(_Strict):
         return v
 
 
-class Networks(_Strict):
+class Networks(Strict):
     """The two networks every swarm has."""
 
     isl: NetworkSpec = NetworkSpec(subnet="10.77.0.0/16")
@@ -88,7 +82,7 @@ class Networks(_Strict):
         return self
 
 
-class Resources(_Strict):
+class Resources(Strict):
     """Optional per-node limits (Compose `cpus` and `mem_limit`)."""
 
     cpus: Optional[float] = Field(None, gt=0, le=1024)
@@ -105,7 +99,7 @@ class Resources(_Strict):
 MAX_CFS_CPU_ID = 65535 - 1234 + 1  # CI_LAB listens on UDP 1234 + CPU ID - 1
 
 
-class CfsSpec(_Strict):
+class CfsSpec(Strict):
     """A user's natively built cFS install tree (build/exe/cpu1) run on the node (swarm.cfs.node).
 
     Node i (1-based, swarm-wide) gets CPU ID `cpu_id + i - 1` and spacecraft ID `spacecraft_id + i - 1`.
@@ -126,7 +120,7 @@ class CfsSpec(_Strict):
         return str(Path(os.path.abspath(Path(v).expanduser())))
 
 
-class NodeTemplate(_Strict):
+class NodeTemplate(Strict):
     """What nodes of one group share."""
 
     image: Optional[str] = None
@@ -197,7 +191,7 @@ class GroupSpec(NodeTemplate):
         return check_name("group prefix", v + "0")[:-1]
 
 
-class SwarmSpec(_Strict):
+class SwarmSpec(Strict):
     """A whole swarm. Exactly one of `nodes` (a count), `node_list` or `groups` says which nodes exist."""
 
     name: str
@@ -397,119 +391,7 @@ def plan_nodes(spec: SwarmSpec) -> list[NodePlan]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Loading: YAML text -> SwarmSpec, with one-line errors.
-
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    """The pydantic models an annotation holds (through Optional, Union, list, dict, Annotated)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for arg in get_args(annotation) for m in _models_in(arg)]
-
-
-def known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Field names of the model found at `loc` inside `model` (list indexes and dict keys stepped over)."""
-    models = [model]
-    for key in loc:
-        if isinstance(key, str):
-            inner = [m.model_fields[key].annotation for m in models if key in m.model_fields]
-            if inner:
-                models = [m for a in inner for m in _models_in(a)]
-    return sorted({f for m in models for f in m.model_fields})
-
-
-def format_validation_error(exc: ValidationError, data: Any, source: str, model: type[BaseModel] | None = None) -> str:
-    """One line: where, which field, what value, what is wrong (the first error only, an unknown field
-    first: a misspelt `subent:` also makes `subnet` missing, and the misspelling is the news), with the
-    closest known field of that level when one is near (`did you mean 'subnet'?`)."""
-    errors = exc.errors()
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    where = error_location(tuple(err["loc"]), data)
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        key = err["loc"][-1]
-        msg = f"unknown field {show(key)}"
-        if model is not None:
-            close = difflib.get_close_matches(str(key), known_fields(model, tuple(err["loc"][:-1])), n=1, cutoff=0.6)
-            msg += f"; did you mean {close[0]!r}?" if close else ""
-        where = error_location(tuple(err["loc"][:-1]), data) or "top level"
-    elif err["type"] in ("int_parsing", "float_parsing", "literal_error", "missing", "int_type", "string_type"):
-        msg = f"{msg} (got {err.get('input')!r})" if err["type"] != "missing" else msg
-    prefix = f"{source}: " if source else ""
-    return f"{prefix}{where + ': ' if where else ''}{msg}"
-
-
-def validate_document(model: type[BaseModel], data: Any, source: str, what: str) -> Any:
-    """Validate a parsed YAML/JSON mapping into `model`, raising SpecError with one line."""
-    if not isinstance(data, dict):
-        raise SpecError(f"{source or what}: expected a mapping at the top level, got {type(data).__name__}")
-    fields = getattr(model, "model_fields", {})
-    if data and fields and not any(isinstance(k, str) and k in fields for k in data):
-        # no key is a field: not this kind of file at all (/etc/shadow parses as a mapping); its keys, which
-        # may be its secrets, are not echoed
-        raise SpecError(f"{source or what}: not a {what} file: none of its {len(data)} top-level keys is a "
-                        f"{what} field (such as {', '.join(list(fields)[:3])})")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(format_validation_error(exc, data, source, model)) from None
-    except SpecError as exc:  # raised by a nested spec (e.g. an experiment's swarm template)
-        raise SpecError(f"{source}: {exc}" if source and not str(exc).startswith(source) else str(exc)) from None
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a key given twice in one mapping (YAML says keys are unique; PyYAML
-    silently keeps the last, so `nodes: 3` then `nodes: 4` would run 4 nodes without a word)."""
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, int] = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden on purpose
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    hash(key)
-                except TypeError:  # an unhashable key: PyYAML's own error follows
-                    continue
-                line = key_node.start_mark.line + 1
-                if key in seen:
-                    raise DuplicateKey(key, line, seen[key])
-                seen[key] = line
-        return super().construct_mapping(node, deep=deep)
-
-
-class DuplicateKey(Exception):
-    def __init__(self, key: Any, line: int, first: int):
-        super().__init__(f"line {line}: duplicate key {show(key)} (first on line {first})")
-
-
-def unique(field: str, values: list, key=lambda v: v) -> list:
-    """`values` if no two are the same (after `key`, e.g. a parsed rate); ValueError naming the repeat."""
-    seen: dict[Any, Any] = {}
-    for v in values:
-        k = key(v)
-        if k in seen:
-            raise ValueError(f"{field}: {show(v)} is given twice" if seen[k] == v
-                             else f"{field}: {show(v)} is {show(seen[k])} again")
-        seen[k] = v
-    return values
-
-
-def read_yaml(path: str | Path, what: str) -> Any:
-    """Parse a YAML file, bounded (swarm.spec.safe_yaml: regular files only, size, aliases, depth); unreadable
-    or malformed files are one-line SpecErrors naming the file and line, never its text."""
-    p = Path(path)
-    text = read_text(p, what)
-    try:
-        return load_yaml(text, str(p), _UniqueKeyLoader)
-    except DuplicateKey as exc:
-        raise SpecError(f"{p}: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{p}:{where}: malformed YAML: {problem}") from None
+# Loading: YAML text -> SwarmSpec (swarm.spec.documents reads and validates), with one-line errors.
 
 
 def spec_from_dict(data: Any, source: str = "") -> SwarmSpec:

@@ -1,10 +1,18 @@
-"""Readable locations for validation errors (pure): every spec model (swarm, orbits, experiments) names the
-field of a one-line error the same way."""
+"""What every spec model shares (pure): the strict base model, and readable locations for validation errors so
+every model (swarm, links, orbits, experiments) names the field of a one-line error the same way."""
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from swarm.errors import VALUE_LIMIT
+
+
+class Strict(BaseModel):
+    """The base of every spec model: unknown fields are errors (a typo is never ignored), values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def show(value: Any, limit: int = VALUE_LIMIT) -> str:

@@ -324,7 +324,7 @@ def test_cli_impair_and_fault(netns_swarm):
 def test_netem_commands_are_accepted_by_tcs_parser(need_netns):
     """tc parses netem options in userspace before the kernel sees the qdisc: here (no sch_netem) a command is
     right when the only complaint is the kernel's 'qdisc kind is unknown'."""
-    from netem.engines import plan_netem
+    from netem.tc import plan_netem
 
     cmds = plan_netem("eth1", {"02:42:0a:01:00:03": impairment(delay="250ms", jitter="10ms", jitter_distribution="normal",
                                                       loss="1%", loss_correlation="25%", corrupt="0.1%",

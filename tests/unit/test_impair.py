@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from netem.engines import (NetemEngine, NftEngine, choose_engine, netem_args, plan_netem, plan_nft, plan_rate)
+from netem.engines import NetemEngine, NftEngine, choose_engine
+from netem.tc import netem_args, plan_netem, plan_nft, plan_rate
 from swarm.errors import SpecError
 from netem.state import LinkState, check_partition
 from experiments.timeline import FaultEvent, FaultTimeline, check_timeline

@@ -11,8 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from netem.engines import (LINKD_MAX_BYTES, LinkdHold, NodeCommands, UserspaceEngine, choose_engine, linkd_line, netem_args,
-                           netem_limit, plan_ipt, plan_linkd, tcp_buffer_bytes, tcp_buffer_sysctls)
+from netem.engines import (LINKD_MAX_BYTES, LinkdHold, NodeCommands, UserspaceEngine, choose_engine, linkd_line, plan_ipt,
+                           plan_linkd, tcp_buffer_bytes, tcp_buffer_sysctls)
+from netem.tc import netem_args, netem_limit
 from netem.spec.links import Impairment, LinksSpec, impairment, links_with_engine, resolve_links
 from swarm.caps import Capabilities
 from swarm.errors import SpecError

@@ -11,7 +11,7 @@ import pytest
 from netem.orbits.export import to_hdtn, to_ion
 from netem.orbits.planner import plan
 from netem.spec.orbits import parse_orbits
-from netem.spec.orbits import tle_epoch
+from netem.spec.satellites import tle_epoch
 from swarm.dtn.contacts import parse_contact_plan
 from swarm.errors import SpecError
 
@@ -389,7 +389,7 @@ def test_swarm_spec_takes_an_orbits_section_whose_nodes_it_has():
 
 
 def test_tc_tree_of_the_same_shape_changes_in_place():
-    from netem.engines import plan_netem, plan_rate
+    from netem.tc import plan_netem, plan_rate
     from netem.incremental import tc_changes
     from netem.spec.links import Impairment
     a, b = "02:42:0a:e6:00:03", "02:42:0a:e6:00:04"

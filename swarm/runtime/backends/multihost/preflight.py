@@ -2,6 +2,7 @@
 needs, no subnet overlaps a network on any host, the placement fits the capacities."""
 from __future__ import annotations
 
+import ipaddress
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -55,22 +56,9 @@ class Preflight:
     def check_spec(self, spec: SwarmSpec, nodes: list[NodePlan]) -> dict:
         """Everything that can be checked before creating anything, on every host; SpecError naming the
         host and field otherwise. Returns (and keeps for `up`) the plan: placement, Swarm facts, ranges."""
-        import ipaddress
-
         hosts = _hosts_of(spec)
         placement = place(placeables(spec), hosts, spec.placement.policy)
-        for n in nodes:
-            if n.spec.cfs is not None:
-                raise SpecError(f"node {n.name!r}: cfs: the swarm backend does not run cFS nodes (use backend compose)")
-        if len(set(placement.values())) > 1:
-            # Checked here: a UDP broadcast from a node reached its own host's nodes only. Docker's overlay
-            # does not flood broadcast or multicast to other hosts' VTEPs.
-            if spec.mesh.enabled:
-                raise SpecError("mesh.protocol 'batman': the swarm backend's overlays carry no broadcast between hosts, "
-                                "so the mesh cannot form across them (pin every node to one host, or use mesh: none)")
-            if spec.apps and spec.app.multicast:
-                raise SpecError("app.multicast true: the swarm backend's overlays carry no multicast between hosts "
-                                "(leave it unset: the swarm backend uses unicast to every peer)")
+        check_features(spec, nodes, across_hosts=len(set(placement.values())) > 1)
         ranges = {w: dynamic_range(getattr(spec.networks, w).subnet, len(nodes), len(hosts), w) for w in ("isl", "ground")}
         labels = [f"hosts[{i}] ({h.name!r})" for i, h in enumerate(hosts)]
         with ThreadPoolExecutor(max(1, min(8, len(hosts)))) as pool:
@@ -79,6 +67,21 @@ class Preflight:
             if w:
                 raise SpecError(f"{label}.endpoint {h.endpoint!r}: unreachable: {w}")
         infos = [self._swarm_info(h) for h in hosts]
+        self._check_swarm_states(hosts, labels, infos)
+        self._check_subnets(spec, hosts, labels)
+        mgr = hosts[0]
+        plan = {"hosts": [h.model_dump(mode="json", exclude_none=True) for h in hosts], "placement": placement,
+                "manager": mgr.name, "ranges": ranges,
+                "mtu": {w: {"spec": getattr(spec.networks, w).mtu,
+                            "node": node_mtu(getattr(spec.networks, w).mtu, hosts),
+                            "overlay": overlay_driver_mtu(getattr(spec.networks, w).mtu, hosts)} for w in ("isl", "ground")},
+                "swarm_state": {h.name: i.get("LocalNodeState", "") for h, i in zip(hosts, infos)},
+                "created": []}
+        self._preflight[spec.name] = plan
+        return plan
+
+    def _check_swarm_states(self, hosts: list[HostSpec], labels: list[str], infos: list[dict]) -> None:
+        """The first host is a Swarm manager or in no Swarm; every other host is in no Swarm or in the manager's."""
         mgr, minfo = hosts[0], infos[0]
         mstate = minfo.get("LocalNodeState", "")
         if mstate == "active" and not minfo.get("ControlAvailable"):
@@ -99,6 +102,9 @@ class Preflight:
                 raise SpecError(f"{label}.endpoint {h.endpoint!r}: is the same engine as {labels[0]}")
             raise SpecError(f"{label}.endpoint {h.endpoint!r}: already in another Swarm (state {state!r}); "
                             "make it leave, or list that Swarm's manager first")
+
+    def _check_subnets(self, spec: SwarmSpec, hosts: list[HostSpec], labels: list[str]) -> None:
+        """No network on any host overlaps the swarm's subnets (but the swarm's own overlays, at a second `up`)."""
         mine = {w: ipaddress.IPv4Network(getattr(spec.networks, w).subnet) for w in ("isl", "ground")}
         for label, h in zip(labels, hosts):
             for net_name, subnet in self._networks(h):
@@ -107,14 +113,21 @@ class Preflight:
                     if theirs.overlaps(net) and net_name != network_name(spec.name, w):
                         raise SpecError(f"{label}: networks.{w}.subnet {str(net)!r} overlaps network {net_name!r} "
                                         f"({theirs}) there; choose another subnet")
-        plan = {"hosts": [h.model_dump(mode="json", exclude_none=True) for h in hosts], "placement": placement,
-                "manager": mgr.name, "ranges": ranges,
-                "mtu": {w: {"spec": getattr(spec.networks, w).mtu,
-                            "node": node_mtu(getattr(spec.networks, w).mtu, hosts),
-                            "overlay": overlay_driver_mtu(getattr(spec.networks, w).mtu, hosts)} for w in ("isl", "ground")},
-                "swarm_state": {h.name: i.get("LocalNodeState", "") for h, i in zip(hosts, infos)},
-                "created": []}
-        self._preflight[spec.name] = plan
-        return plan
 
     # ------------------------------------------------------------------------------------------- state
+
+
+def check_features(spec: SwarmSpec, nodes: list[NodePlan], across_hosts: bool) -> None:
+    """What the multi-host backend cannot run: cFS nodes; across hosts, a mesh or multicast (no broadcast)."""
+    for n in nodes:
+        if n.spec.cfs is not None:
+            raise SpecError(f"node {n.name!r}: cfs: the swarm backend does not run cFS nodes (use backend compose)")
+    if across_hosts:
+        # Checked here: a UDP broadcast from a node reached its own host's nodes only. Docker's overlay
+        # does not flood broadcast or multicast to other hosts' VTEPs.
+        if spec.mesh.enabled:
+            raise SpecError("mesh.protocol 'batman': the swarm backend's overlays carry no broadcast between hosts, "
+                            "so the mesh cannot form across them (pin every node to one host, or use mesh: none)")
+        if spec.apps and spec.app.multicast:
+            raise SpecError("app.multicast true: the swarm backend's overlays carry no multicast between hosts "
+                            "(leave it unset: the swarm backend uses unicast to every peer)")

@@ -22,9 +22,28 @@ class Release:
         if plan is None:
             return []
         hosts = self.hosts(swarm)
+        reach = {h.name: self._reach(h) for h in hosts}
+        removed, remaining = self._remove_containers(swarm, hosts, reach, plan)
+        mgr = next(h for h in hosts if h.name == plan["manager"])
+        if not reach[mgr.name]:
+            removed += self._remove_overlays(swarm, mgr, remaining)
+            removed += self._release_swarm(mgr, hosts, reach, plan, remaining)
+        else:
+            remaining.append(f"host {mgr.name} ({mgr.endpoint}) unreachable ({reach[mgr.name]}): still holds the "
+                             f"overlays {network_name(swarm, 'isl')}, {network_name(swarm, 'ground')} and the Swarm")
+        if remaining:
+            plan["remaining"] = remaining
+            self._save(swarm, plan)
+            raise RuntimeFailure(f"swarm {swarm!r} partly removed ({'; '.join(removed) or 'nothing'}); "
+                                 + "; ".join(remaining) + f"; run `swarm down {swarm}` again when it answers")
+        self._plans.pop(swarm, None)
+        return removed
+
+    def _remove_containers(self, swarm: str, hosts: list[HostSpec], reach: dict[str, str],
+                           plan: dict) -> tuple[list[str], list[str]]:
+        """The swarm's containers removed from every host that answers, in parallel: (removed, what stays where)."""
         removed: list[str] = []
         remaining: list[str] = []
-        reach = {h.name: self._reach(h) for h in hosts}
 
         def clear(h: HostSpec) -> list[str]:
             return self._compose(swarm, h, plan).remove_containers(swarm)
@@ -38,39 +57,29 @@ class Release:
                 nodes = sorted(n for n, hn in plan["placement"].items() if hn == h.name)
                 held = f"containers {nodes[0]}..{nodes[-1]}" if nodes else "no containers"
                 remaining.append(f"host {h.name} ({h.endpoint}) unreachable ({reach[h.name]}): still holds {held}")
-        mgr = next(h for h in hosts if h.name == plan["manager"])
-        if not reach[mgr.name]:
-            nets = self.runner.run([*self._docker(mgr), "network", "ls", "-q", "--filter", f"label={LABEL_SWARM}={swarm}"],
-                                   timeout=60).stdout.split()
-            if nets:
-                # Right after the containers go, the Swarm may still hold their attachments for a moment;
-                # with a host unreachable its attachments stay, so one try is enough to know.
-                attempts = 1 if remaining else 10
-                for attempt in range(attempts):
-                    res = self.runner.run([*self._docker(mgr), "network", "rm", *nets], check=False, timeout=120)
-                    nets = [n for n in nets if self.runner.run([*self._docker(mgr), "network", "inspect", n],
-                                                               check=False, timeout=30).ok]
-                    if not nets:
-                        break
-                    time.sleep(0.5 * (attempt + 1))
-                if nets:
-                    names = self.runner.run([*self._docker(mgr), "network", "inspect", "--format", "{{.Name}}", *nets],
-                                            check=False, timeout=30).stdout.split() or nets
-                    why = next((ln for ln in (res.stderr or "").splitlines() if "Error" in ln), "still in use")
-                    remaining.append(f"host {mgr.name}: overlays {', '.join(names)} kept ({why.strip()[:160]})")
-                else:
-                    removed.append(f"{mgr.name}: 2 overlay network(s)")
-            removed += self._release_swarm(mgr, hosts, reach, plan, remaining)
-        else:
-            remaining.append(f"host {mgr.name} ({mgr.endpoint}) unreachable ({reach[mgr.name]}): still holds the "
-                             f"overlays {network_name(swarm, 'isl')}, {network_name(swarm, 'ground')} and the Swarm")
-        if remaining:
-            plan["remaining"] = remaining
-            self._save(swarm, plan)
-            raise RuntimeFailure(f"swarm {swarm!r} partly removed ({'; '.join(removed) or 'nothing'}); "
-                                 + "; ".join(remaining) + f"; run `swarm down {swarm}` again when it answers")
-        self._plans.pop(swarm, None)
-        return removed
+        return removed, remaining
+
+    def _remove_overlays(self, swarm: str, mgr: HostSpec, remaining: list[str]) -> list[str]:
+        """The swarm's overlay networks removed at the manager; what stays (and why) is added to `remaining`."""
+        d = self._docker(mgr)
+        nets = self.runner.run([*d, "network", "ls", "-q", "--filter", f"label={LABEL_SWARM}={swarm}"],
+                               timeout=60).stdout.split()
+        if not nets:
+            return []
+        # Right after the containers go, the Swarm may still hold their attachments for a moment;
+        # with a host unreachable its attachments stay, so one try is enough to know.
+        attempts = 1 if remaining else 10
+        for attempt in range(attempts):
+            res = self.runner.run([*d, "network", "rm", *nets], check=False, timeout=120)
+            nets = [n for n in nets if self.runner.run([*d, "network", "inspect", n], check=False, timeout=30).ok]
+            if not nets:
+                return [f"{mgr.name}: 2 overlay network(s)"]
+            time.sleep(0.5 * (attempt + 1))
+        names = self.runner.run([*d, "network", "inspect", "--format", "{{.Name}}", *nets],
+                                check=False, timeout=30).stdout.split() or nets
+        why = next((ln for ln in (res.stderr or "").splitlines() if "Error" in ln), "still in use")
+        remaining.append(f"host {mgr.name}: overlays {', '.join(names)} kept ({why.strip()[:160]})")
+        return []
 
     def _release_swarm(self, mgr: HostSpec, hosts: list[HostSpec], reach: dict[str, str], plan: dict,
                        remaining: list[str]) -> list[str]:
@@ -87,40 +96,56 @@ class Release:
             return removed  # another swarm of the framework still uses this Swarm
         ids = self.runner.run([*d, "node", "ls", "--format", "{{.ID}}"], timeout=60).stdout.split()
         nodes = json.loads(self.runner.run([*d, "node", "inspect", *ids], timeout=60).stdout or "[]") if ids else []
-        self_id = info.get("NodeID")
         ingress = self._ingress_network(mgr)
         # This swarm's own record backs the labels up: an `up` interrupted between `swarm init`/`join` and
         # the label it puts on the node still released what it made.
         records = {(c["host"], c["what"]): c for c in plan.get("created", [])}
         init = records.get((mgr.name, "swarm-init"))
-        created_here = init is not None
-        gw_here = init is not None and not init.get("gwbridge_before", True)
+        mine = next((_labels(n) for n in nodes if n["ID"] == info.get("NodeID")), {})
+        created_here = init is not None or LABEL_CREATED in mine
+        gw_here = (init is not None and not init.get("gwbridge_before", True)) or LABEL_GWBRIDGE in mine
         handled: set[str] = set()
         retry: list[dict] = []  # workers that did not leave: asked again by the next `down`, not this one
         for node in nodes:
-            labels = node.get("Spec", {}).get("Labels", {}) or {}
-            if node["ID"] == self_id:
-                created_here = created_here or LABEL_CREATED in labels
-                gw_here = gw_here or LABEL_GWBRIDGE in labels
-                continue
-            if LABEL_JOINED not in labels:
-                continue
-            args = json.loads(labels.get(LABEL_ENDPOINT, "[]"))
-            host_name = next((h.name for h in hosts if h.docker_args() == args), node.get("Description", {}).get("Hostname", "?"))
-            handled.add(host_name)
-            wd = ["docker", *args]
-            if host_name in reach and reach[host_name]:
-                remaining.append(f"host {host_name}: still a member of the Swarm (it will be asked to leave on the next `down`)")
-                plan.setdefault("pending_leave", []).append({"args": args, "gwbridge": LABEL_GWBRIDGE in labels})
-            elif (why := self._leave(wd, ingress)):
-                remaining.append(f"host {host_name}: did not leave the Swarm ({why}); the next `down` asks it again")
-                retry.append({"args": args, "gwbridge": LABEL_GWBRIDGE in labels})
+            if node["ID"] != info.get("NodeID") and LABEL_JOINED in _labels(node):
+                handled.add(self._release_worker(d, node, hosts, reach, plan, ingress, removed, remaining, retry))
+        self._release_unlabelled_joins(d, hosts, records, handled, reach, ingress, removed, remaining)
+        if created_here:
+            if (why := self._leave(d, ingress)):
+                remaining.append(f"host {mgr.name}: did not leave the Swarm it initialised ({why})")
             else:
-                removed.append(f"{host_name}: left the Swarm")
-                if LABEL_GWBRIDGE in labels and self._remove_gwbridge(wd):
-                    removed.append(f"{host_name}: docker_gwbridge")
-            self.runner.run([*d, "node", "rm", "--force", node["ID"]], check=False, timeout=60)
-        for h in hosts:  # joined by this swarm's `up` but never labelled (interrupted right after the join)
+                removed.append(f"{mgr.name}: left the Swarm it initialised")
+                if gw_here and self._remove_gwbridge(d):
+                    removed.append(f"{mgr.name}: docker_gwbridge")
+        removed = self._finish_rejoins(hosts, reach, plan, removed)
+        plan["pending_leave"] = plan.get("pending_leave", []) + retry
+        return removed
+
+    def _release_worker(self, d: list[str], node: dict, hosts: list[HostSpec], reach: dict[str, str], plan: dict,
+                        ingress: str, removed: list[str], remaining: list[str], retry: list[dict]) -> str:
+        """A worker the framework joined leaves the Swarm (or is noted to be asked again) and its node entry goes;
+        returns the host's name."""
+        labels = _labels(node)
+        args = json.loads(labels.get(LABEL_ENDPOINT, "[]"))
+        host_name = next((h.name for h in hosts if h.docker_args() == args), node.get("Description", {}).get("Hostname", "?"))
+        wd = ["docker", *args]
+        if host_name in reach and reach[host_name]:
+            remaining.append(f"host {host_name}: still a member of the Swarm (it will be asked to leave on the next `down`)")
+            plan.setdefault("pending_leave", []).append({"args": args, "gwbridge": LABEL_GWBRIDGE in labels})
+        elif (why := self._leave(wd, ingress)):
+            remaining.append(f"host {host_name}: did not leave the Swarm ({why}); the next `down` asks it again")
+            retry.append({"args": args, "gwbridge": LABEL_GWBRIDGE in labels})
+        else:
+            removed.append(f"{host_name}: left the Swarm")
+            if LABEL_GWBRIDGE in labels and self._remove_gwbridge(wd):
+                removed.append(f"{host_name}: docker_gwbridge")
+        self.runner.run([*d, "node", "rm", "--force", node["ID"]], check=False, timeout=60)
+        return host_name
+
+    def _release_unlabelled_joins(self, d: list[str], hosts: list[HostSpec], records: dict, handled: set[str],
+                                  reach: dict[str, str], ingress: str, removed: list[str], remaining: list[str]) -> None:
+        """Hosts joined by this swarm's `up` but never labelled (interrupted right after the join) leave too."""
+        for h in hosts:
             rec = records.get((h.name, "swarm-join"))
             if rec is None or h.name in handled or reach.get(h.name):
                 continue
@@ -133,16 +158,6 @@ class Release:
                 if not rec.get("gwbridge_before", True):
                     self._remove_gwbridge(wd)
                 self.runner.run([*d, "node", "rm", "--force", node_id], check=False, timeout=60)
-        if created_here:
-            if (why := self._leave(d, ingress)):
-                remaining.append(f"host {mgr.name}: did not leave the Swarm it initialised ({why})")
-            else:
-                removed.append(f"{mgr.name}: left the Swarm it initialised")
-                if gw_here and self._remove_gwbridge(d):
-                    removed.append(f"{mgr.name}: docker_gwbridge")
-        removed = self._finish_rejoins(hosts, reach, plan, removed)
-        plan["pending_leave"] = plan.get("pending_leave", []) + retry
-        return removed
 
     def _leave(self, docker: list[str], ingress: str = "") -> str:
         """Make the engine leave its Swarm: '' once it says inactive, else why not (one line).
@@ -231,3 +246,6 @@ class Release:
         return removed
 
 
+def _labels(node: dict) -> dict[str, str]:
+    """A Swarm node's labels (from `docker node inspect`)."""
+    return node.get("Spec", {}).get("Labels", {}) or {}
