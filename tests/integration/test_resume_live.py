@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -23,8 +24,15 @@ def swarm(args, timeout=300):
                           env={**os.environ, "SWARM_WORKDIR": str(REPO)}, timeout=timeout)
 
 
-def kill_after_first_test(args, results: Path, timeout: float = 240) -> Path:
-    """Start `swarm ARGS`, SIGKILL it once its first test has a tests.csv row; the run folder."""
+def dtn_agents_of(name: str) -> int:
+    """How many dtnd processes of swarm `name` run (on netns their command line holds .swarm/<name>/)."""
+    out = subprocess.run(["pgrep", "-f", f"dtnd.*[.]swarm/{name}/"], capture_output=True, text=True).stdout
+    return len(out.split())
+
+
+def kill_after_first_test(args, results: Path, timeout: float = 240, then: Callable[[], bool] | None = None) -> Path:
+    """Start `swarm ARGS`, SIGKILL it once its first test has a tests.csv row (and, with `then`, once `then()`
+    holds as well: a type with a swarm per test has taken the first one down by then); the run folder."""
     proc = subprocess.Popen([sys.executable, "-m", "swarm", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, cwd=REPO,
                             env={**os.environ, "SWARM_WORKDIR": str(REPO)}, preexec_fn=interruptible)
@@ -32,7 +40,7 @@ def kill_after_first_test(args, results: Path, timeout: float = 240) -> Path:
     try:
         while time.monotonic() < deadline:
             runs = list(results.glob("*/tests.csv"))
-            if runs and len(csv_rows(runs[0])) >= 1:
+            if runs and len(csv_rows(runs[0])) >= 1 and (then is None or then()):
                 break
             assert proc.poll() is None, proc.communicate()[1]
             time.sleep(0.2)
@@ -114,7 +122,10 @@ def test_a_killed_dtn_run_resumes(need_dtn7, tmp_path):
                    "swarm: {networks: {isl: {subnet: 10.184.0.0/24}, ground: {subnet: 10.185.0.0/24}}}\n")
     results = tmp_path / "results"
     try:
-        run = kill_after_first_test(["run", str(exp), "--results", str(results), "--no-report"], results)
+        # dtn brings up a swarm per test: the first test's swarm goes down right after its row, so the kill waits
+        # until the second test's swarm is up with both agents (killing on the row alone raced that `down`)
+        run = kill_after_first_test(["run", str(exp), "--results", str(results), "--no-report"], results,
+                                    then=lambda: dtn_agents_of(name) >= 2)
         first = csv_rows(run / "tests.csv")
         assert_resumed(run, name, first, 2, ["run", "--resume"])
         bundles = csv_rows(run / "bundles.csv")
