@@ -53,37 +53,56 @@ def dtn() -> None:
 def status_table(name: str, rows, width: int) -> Table:
     """The status table, readable at `width` columns (issue 29 #12: at 80 every cell was cut to one letter and
     "…"): below 120 columns the endpoint (dtn://<node>/) is dropped, a CLA or routing every node shares goes
-    to the title, counts get short headers, and a cell that still does not fit wraps, never cut."""
+    to the title, counts get short headers, the LTP counters share one column, and a cell that still does not
+    fit wraps; node and peer names are never cut (peers one per line)."""
     narrow = width < 120
     ltp = any(r.ltp is not None for r in rows)
-    cols = ["node", "endpoint", "cla", "routing", "peers", "stored", "delivered", "forwarded", "received", "failed",
-            *(["ltp sessions", "rtx", "cancels"] if ltp else []), "state"]
-    counts = ("stored", "delivered", "forwarded", "received", "failed", "ltp sessions", "rtx", "cancels")
-    title = f"DTN agents of {name} (dtn7-rs)"
-    if narrow:
-        cols.remove("endpoint")
-        for col in ("cla", "routing"):
-            values = {getattr(r, col) for r in rows}
-            if len(values) == 1:
-                cols.remove(col)
-                title += f", {col} {values.pop()}"
+    cols, title = _status_columns(name, rows, narrow, ltp)
     short = {"delivered": "deliv", "forwarded": "fwd", "received": "recv", "ltp sessions": "ltp"} if narrow else {}
-    table = Table(title=title)
+    longest = max(map(len, [r.node for r in rows] + [p for r in rows for p in r.peers]), default=4)
+    table = Table(title=title, caption="ltp: sessions open/segments retransmitted/cancels" if narrow and ltp else None)
     for col in cols:
         table.add_column(short.get(col, col), overflow="fold", no_wrap=col == "node",
-                         justify="right" if col in counts else "left")
+                         min_width=longest if col in ("node", "peers") else None,
+                         justify="right" if col in STATUS_COUNTS else "left")
     for r in rows:
-        peers = " ".join(r.peers) if len(r.peers) <= 6 else f"{len(r.peers)} peers"
-        clas = ",".join(r.clas) if r.clas and r.clas != [r.cla] else r.cla  # what dtnd reaches its peers by
-        lt = r.ltp or {}
-        cells = {"node": r.node, "endpoint": r.eid, "cla": clas, "routing": r.routing, "peers": peers,
-                 "ltp sessions": str(lt.get("sessions_open", "-")), "rtx": str(lt.get("retransmitted_segments", "-")),
-                 "cancels": str(lt.get("cancels", "-")),
-                 "stored": str(r.stored), "delivered": str(r.delivered), "forwarded": str(r.forwarded),
-                 "received": str(r.received), "failed": str(r.failed),
-                 "state": "[green]ok[/]" if r.state == "ok" else f"[red]{r.state}[/]"}
+        cells = _status_cells(r)
         table.add_row(*(cells[c] for c in cols))
     return table
+
+
+STATUS_COUNTS = ("stored", "delivered", "forwarded", "received", "failed", "ltp sessions", "rtx", "cancels", "ltp")
+
+
+def _status_columns(name: str, rows, narrow: bool, ltp: bool) -> tuple[list[str], str]:
+    """The columns shown and the table's title (which takes a CLA or routing every node shares when narrow)."""
+    cols = ["node", "endpoint", "cla", "routing", "peers", "stored", "delivered", "forwarded", "received", "failed",
+            *(["ltp sessions", "rtx", "cancels"] if ltp else []), "state"]
+    title = f"DTN agents of {name} (dtn7-rs)"
+    if not narrow:
+        return cols, title
+    cols.remove("endpoint")
+    for col in ("cla", "routing"):
+        values = {getattr(r, col) for r in rows}
+        if len(values) == 1:
+            cols.remove(col)
+            title += f", {col} {values.pop()}"
+    if ltp:  # the three LTP counters share one column, "open/rtx/cancels", so names keep their width
+        cols[cols.index("ltp sessions"):cols.index("cancels") + 1] = ["ltp"]
+    return cols, title
+
+
+def _status_cells(r) -> dict[str, str]:
+    """Every cell of one agent's row, by column."""
+    peers = "\n".join(r.peers) if len(r.peers) <= 6 else f"{len(r.peers)} peers"
+    clas = ",".join(r.clas) if r.clas and r.clas != [r.cla] else r.cla  # what dtnd reaches its peers by
+    lt = r.ltp or {}
+    counters = [str(lt.get(k, "-")) for k in ("sessions_open", "retransmitted_segments", "cancels")]
+    return {"node": r.node, "endpoint": r.eid, "cla": clas, "routing": r.routing, "peers": peers,
+            "ltp sessions": counters[0], "rtx": counters[1], "cancels": counters[2], "ltp": "/".join(counters),
+            "stored": str(r.stored), "delivered": str(r.delivered), "forwarded": str(r.forwarded),
+            "received": str(r.received), "failed": str(r.failed),
+            "state": "[green]ok[/]" if r.state == "ok" else f"[red]{r.state}[/]"}
 
 
 @dtn.command()

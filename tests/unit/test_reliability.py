@@ -347,3 +347,25 @@ def test_fuzzed_orbits_sections_are_accepted_or_one_line():
             parse_orbits(data, "o.yaml")
         except SpecError as exc:
             assert "\n" not in str(exc), (case, str(exc))
+
+
+def test_the_dtn_status_table_with_ltp_keeps_every_name_whole_at_80_columns():
+    """With cla ltp's three counter columns, 80 columns folded peer names ("groun" / "d") and headers; names must
+    stay whole (issue 29 #12: wrap or drop columns, never cut names)."""
+    import re
+
+    from rich.console import Console
+
+    from swarm.cli.dtn import status_table
+    from swarm.dtn.plan import ltp_summary
+    from swarm.runtime.dtn import AgentStatus
+
+    ltp = ltp_summary({"registered": True, "send_sessions": 2, "retransmitted_segments": 5, "cancels": 1})
+    rows = [AgentStatus(f"sat{i:02d}", f"dtn://sat{i:02d}/", "ltp", "epidemic", ["sat01", "sat02", "ground"],
+                        12, 345, 6789, 1011, 0, "ok", ["ltp", "tcp"], ltp) for i in range(1, 4)]
+    console = Console(width=80, record=True, force_terminal=False)
+    console.print(status_table("reldtn", rows, 80))
+    text = console.export_text()
+    assert "…" not in text and all(len(line) <= 80 for line in text.splitlines()), text
+    words = set(re.findall(r"[a-z0-9/]+", text))
+    assert {"sat01", "sat02", "sat03", "ground", "stored", "failed", "state", "2/5/1"} <= words, text
