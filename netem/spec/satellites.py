@@ -27,6 +27,16 @@ def _check_name(what: str, v: str) -> str:
     return v
 
 
+def _check_prefix(v: str) -> str:
+    """A name prefix is valid when a name made from it (prefix + a digit) is."""
+    return _check_name("prefix", v + "0")[:-1]
+
+
+def numbered_names(prefix: str, count: int) -> list[str]:
+    """prefix01 .. prefixNN, zero-padded to the width of `count` (at least 2), as Walker and Formation name them."""
+    width = max(2, len(str(count)))
+    return [f"{prefix}{i:0{width}d}" for i in range(1, count + 1)]
+
 
 # ------------------------------------------------------------------------------------------- TLE
 def tle_checksum(line: str) -> int:
@@ -143,10 +153,7 @@ class Walker(Strict):
     _ang = field_validator("inclination", "raan", mode="before")(
         lambda v, info: units.parse_angle_deg(v, info.field_name))
 
-    @field_validator("prefix")
-    @classmethod
-    def _prefix(cls, v: str) -> str:
-        return _check_name("prefix", v + "0")[:-1]
+    _prefix = field_validator("prefix")(lambda v: _check_prefix(v))
 
     @model_validator(mode="after")
     def _shape(self) -> "Walker":
@@ -161,8 +168,7 @@ class Walker(Strict):
         return self
 
     def names(self) -> list[str]:
-        width = max(2, len(str(self.total)))
-        return [f"{self.prefix}{i:0{width}d}" for i in range(1, self.total + 1)]
+        return numbered_names(self.prefix, self.total)
 
     def elements(self) -> list[Elements]:
         per_plane = self.total // self.planes
@@ -194,10 +200,7 @@ class Formation(Strict):
     _ang = field_validator("inclination", "raan", "mean_anomaly", mode="before")(
         lambda v, info: units.parse_angle_deg(v, info.field_name))
 
-    @field_validator("prefix")
-    @classmethod
-    def _prefix(cls, v: str) -> str:
-        return _check_name("prefix", v + "0")[:-1]
+    _prefix = field_validator("prefix")(lambda v: _check_prefix(v))
 
     @model_validator(mode="after")
     def _shape(self) -> "Formation":
@@ -216,8 +219,7 @@ class Formation(Strict):
         return math.degrees(2 * math.asin(self.spacing / (2 * r)))  # chord -> central angle
 
     def names(self) -> list[str]:
-        width = max(2, len(str(self.count)))
-        return [f"{self.prefix}{i:0{width}d}" for i in range(1, self.count + 1)]
+        return numbered_names(self.prefix, self.count)
 
     def elements(self) -> list[Elements]:
         return [Elements(altitude=self.altitude, inclination=self.inclination, raan=self.raan,
