@@ -10,7 +10,9 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -152,3 +154,18 @@ def kernel_lab(request):
         if reporter:
             reporter.write_line(f"kernel-lab: {request.module.__name__}: guest up {time.monotonic() - started:.0f} s "
                                 f"in all (boot {lab.boot_s:.1f} s)")
+
+
+@contextmanager
+def swarm_up(doc: dict) -> Iterator:
+    """The swarm of spec `doc` up (after a `down` of any leftover of the same name); down again on exit."""
+    from swarm.runtime.swarm import Swarm
+    from swarm.spec.model import spec_from_dict
+
+    swarm = Swarm(spec_from_dict(doc), workdir=REPO)
+    swarm.down()
+    swarm.up()
+    try:
+        yield swarm
+    finally:
+        swarm.down()

@@ -22,9 +22,8 @@ from netem.runtime.orbits import LinkTimelineDriver, links_csv_writer
 from swarm.errors import SpecError
 from swarm.runtime.backends.netns.backend import node_ns
 from swarm.runtime.swarm import Swarm
-from swarm.spec.model import spec_from_dict
 
-from conftest import REPO, require
+from conftest import require, swarm_up
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -45,16 +44,10 @@ def sched_swarm():
     require("nfqueue", caps.nfqueue, "iptables NFQUEUE target refused")
     require("swarm-linkd", bool(caps.linkd), "swarm-linkd not built (make setup)")
     require("br_netfilter", caps.bridge_nf, "no br_netfilter: one engine per node, not one per swarm")
-    spec = spec_from_dict({"name": "lks-it", "backend": "netns",
-                           "groups": [{"prefix": "sat", "count": 8}, {"prefix": "gs", "count": 1}],
-                           "networks": {"isl": {"subnet": "10.160.0.0/24"}, "ground": {"subnet": "10.161.0.0/24"}}})
-    swarm = Swarm(spec, workdir=REPO)
-    swarm.down()
-    swarm.up()
-    try:
+    with swarm_up({"name": "lks-it", "backend": "netns",
+                   "groups": [{"prefix": "sat", "count": 8}, {"prefix": "gs", "count": 1}],
+                   "networks": {"isl": {"subnet": "10.160.0.0/24"}, "ground": {"subnet": "10.161.0.0/24"}}}) as swarm:
         yield swarm
-    finally:
-        swarm.down()
 
 
 def ping(swarm: Swarm, a: str, b: str) -> list[float]:

@@ -11,9 +11,8 @@ from netem.orbits.planner import plan as make_plan
 from netem.spec.orbits import parse_orbits
 from netem.runtime.orbits import LinkTimelineDriver
 from swarm.runtime.swarm import Swarm
-from swarm.spec.model import spec_from_dict
 
-from conftest import REPO, require
+from conftest import require, swarm_up
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -30,16 +29,10 @@ def need_nft(caps):
 
 @pytest.fixture
 def orbit_swarm(need_netns, need_nft):
-    spec = spec_from_dict({"name": "orb-it", "backend": "netns",
-                           "groups": [{"prefix": "sat", "count": 6}, {"prefix": "gs", "count": 1}],
-                           "networks": {"isl": {"subnet": "10.230.0.0/24"}, "ground": {"subnet": "10.231.0.0/24"}}})
-    swarm = Swarm(spec, workdir=REPO)
-    swarm.down()
-    swarm.up()
-    try:
+    with swarm_up({"name": "orb-it", "backend": "netns",
+                   "groups": [{"prefix": "sat", "count": 6}, {"prefix": "gs", "count": 1}],
+                   "networks": {"isl": {"subnet": "10.230.0.0/24"}, "ground": {"subnet": "10.231.0.0/24"}}}) as swarm:
         yield swarm
-    finally:
-        swarm.down()
 
 
 def reachable(swarm: Swarm, a: str, b: str) -> bool:
