@@ -16,43 +16,28 @@ agent runs both inside the node image and, with the netns backend, on the host):
   destination is this node starts now. Stamps that instant and each client's exit, and prints one JSON
   line per flow: {"id", "release_ts", "exit_ts", "returncode", "output"} (output: iperf3's JSON verbatim).
   Every node holding servers runs `clients`, with an empty list if it sends nothing.
-- `mux`: the multiplexing traffic engine (flightsw/trafficd.py): one process carries all of this node's
-  flows of a test; it speaks its own JSON-lines protocol on stdin/stdout (see that module).
+- `mux`: the multiplexing traffic engine: one process carries all of this node's flows of a test; it speaks its
+  own JSON-lines protocol on stdin/stdout (see flightsw/trafficd.py). The agent becomes the Rust engine
+  (flightsw/trafficd-rs, swarm-trafficd) where it is built, else runs the Python one (trafficd.py).
 - `cleanup`: kill the iperf3 and traffic-engine processes this agent started (from its pid files) and
   nothing else.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import selectors
 import signal
-import subprocess
 import sys
-import time
-from pathlib import Path
-
-if __package__:  # imported as flightsw.agent (the unit tests)
-    from flightsw import protocol as proto
-    from flightsw import trafficd
-else:  # run as a script, in a node or on the host (netns): its own directory is sys.path[0]
-    import protocol as proto
-    import trafficd
 
 
-def run_dir() -> Path:
-    """Per-node scratch directory ($SWARM_RUN_DIR; namespaces share the host's /run)."""
-    d = Path(os.environ.get(proto.RUN_DIR_ENV, proto.RUN_DIR_DEFAULT))
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def cmd_run(_args: argparse.Namespace) -> int:
+def cmd_run(_args: object = None) -> int:
     """Run until told to stop (or become the reference swarm app, when SWARM_APPS names it)."""
     if "swarm-app" in os.environ.get("SWARM_APPS", "").split(","):
-        app = str(Path(__file__).resolve().parent / "swarm_app.py")
-        os.execv(sys.executable, [sys.executable, app])
+        if __package__:  # the protocol module, imported here: the `run` fast path below has not imported it
+            from flightsw import protocol as proto_
+        else:
+            import protocol as proto_
+        app = os.path.join(os.path.dirname(os.path.realpath(__file__)), "swarm_app.py")
+        os.execv(sys.executable, proto_.labelled([sys.executable, app], proto_.own_label()))
     stop = False
 
     def on_signal(signum, _frame):
@@ -68,6 +53,33 @@ def cmd_run(_args: argparse.Namespace) -> int:
         signal.pause()
     print(f"agent: node {node} stopping", flush=True)
     return 0
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["run"]:
+    # The node's main process needs nothing below: 100 of them start at once on `up` (issue 27), and the
+    # imports below (argparse, subprocess, the traffic engine, ...) cost each ~40 ms of CPU.
+    sys.exit(cmd_run())
+
+import argparse  # noqa: E402  (after the `run` fast path above, on purpose)
+import json  # noqa: E402
+import selectors  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+if __package__:  # imported as flightsw.agent (the unit tests)
+    from flightsw import protocol as proto
+    from flightsw import trafficd
+else:  # run as a script, in a node or on the host (netns): its own directory is sys.path[0]
+    import protocol as proto
+    import trafficd
+
+
+def run_dir() -> Path:
+    """Per-node scratch directory ($SWARM_RUN_DIR; namespaces share the host's /run)."""
+    d = Path(os.environ.get(proto.RUN_DIR_ENV, proto.RUN_DIR_DEFAULT))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 def listening_tcp_ports() -> set[int]:
@@ -95,9 +107,12 @@ def cmd_servers(args: argparse.Namespace) -> int:
     ports = [int(p) for p in args.ports.split(",") if p]
     # Each server in a session of its own: a stopped process group that loses its parent (this agent
     # exits) is sent SIGHUP by the kernel, and iperf3 ends on SIGHUP.
-    pids = [subprocess.Popen(["iperf3", "-s", "-1", "-J", "-B", args.bind, "-p", str(port)],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True).pid for port in ports]
+    tag = proto.own_label()  # each server shows its node's label in ps, as the agent does
+    pids = []
+    for port in ports:
+        argv, program = proto.labelled_popen_args(["iperf3", "-s", "-1", "-J", "-B", args.bind, "-p", str(port)], tag)
+        pids.append(subprocess.Popen(argv, executable=program, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True).pid)
     _remember(pids)
     deadline = time.monotonic() + args.timeout
     while True:
@@ -131,11 +146,12 @@ def _continue_servers() -> None:
 def cmd_clients(args: argparse.Namespace) -> int:
     """Start every client (they wait on the stopped servers), release at the instant read from stdin."""
     flows = json.loads(sys.stdin.readline())
-    procs = {
-        flow[proto.ID]: subprocess.Popen(flow[proto.ARGV], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        for flow in flows
-    }
+    tag = proto.own_label()
+    procs = {}
+    for flow in flows:
+        argv, program = proto.labelled_popen_args(flow[proto.ARGV], tag)
+        procs[flow[proto.ID]] = subprocess.Popen(argv, executable=program, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.STDOUT, start_new_session=True)
     _remember([p.pid for p in procs.values()])
     print(proto.dumps(proto.parked(len(procs))), flush=True)
     line = sys.stdin.readline()
@@ -170,16 +186,44 @@ def cmd_clients(args: argparse.Namespace) -> int:
     return 0
 
 
+def trafficd_binary() -> str | None:
+    """The Rust traffic engine (swarm-trafficd): $SWARM_TRAFFICD, else where `make setup` builds it, else on PATH;
+    None for the Python engine ($SWARM_TRAFFICD=python, or no binary, e.g. in a node image without it)."""
+    env = os.environ.get(proto.TRAFFICD_ENV)
+    if env:
+        return env if env != proto.TRAFFICD_PYTHON and os.access(env, os.X_OK) else None
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    built = os.path.join(cache, "swarm-emu", "trafficd-target", "release", proto.RUST_ENGINE)
+    if os.access(built, os.X_OK):
+        return built
+    import shutil
+    return shutil.which(proto.RUST_ENGINE)
+
+
 def cmd_mux(_args: argparse.Namespace) -> int:
-    """Run the multiplexing traffic engine for one test (protocol: flightsw/protocol.py, flightsw/trafficd.py)."""
-    return trafficd.serve(str(run_dir() / proto.MUX_PIDS))
+    """Run the multiplexing traffic engine for one test (protocol: flightsw/protocol.py, flightsw/trafficd.py).
+
+    The Rust engine where it is built (the same protocol and reports at a fraction of the CPU: issue 27), exec'd in
+    place of this agent, so the host's pipes and the pid stay; its argv[0] carries this node's label for ps."""
+    pid_file = str(run_dir() / proto.MUX_PIDS)
+    binary = trafficd_binary()
+    if binary:
+        tag = proto.own_label()
+        try:
+            os.execv(binary, [f"{binary} {tag}" if tag else binary, pid_file])
+        except OSError as exc:  # e.g. built for another libc: the Python engine still runs the test
+            print(f"agent: {binary}: {exc}; running the Python engine", file=sys.stderr, flush=True)
+    return trafficd.serve(pid_file)
 
 
 def _is_ours(pid: int, pid_file: str) -> bool:
-    """True if `pid` is still a process this agent started: iperf3, or an agent running `mux`."""
+    """True if `pid` is still a process this agent started: iperf3, or an agent running `mux` (or the Rust engine
+    it became)."""
     try:
         if pid_file == proto.IPERF3_PIDS:
             return Path(f"/proc/{pid}/comm").read_text().strip() == "iperf3"
+        if Path(f"/proc/{pid}/comm").read_text().strip() == proto.RUST_ENGINE:
+            return True
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False

@@ -19,7 +19,7 @@ message shapes are flightsw/protocol.py's, which the host imports too):
    engine -> {"listening": P} once its receiver is bound.
 2. host -> "connect": TCP flows connect and identify themselves (4-byte magic + 4-byte flow index);
    UDP sends each destination an empty datagram so that addresses are resolved before the test.
-   engine -> {"connected": n, "errors": {id: message}}.
+   engine -> {"connected": n, "errors": {id: message}, "engine": "trafficd.py"}.
 3. host -> "RELEASE DURATION" (epoch seconds, seconds). At RELEASE every outgoing flow starts; at
    RELEASE + DURATION every one stops; the receiver keeps counting for a grace period (late datagrams,
    TCP tails) or until every incoming TCP flow closed. engine -> {"release_ts": actual wake-up}, one
@@ -186,7 +186,8 @@ class Engine:
                     f.error = f"connect to {f.dst}:{f.port}: {exc}"
                     f.closed = True
                     errors[f.id] = f.error
-        return {proto.CONNECTED: sum(1 for f in self.outs if not f.closed), proto.ERRORS: errors}
+        return {proto.CONNECTED: sum(1 for f in self.outs if not f.closed), proto.ERRORS: errors,
+                proto.ENGINE: proto.PYTHON_ENGINE}
 
     def accept_pending(self, until: float) -> None:
         """Accept incoming TCP connections and read their hellos until `until` (epoch s)."""
