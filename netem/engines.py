@@ -60,6 +60,9 @@ class LinkdHold:
     #: a cut (link down) also drops the link's non-IP frames (ARP, ...) at the node's ingress with nftables, which
     #: costs a process per change; False for plan-driven up/down at orbit rate: the engine drops the IP packets
     cut_frames: bool = True
+    #: source MACs held with no conditions (pass-through: the rule and an empty `link <mac>` line exist, the engine
+    #: passes their packets unchanged): links a timeline the engine runs will change (experiments.fault_schedule)
+    passthrough: frozenset[str] = frozenset()
 
     @classmethod
     def at_hop(cls, node_index: int, cut_frames: bool = True) -> "LinkdHold":
@@ -305,10 +308,13 @@ def linkd_line(mac: str, imp: Impairment, label: str = "") -> str:
     return f"link {mac.lower()} {' '.join(kv)}{comment}"
 
 
-def plan_linkd(per_src: dict[str, Impairment], labels: dict[str, str] | None = None) -> str | None:
-    """The receiving node's engine configuration: one line per impaired source MAC (None: nothing)."""
-    lines = [linkd_line(mac, per_src[mac], (labels or {}).get(mac, "")) for mac in sorted_macs(per_src)
-             if not per_src[mac].empty]
+def plan_linkd(per_src: dict[str, Impairment], labels: dict[str, str] | None = None,
+               passthrough: frozenset[str] = frozenset()) -> str | None:
+    """The receiving node's engine configuration: one line per impaired source MAC, and a bare `link <mac>`
+    (pass-through) for each source in `passthrough` without conditions (None: nothing)."""
+    lines = [linkd_line(mac, per_src[mac], (labels or {}).get(mac, "")) if not per_src[mac].empty
+             else f"link {mac.lower()}" + (f"  # {labels[mac]}" if labels and labels.get(mac) else "")
+             for mac in sorted_macs(per_src) if not per_src[mac].empty or mac in passthrough]
     return "".join(f"{line}\n" for line in lines) or None
 
 
@@ -317,7 +323,7 @@ def plan_ipt(per_src: dict[str, Impairment], hold: LinkdHold = LinkdHold()) -> s
     NFQUEUE rule per impaired source MAC; no --queue-bypass, so packets drop while no engine listens (fail
     closed). The chain is declared, which empties it first; the jump to it (from PREROUTING in the node, or from
     FORWARD at the hop for frames leaving through the node's port) is made by the runtime."""
-    macs = [mac for mac in sorted_macs(per_src) if not per_src[mac].empty]
+    macs = [mac for mac in sorted_macs(per_src) if not per_src[mac].empty or mac in hold.passthrough]
     rules = "".join(f"-A {hold.chain} -m mac --mac-source {mac.lower()} -j NFQUEUE --queue-num {hold.queue}\n"
                     for mac in macs)
     return f"*mangle\n:{hold.chain} - [0:0]\n{rules}COMMIT\n" if macs else None
@@ -333,8 +339,8 @@ def linkd_held_bytes(imp: Impairment) -> int:
 
 class UserspaceEngine(Engine):
     name = "userspace"
-    summary = ("swarm-linkd: every NetEm condition in a userspace process per node, on iptables NFQUEUE "
-               "at the switch or the receiver, selected by the sender's MAC")
+    summary = ("swarm-linkd: every NetEm condition in userspace, on iptables NFQUEUE, selected by the sender's "
+               "MAC: one process per swarm at a forwarding hop (the netns switch, the compose host), else in each node")
 
     def available(self) -> bool:
         return self.caps.nfqueue and bool(self.caps.linkd)
@@ -365,7 +371,7 @@ class UserspaceEngine(Engine):
         down = ({mac: imp for mac, imp in ingress.items() if imp.effective().down}
                 if self.caps.nftables and hold.cut_frames else {})
         return NodeCommands(tc=[], nft=plan_nft(iface, down, labels), segment=False,
-                            linkd=plan_linkd(ingress, labels), ipt=plan_ipt(ingress, hold))
+                            linkd=plan_linkd(ingress, labels, hold.passthrough), ipt=plan_ipt(ingress, hold))
 
 
 FEATURE_HELP.update({"nfqueue": "the iptables NFQUEUE target (xt_NFQUEUE)",

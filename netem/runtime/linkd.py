@@ -1,33 +1,43 @@
-"""The userspace link engine's processes: finding the swarm-linkd binary, starting one engine per node (under
-a restart loop), handing it its configuration, and its iptables rules.
+"""The userspace link engine's processes: finding the swarm-linkd binary, starting one engine per swarm at a
+forwarding hop (else one per node, under a restart loop), handing it its configuration, and its iptables rules.
 
-Where the packets are held (LinkdHold): on the netns backend at a forwarding hop, the swarm's switch namespace,
-where iptables sees every bridged frame (br_netfilter): one engine for the whole swarm runs there, serving
-node N's queue N+1 (fed by the chain SWARM_EMU_LINKS_N that mangle FORWARD jumps to for frames leaving through
-N's bridge port) with node N's control socket and saved configuration (host paths under N's run/): one
-process and, under load, one wake-up per tick for all nodes instead of a process and a wake-up per packet each.
-Held there, a packet no longer counts against its sender's socket, and the receiver's kernel stamps it when it
-really arrives, so plain `ping` shows the whole round trip (2 x 1.3 s = 2.6 s to the Moon).
-Elsewhere (compose, the swarm backend, a kernel without br_netfilter) everything lives inside the node: the
-engine (`docker exec -d` in the container, the binary copied in) and the chain SWARM_EMU_LINKS that the node's
-mangle PREROUTING jumps to; there the receiver's kernel stamps a packet before the engine holds it (`ping -U`
-shows the RTT applications see). The control socket and last configuration are in the node's /run either way.
-Removing the swarm (down, wipe) removes all of it. The rules have no --queue-bypass: while no
-engine listens, the kernel drops the packets of the impaired links (fail closed); the restart loop brings
-the engine back with its last configuration within about a second, and `impair --show` names any node
-whose engine is not answering.
+Where the packets are held (LinkdHold): at a forwarding hop, where iptables sees every bridged frame
+(br_netfilter) on its way to the receiver: on the netns backend the swarm's switch namespace, on compose the
+host beside the swarm's Docker ISL bridge (swarm.runtime.backends.compose.hostengine). One engine for the whole
+swarm runs there, serving node N's queue (fed by node N's chain, which mangle FORWARD jumps to for frames
+leaving through N's bridge port) with node N's control socket and saved configuration (host paths under the
+swarm's state): one process and, under load, one wake-up per tick for all nodes instead of a process and a
+wake-up per packet each. At the netns switch the chain is SWARM_EMU_LINKS_N and the queue N+1 (the namespace is
+the swarm's own); on the shared host the chain carries a per-swarm tag (SWARM_EMU_H<tag>_N), the jump a comment
+naming the swarm, and the queue is the swarm's host-wide allocated base + N. Held there, a packet no longer
+counts against its sender's socket, and the receiver's kernel stamps it when it really arrives, so plain
+`ping` shows the whole round trip (2 x 1.3 s = 2.6 s to the Moon).
+Elsewhere (the multi-host swarm backend, compose without root, a kernel without br_netfilter) everything lives
+inside the node: the engine (`docker exec -d` in the container, the binary copied in; only when pinned on a
+container backend) and the chain SWARM_EMU_LINKS that the node's mangle PREROUTING jumps to; there the
+receiver's kernel stamps a packet before the engine holds it (`ping -U` shows the RTT applications see). The
+control socket and last configuration are then in the node's /run.
+Every engine's argv carries `--swarm NAME` (where the binary takes it), so `ps` names its swarm and `down`/`wipe`
+find a host engine after a crash even without the swarm's state. Removing the swarm (down, wipe) removes all
+of it. The rules have no --queue-bypass: while no engine listens, the kernel drops the packets of the impaired
+links (fail closed); the restart loop brings the engine back with its last configuration within about a
+second, and `impair --show` names any node whose engine is not answering; the next change of the node's links
+starts a new engine.
 """
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import socket
+import subprocess
 import threading
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from netem.engines import LINKD_CONTROL, LINKD_MAX_BYTES, LINKD_QUEUE, LINKD_STATE, LinkdHold
+from netem.engines import LINKD_CONTROL, LINKD_MAX_BYTES, LINKD_QUEUE, LINKD_STATE, LinkdHold, choose_engine
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.runtime.runner import Result
 
@@ -48,9 +58,11 @@ START_TIMEOUT = 10.0
 KERNEL_HELD_PACKETS = 65536
 KERNEL_HOLD = 49152
 MAX_PACKETS = 1_000_000
-#: Restart loop around the engine: "$0" is the binary, "$@" its arguments (nothing interpolated).
-SUPERVISE = ('while :; do "$0" "$@"; echo "swarm-linkd: engine exited with status $?; restarting" >&2; '
+#: Restart loop around the engine: `sh -c SUPERVISE swarm-linkd BINARY ARGS...`, "$@" the engine's argv (nothing
+#: interpolated); the wrapper convention of flightsw.protocol.labelled, so a label reaches the engine itself.
+SUPERVISE = ('while :; do "$@"; echo "swarm-linkd: engine exited with status $?; restarting" >&2; '
              'sleep 0.5; done')
+SUPERVISOR_NAME = "swarm-linkd"  # the restart loop's $0
 
 
 def cache_dir() -> Path:
@@ -68,16 +80,41 @@ def linkd_binary() -> str | None:
     return shutil.which("swarm-linkd")
 
 
+def label_args(swarm: str | None) -> list[str]:
+    """`--swarm NAME` (pure): the label that names the engine's swarm in `ps`, and by which `down` and `wipe` find
+    the engine after a crash; nothing for an engine started without a swarm."""
+    return ["--swarm", swarm] if swarm else []
+
+
+@lru_cache(maxsize=8)
+def _accepts_label(binary: str, mtime: float) -> bool:
+    try:
+        res = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--swarm" in res.stderr
+
+
+def accepts_label(binary: str) -> bool:
+    """Whether this swarm-linkd build takes `--swarm NAME` (its usage says so); a binary built before it did
+    runs without the label (older `make setup` caches)."""
+    try:
+        return _accepts_label(binary, os.stat(binary).st_mtime)
+    except OSError:
+        return False
+
+
 def engine_argv(binary: str, queue: int = LINKD_QUEUE, inject: tuple[str, str] | None = None,
-                kernel_hold: int = KERNEL_HOLD) -> list[str]:
-    """The supervised engine (pure): restart loop, queue, control socket, saved configuration, bounds; at a hop
-    `inject` = (bridge port towards the node, the node's MAC) for duplicates and for packets the engine keeps
-    past the kernel's bound (swarm-linkd --inject-dev)."""
+                kernel_hold: int = KERNEL_HOLD, swarm: str | None = None) -> list[str]:
+    """The supervised engine (pure): restart loop, label (`--swarm`), queue, control socket, saved configuration,
+    bounds; at a hop `inject` = (bridge port towards the node, the node's MAC) for duplicates and for packets the
+    engine keeps past the kernel's bound (swarm-linkd --inject-dev)."""
     extra = ["--inject-dev", inject[0], "--inject-mac", inject[1].lower()] if inject else []
     if kernel_hold != KERNEL_HOLD:
         extra += ["--kernel-hold", str(kernel_hold)]
-    return ["sh", "-c", SUPERVISE, binary, "run", "--queue", str(queue), *extra, "--control", LINKD_CONTROL,
-            "--state", LINKD_STATE, "--max-bytes", str(LINKD_MAX_BYTES), "--max-packets", str(MAX_PACKETS), "--realtime"]
+    return ["sh", "-c", SUPERVISE, SUPERVISOR_NAME, binary, "run", *label_args(swarm), "--queue", str(queue), *extra,
+            "--control", LINKD_CONTROL, "--state", LINKD_STATE, "--max-bytes", str(LINKD_MAX_BYTES),
+            "--max-packets", str(MAX_PACKETS), "--realtime"]
 
 
 def instance_spec(queue: int, control: str, state: str, inject: tuple[str, str] | None = None) -> str:
@@ -86,13 +123,23 @@ def instance_spec(queue: int, control: str, state: str, inject: tuple[str, str] 
     return spec + (f" inject-dev={inject[0]} inject-mac={inject[1].lower()}" if inject else "")
 
 
-def swarm_engine_argv(binary: str, instances: list[str], kernel_hold: int = KERNEL_HOLD) -> list[str]:
+def swarm_engine_argv(binary: str, instances: list[str], kernel_hold: int = KERNEL_HOLD,
+                      swarm: str | None = None) -> list[str]:
     """The supervised engine serving many nodes' queues from one process (pure): one wake-up takes the
     packets waiting for every node and releases those due for every node (batched per queue)."""
     extra = ["--kernel-hold", str(kernel_hold)] if kernel_hold != KERNEL_HOLD else []
     inst = [a for spec in instances for a in ("--instance", spec)]
-    return ["sh", "-c", SUPERVISE, binary, "run", *inst, *extra, "--max-bytes", str(LINKD_MAX_BYTES),
+    return ["sh", "-c", SUPERVISE, SUPERVISOR_NAME, binary, "run", *label_args(swarm), *inst, *extra, "--max-bytes", str(LINKD_MAX_BYTES),
             "--max-packets", str(MAX_PACKETS), "--realtime"]
+
+
+def engine_for(caps, backend, pinned: str | None = None):
+    """The impairment engine a swarm on `backend` uses here (netem.engines.choose_engine): on a container backend
+    the userspace engine is a default only where it runs at the backend's forwarding hop (compose: on the host
+    beside the swarm's bridge), else only when pinned, inside each node (its binary copied in)."""
+    hop = backend.hop_placement() if caps.bridge_nf else None
+    skip = ("userspace",) if backend.traits.containers and not hop else ()
+    return choose_engine(caps, pinned, skip)
 
 
 def kernel_hold_setting() -> int:
@@ -146,11 +193,26 @@ def parse_kv(text: str) -> dict[str, str]:
     return dict(w.split("=", 1) for w in text.split() if "=" in w)
 
 
-def jump_argv(op: str, iface: str, hold: LinkdHold, hop_port: str | None = None) -> list[str]:
+def jump_argv(op: str, iface: str, hold: LinkdHold, hop_port: str | None = None,
+              comment: str | None = None) -> list[str]:
     """The jump to the engine's chain (pure): from FORWARD for frames leaving through the node's bridge port at
-    the hop, else from the node's PREROUTING for frames arriving on `iface`."""
+    the hop, else from the node's PREROUTING for frames arriving on `iface`; `comment` names the swarm where the
+    hop is shared (the host)."""
     where = ["FORWARD", "-m", "physdev", "--physdev-out", hop_port] if hop_port else ["PREROUTING", "-i", iface]
-    return ["iptables", "-t", "mangle", op, *where, "-j", hold.chain]
+    note = ["-m", "comment", "--comment", comment] if comment else []
+    return ["iptables", "-t", "mangle", op, *where, *note, "-j", hold.chain]
+
+
+def stale_jumps(rules: str, chain: str, port: str) -> list[list[str]]:
+    """`iptables -S FORWARD` lines jumping to `chain` through another bridge port than `port` (a restarted
+    container's old veth), as `-D` argument lists (pure)."""
+    out = []
+    for ln in rules.splitlines():
+        words = shlex.split(ln)
+        if words[:2] == ["-A", "FORWARD"] and words[-2:] == ["-j", chain] and "--physdev-out" in words \
+                and words[words.index("--physdev-out") + 1] != port:
+            out.append(["-D", *words[1:]])
+    return out
 
 
 class Linkd:
@@ -168,8 +230,24 @@ class Linkd:
 
     def hold(self, node: "NodePlan", iface: str, cut_frames: bool = True) -> LinkdHold:
         if self.hop(node, iface):
+            shared = self.backend.hop_hold(self.swarm.name, node.index, len(self.swarm.nodes))
+            if shared:  # the host: the swarm's tagged chain and its queue range there
+                return LinkdHold(chain=shared[0], queue=shared[1], cut_frames=cut_frames)
             return LinkdHold.at_hop(node.index, cut_frames)
         return LinkdHold(cut_frames=cut_frames)
+
+    def placement(self) -> str:
+        """Where this swarm's userspace engine runs (probe, status, host.json)."""
+        where = self.backend.hop_placement() if self.swarm.caps.bridge_nf else None
+        if where:
+            return where
+        if self.backend.traits.containers:
+            return "inside each node (the binary copied into the container; pinned only)"
+        return "in each node's namespace, at its ingress (no br_netfilter here)"
+
+    def label(self) -> str | None:
+        """The swarm's name for the engine's `--swarm` label, where the binary takes it."""
+        return self.swarm.name if self.host_binary and accepts_label(self.host_binary) else None
 
     def binary(self) -> str:
         return self.backend.node_binary(self.host_binary or IN_CONTAINER)
@@ -194,18 +272,26 @@ class Linkd:
     def ensure_running(self, plan: "NodePlan", iface: str, rec: dict) -> None:
         """Start the node's engine (at the hop, or in the node) if none answers, and wait until it does."""
         node = plan.name
+        hop = self.hop(plan, iface)
+        if hop and self._port_moved(node, hop[1]):  # a restarted container: new veth, so a new engine for all
+            with self._start_lock:
+                if self._port_moved(node, hop[1]):
+                    self.backend.stop_hop_daemon(self.swarm.name, "linkd")
+                    listing = self._engine_list()
+                    if listing is not None:
+                        listing.unlink(missing_ok=True)
         answer = self.ping(node)
         if answer:  # already served (the swarm's engine, started for another node): record which process
             rec["linkd_pid"] = int(answer.get("pid", 0))
             return
         if not self.host_binary:
             raise RuntimeFailure("userspace link engine: no swarm-linkd binary (run `make setup`, or set $SWARM_LINKD)")
-        binary = self.backend.install_binary(self.swarm.name, node, self.host_binary)
         hop = self.hop(plan, iface)
+        binary = self.host_binary if hop else self.backend.install_binary(self.swarm.name, node, self.host_binary)
         if hop and self._start_swarm_engine(plan, iface, binary):
             return self._wait_answer(node, rec)
         argv = engine_argv(binary, self.hold(plan, iface).queue, (hop[1], plan.isl_mac) if hop else None,
-                           kernel_hold_setting())
+                           kernel_hold_setting(), self.label())
         self.backend.start_daemon(self.swarm.name, node, argv, "linkd", at_hop=bool(hop))
         self._wait_answer(node, rec)
 
@@ -213,6 +299,18 @@ class Linkd:
         """The nodes whose queues the swarm's engine serves (written when it starts), or None without a hop."""
         sd = getattr(self.backend, "state_dir", None)
         return sd(self.swarm.name) / "linkd-swarm-engine.txt" if sd else None
+
+    def _served(self) -> dict[str, str]:
+        """{node: its bridge port when the engine started} of the swarm's engine ('' when not recorded)."""
+        listing = self._engine_list()
+        if not listing or not listing.exists():
+            return {}
+        return {w[0]: (w[1] if len(w) > 1 else "") for w in (ln.split() for ln in listing.read_text().splitlines()) if w}
+
+    def _port_moved(self, node: str, port: str) -> bool:
+        """The engine serving `node` injects through another port than the node's now (its container restarted)."""
+        was = self._served().get(node)
+        return bool(was) and was != port
 
     def _start_swarm_engine(self, plan: "NodePlan", iface: str, binary: str) -> bool:
         """At the hop: one engine for every node of the swarm whose engine does not answer yet (their queues
@@ -223,7 +321,8 @@ class Linkd:
         with self._start_lock:
             if self.ping(plan.name):
                 return True
-            served = set(listing.read_text().split()) if listing and listing.exists() else set()
+            ports = self._served()
+            served = set(ports)
             if plan.name in served:
                 deadline = time.monotonic() + START_TIMEOUT
                 while time.monotonic() < deadline:
@@ -231,24 +330,37 @@ class Linkd:
                         return True
                     time.sleep(0.1)
                 # the swarm's engine and its restart loop are gone (killed): a new one for every silent node
-                served = set()
-            specs, names = [], []
-            for n in self.swarm.nodes:
-                if n.name in served or (n.name != plan.name and self.ping(n.name)):
-                    continue
-                hop = self.hop(n, iface)
-                control = self.backend.run_path_on_host(self.swarm.name, n.name, LINKD_CONTROL)
-                state = self.backend.run_path_on_host(self.swarm.name, n.name, LINKD_STATE)
-                if not hop or control is None or state is None or len(str(control)) >= 100 or " " in str(control):
-                    return False
-                control.parent.mkdir(parents=True, exist_ok=True)
-                specs.append(instance_spec(self.hold(n, iface).queue, str(control), str(state), (hop[1], n.isl_mac)))
-                names.append(n.name)
-            argv = swarm_engine_argv(binary, specs, kernel_hold_setting())
+                served, ports = set(), {}
+            instances = self._instances(plan, iface, served)
+            if instances is None:
+                return False
+            specs, names = instances
+            argv = swarm_engine_argv(binary, specs, kernel_hold_setting(), self.label())
             if listing is None or not self.backend.start_hop_daemon(self.swarm.name, argv, "linkd"):
                 return False
-            listing.write_text("".join(f"{n}\n" for n in sorted(served | set(names))))
+            ports = {n: p for n, p in ports.items() if n in served} | names
+            listing.write_text("".join(f"{n} {p}\n" for n, p in sorted(ports.items())))
             return True
+
+    def _instances(self, plan: "NodePlan", iface: str, served: set[str]) -> tuple[list[str], dict[str, str]] | None:
+        """The engine's `--instance` specs for every node not `served` whose engine does not answer (and `plan`'s),
+        and {node: its bridge port}; None when `plan`'s queue cannot be served at the hop (no port, no short
+        socket path)."""
+        specs, names = [], {}
+        for n in self.swarm.nodes:
+            if n.name in served or (n.name != plan.name and self.ping(n.name)):
+                continue
+            hop = self.hop(n, iface)
+            if not hop and n.name != plan.name:
+                continue  # a node that is not running has no port yet: served by an engine of its own later
+            control = self.backend.run_path_on_host(self.swarm.name, n.name, LINKD_CONTROL)
+            state = self.backend.run_path_on_host(self.swarm.name, n.name, LINKD_STATE)
+            if not hop or control is None or state is None or len(str(control)) >= 100 or " " in str(control):
+                return None
+            control.parent.mkdir(parents=True, exist_ok=True)
+            specs.append(instance_spec(self.hold(n, iface).queue, str(control), str(state), (hop[1], n.isl_mac)))
+            names[n.name] = hop[1]
+        return specs, names
 
     def _wait_answer(self, node: str, rec: dict) -> None:
         deadline = time.monotonic() + START_TIMEOUT
@@ -305,6 +417,15 @@ class Linkd:
         links = [{"mac": ln.split()[1], **parse_kv(ln)} for ln in lines[1:] if ln.startswith("link ")]
         return head, links
 
+    def _comment(self, port: str | None) -> str | None:
+        return self.backend.hop_comment(self.swarm.name) if port else None
+
+    def _drop_stale_jumps(self, prefix: list[str], chain: str, port: str) -> None:
+        """Remove jumps to `chain` through a port the node no longer has (at a hop whose ports change: the host)."""
+        res = self.swarm.runner.run(prefix + ["iptables", "-t", "mangle", "-S", "FORWARD"], check=False, timeout=30)
+        for argv in stale_jumps(res.stdout, chain, port):
+            self.swarm.runner.run(prefix + ["iptables", "-t", "mangle", *argv], check=False, timeout=30)
+
     def _rules_prefix(self, plan: "NodePlan", iface: str, interactive: bool = False) -> tuple[list[str], str | None]:
         """Where the node's rules go (argv prefix) and, at a hop, the bridge port to match."""
         hop = self.hop(plan, iface)
@@ -319,17 +440,23 @@ class Linkd:
         body = script or f"*mangle\n:{hold.chain} - [0:0]\nCOMMIT\n"
         self.swarm.runner.run(prefix + ["iptables-restore", "--noflush"], input=body, timeout=30)
         prefix, port = self._rules_prefix(plan, iface)
-        if not self.swarm.runner.run(prefix + jump_argv("-C", iface, hold, port), check=False, timeout=30).ok:
-            if port:  # bridged IPv4 through iptables in the hop's namespace (the default there; made sure)
-                self.swarm.runner.run(prefix + ["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"], timeout=30)
-            self.swarm.runner.run(prefix + jump_argv("-I", iface, hold, port), timeout=30)
+        comment = self._comment(port)
+        if not self.swarm.runner.run(prefix + jump_argv("-C", iface, hold, port, comment), check=False, timeout=30).ok:
+            if port:  # bridged IPv4 through iptables at the hop (see prepare_hop); no jump through an old port
+                self.backend.prepare_hop(self.swarm.name)
+                self._drop_stale_jumps(prefix, hold.chain, port)
+            self.swarm.runner.run(prefix + jump_argv("-I", iface, hold, port, comment), timeout=30)
 
     def remove_rules(self, plan: "NodePlan", iface: str) -> None:
         """Remove the jump and the chain (only ours), tolerating their absence."""
         hold = self.hold(plan, iface)
         prefix, port = self._rules_prefix(plan, iface)
         run = self.swarm.runner.run
-        while run(prefix + jump_argv("-D", iface, hold, port), check=False, timeout=30).ok:
+        while run(prefix + jump_argv("-D", iface, hold, port, self._comment(port)), check=False, timeout=30).ok:
             pass
+        if port:
+            self._drop_stale_jumps(prefix, hold.chain, port)
         run(prefix + ["iptables", "-t", "mangle", "-F", hold.chain], check=False, timeout=30)
         run(prefix + ["iptables", "-t", "mangle", "-X", hold.chain], check=False, timeout=30)
+        if port:
+            self.backend.release_hop(self.swarm.name)

@@ -21,6 +21,7 @@ import time
 import pytest
 
 from compose.render import container_name
+from swarm.runtime.backends.compose import hostengine as he
 from netem.engines import LINKD_CHAIN
 from netem.spec.links import impairment
 from swarm.runtime.backends.netns.backend import node_ns, switch_ns
@@ -231,8 +232,9 @@ def need_docker_userspace(caps, need_userspace):
 
 
 def test_compose_pinned_userspace_engine(need_docker_userspace):
-    """compose runs the userspace engine when pinned: the binary is copied into each container, the engine
-    runs there under its restart loop, and goes with the container."""
+    """compose with the userspace engine pinned: where it can run on the host beside the swarm's bridge (root,
+    br_netfilter) it runs there, one process for the swarm, no binary copied into the containers (it used to run
+    in each container, which remains the path where the host cannot hold the packets), and goes with `down`."""
     data = {"name": "le-compose", "nodes": 2, "backend": "compose",
             "networks": {"isl": {"subnet": "10.208.0.0/24"}, "ground": {"subnet": "10.209.0.0/24"}},
             "links": {"engine": "userspace"}}
@@ -251,7 +253,12 @@ def test_compose_pinned_userspace_engine(need_docker_userspace):
                              capture_output=True, text=True, timeout=60)
         got = [float(m) for m in re.findall(r"time=([\d.]+) ms", res.stdout)]
         assert got and all(395 <= r <= 470 for r in got), res.stdout + res.stderr
+        on_host = swarm.backend.hop_placement() is not None
+        copied = subprocess.run(exec1 + ["test", "-e", "/usr/local/bin/swarm-linkd"]).returncode == 0
+        assert copied != on_host
+        assert bool(he.host_engines("le-compose")) == on_host
     finally:
         swarm.down()
+    assert he.host_engines("le-compose") == {}
     names = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True).stdout
     assert "le-compose" not in names

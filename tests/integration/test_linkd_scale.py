@@ -19,9 +19,14 @@ pytestmark = [pytest.mark.root, pytest.mark.slow,
               # Opt-in until the goal holds: the fresh-clone CI run of 2026-11-25 measured 0.61 with the no-delay
               # mesh at full rate (862 per flow), after 0.995 and 0.67 in the engine's own runs; a goal the engine
               # does not meet reliably on this 2-core host is a benchmark figure (BENCHMARKS.md), not a CI gate.
+              # With one netlink socket for all queues (27 % less engine CPU per packet) five consecutive runs
+              # under the lock the same afternoon gave pass (0.9996), skip, fail (0.69), fail (0.66), skip; one
+              # CPU-bound process beside the pair reproduces the failure (0.62-0.69, no delay 0.999): the engine's
+              # ~0.3 core then comes out of the senders alone. Not reliable while anything else runs here.
               pytest.mark.skipif(os.environ.get("SWARM_EMU_SCALE_TESTS") != "1",
-                                 reason="32-node scale goal not met reliably here (0.995 / 0.67 / 0.61): "
-                                        "run with SWARM_EMU_SCALE_TESTS=1")]
+                                 reason="32-node scale goal not met reliably here (0.995 / 0.67 / 0.61; one socket: "
+                                        "1.000 / 0.69 / 0.66; Rust mux senders: 0.947 / pass / 0.892): run with "
+                                        "SWARM_EMU_SCALE_TESTS=1")]
 
 
 def _sweep(tmp_path, name: str, links: dict | None) -> pd.DataFrame:

@@ -147,7 +147,7 @@ def test_engine_pin_from_the_command_line():
 
 def test_runtime_argv():
     argv = engine_argv("/bin/swarm-linkd")
-    assert argv[:2] == ["sh", "-c"] and argv[3:5] == ["/bin/swarm-linkd", "run"]
+    assert argv[:2] == ["sh", "-c"] and argv[4:6] == ["/bin/swarm-linkd", "run"]
     assert "--state" in argv and "--realtime" in argv and "--queue" in argv
     assert ctl_argv("L", "set", "link a delay=1ms\n\nlink b down\n") == [
         "L", "ctl", "--control", "/run/swarm-linkd.sock", "set", "link a delay=1ms", "link b down"]

@@ -441,6 +441,10 @@ pub struct Link {
 
 #[derive(Debug, Default, Clone)]
 pub struct LinkStats {
+    /// RFC 3550 interarrival jitter of the engine's own hold (release - arrival at the hook), in release
+    /// order, ns: what the engine adds to the link's jitter, without the endpoints' scheduling
+    pub hold_jitter_ns: f64,
+    pub last_hold_ns: u64,
     pub packets: u64,
     pub bytes: u64,
     pub dropped_down: u64,
