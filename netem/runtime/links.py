@@ -9,6 +9,7 @@ stays, idle, until the node goes.
 """
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import time
@@ -16,17 +17,19 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from netem.engines import Engine, choose_engine, tcp_buffer_bytes, tcp_buffer_sysctls
+from flightsw import protocol as proto
+from netem.engines import Engine, LinkdHold, tcp_buffer_bytes, tcp_buffer_sysctls
 from netem.tc import TC_MAJOR, nft_clear_script
 from netem.spec.links import NONE, DirectedLinks, Impairment, LinkOverride, resolve_links
-from netem.state import (LINKS_FILE, LinkRow, LinkState, check_partition, node_links, node_needs_visit, parts_to_apply,
-                         signature, with_cuts)
+from netem.state import (LINKS_FILE, LinkRow, LinkState, check_partition, had_parts, node_links, node_needs_visit,
+                         parts_to_apply, signature, with_cuts)
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.mesh.plan import BATADV_IF, enslaved_interfaces
 from swarm.runtime.backends import swarm_dir
 from swarm.runtime.backends.base import NODE_ACTIONS
-from netem.runtime.linkd import KERNEL_HELD_PACKETS, Linkd
+from netem.runtime.linkd import KERNEL_HELD_PACKETS, Linkd, engine_for
 from swarm.runtime.context import SwarmContext
+from swarm.runtime.shell import NFT, TC, Shells, one_line_nft
 from swarm.observe.events import emit, link_changes, link_view
 
 DEFAULT_QDISCS = {"noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "pfifo", "bfifo", "sfq", "cake"}
@@ -43,16 +46,39 @@ class LinkController:
         # what else a restarted node needs back (its mesh daemon, its DTN agent): the caller's add-ons
         self.on_node_restart = on_node_restart
         links = swarm.spec.links
-        # container backends (compose, swarm): the userspace engine runs there only when pinned (`engine:
-        # userspace`); its binary is copied into each container and the node image needs iptables, which has
-        # been exercised on netns (and pinned on compose) only
-        skip = ("userspace",) if swarm.backend.traits.containers else ()
-        self.engine: Engine = choose_engine(swarm.caps, links.engine if links else None, skip)
+        # container backends: the userspace engine is a default where it runs at a forwarding hop of the backend's
+        # (compose: on the host beside the swarm's bridge); elsewhere (the multi-host swarm backend, no root, no
+        # br_netfilter) only when pinned (`engine: userspace`), inside each node: its binary copied into each
+        # container, and the node image needs iptables
+        self.engine: Engine = engine_for(swarm.caps, swarm.backend, links.engine if links else None)
         self.workers = workers
         self._not_answering: set[str] = set()  # nodes whose userspace engine did not answer (summary())
         self.dir = swarm_dir(swarm.workdir, swarm.name)
         self.names = [n.name for n in swarm.nodes]
         self.linkd = Linkd(swarm)
+        self.shells: Shells | None = None  # open_shells(): tc and nft batches to long-lived processes
+        self._armed: set[tuple[str, str]] = set()  # prearm(): directed links held as pass-through while pushing
+
+    # ------------------------------------------------------------------------- long-lived processes
+    def open_shells(self) -> Shells:
+        """From now on (until close_shells) the tc and nft changes of a node go to one long-lived `tc -batch`
+        and one `nft -i` process in it (swarm.runtime.shell), each fed a node's whole change at once, instead of
+        a process per change. A forced apply (a node's first, or after a failure) still looks at the node's
+        root qdisc with a `tc qdisc show` process of its own: only then is what is there not known."""
+        if self.shells is None:
+            name, backend = self.swarm.name, self.swarm.backend
+            self.shells = Shells(self.swarm.runner, lambda node, argv: backend.exec_prefix(name, node, interactive=True)
+                                 + proto.labelled(argv, proto.label(name, node)))  # ps names the swarm (issue 29 #12)
+        return self.shells
+
+    def close_shells(self) -> dict[str, int]:
+        """End the long-lived processes; what they did (processes started, batches fed)."""
+        shells, self.shells = self.shells, None
+        if shells is None:
+            return {}
+        stats = shells.stats()
+        shells.close()
+        return stats
 
     # ---------------------------------------------------------------------------------- state file
     @property
@@ -221,6 +247,30 @@ class LinkController:
             state.base, state.cuts = links, set()
             self._push(state)
 
+    def prearm(self, links: set[tuple[str, str]] | list[tuple[str, str]]) -> list[str]:
+        """Userspace engine: hold these directed links (no conditions now) in their receivers' engines as
+        pass-through links (the NFQUEUE rule for the sender's MAC and a bare `link <mac>` line, configuration
+        first), so a timeline handed to the engine ahead of time can change them at their instant. Every packet
+        of those links then crosses the engine (cost of NFQUEUE), so only links a timeline changes are armed.
+        Fail closed like any held link: no engine listening, their packets drop. The saved state is unchanged;
+        the next change re-plans the receivers (their records then differ) and drops the pass-through lines.
+        Returns the receivers visited; RuntimeFailure naming a node where it failed."""
+        links = set(links)
+        if self.engine.name != "userspace" or not links:
+            return []
+        self._armed = links
+        try:
+            with self._transaction(events=False) as state:
+                return self._push(state, sorted({d for _, d in links}))
+        finally:
+            self._armed = set()
+
+    def _armed_for(self, node: str, ingress: dict[str, Impairment], by_mac: dict[str, str]) -> dict[str, str]:
+        """The senders' MACs pre-armed into `node` (prearm) that have no conditions, with their labels."""
+        if self.engine.name != "userspace":
+            return {}
+        return {by_mac[s]: f"{s}->{d} (pre-armed)" for s, d in self._armed if d == node and by_mac[s] not in ingress}
+
     def _check_pair(self, a: str, b: str, what: str) -> None:
         self.swarm.node(a)
         self.swarm.node(b)
@@ -259,15 +309,21 @@ class LinkController:
             if dead and not row["cut"]:
                 row["effective"] = f"unknown: the engine of {dead[0]} is not answering (fails closed: drops)"
         return {"swarm": self.swarm.name, "engine": self.engine.name, "engine_description": self.engine.describe(),
+                "engine_placement": self.placement(),
                 "links": links, "cuts": len(state.cuts), "node_faults": state.node_faults,
                 "notes": notes, "changed": state.changed}
+
+    def placement(self) -> str | None:
+        """Where the userspace engine runs (None with another engine): at the backend's forwarding hop (the netns
+        switch, the compose host) or in each node."""
+        return self.linkd.placement() if self.engine.name == "userspace" else None
 
     def _engine_notes(self, state: LinkState) -> list[str]:
         """Nodes whose userspace engine should run but does not answer: their impaired links drop everything."""
         if self.engine.name != "userspace":
             return []
         running = self.swarm.backend.node_states(self.swarm.name)
-        notes = []
+        notes = list(self.swarm.backend.hop_notes(self.swarm.name))
         self._not_answering = set()
         for node, rec in sorted(state.nodes.items()):
             if not rec.get("linkd_links") or running.get(node) != "running":
@@ -325,7 +381,9 @@ class LinkController:
     def change_tc(self, node: str, changes: list[list[str]]) -> None:
         """Apply in-place tc changes (netem.incremental.tc_changes: `tc class/qdisc change` argvs) to a node's tree,
         so a changed delay or rate does not flush the packets queued in the link."""
-        if changes:
+        if changes and self.shells is not None:
+            self.shells.run(node, TC, [" ".join(a[1:]) for a in changes])
+        elif changes:
             self._run(node, ["tc", "-batch", "-"], input="\n".join(" ".join(a[1:]) for a in changes) + "\n")
 
     def _push(self, state: LinkState, nodes: list[str] | None = None, force: bool = False,
@@ -366,16 +424,21 @@ class LinkController:
         link that is down drops its IP packets in the engine only, without the nftables drop of its other
         frames (a process per change)."""
         egress, ingress, labels = node_links(eff, node.name, by_mac)
-        if not node_needs_visit(rec, bool(egress or ingress), clearing):
+        armed = self._armed_for(node.name, ingress, by_mac)
+        if not node_needs_visit(rec, bool(egress or ingress or armed), clearing):
             return None
         unknown = clearing and "tc" not in rec  # no record (e.g. state lost in a crash): look, but tolerate no tools
         iface = rec.get("iface") or self.isl_iface(node)
         rec["iface"] = iface
-        cmds = self.engine.plan_node(iface, egress, ingress, labels, self.linkd.hold(node, iface, cut_frames))
+        hold = self.linkd.hold(node, iface, cut_frames) if self.engine.name == "userspace" else LinkdHold(cut_frames=cut_frames)
+        ingress, labels, hold = with_passthrough(ingress, labels, hold, armed)
+        cmds = self.engine.plan_node(iface, egress, ingress, labels, hold)
         do_tc, do_nft = parts_to_apply(rec, cmds, self.engine.name, force, clearing)
+        # whether a tree of ours is in place, where the record knows (None: look)
+        ours = None if (force or clearing or "tc" not in rec) else had_parts(rec)[0]
         try:
             if do_tc:
-                self._apply_tc(node.name, iface, cmds.tc)
+                self._apply_tc(node.name, iface, cmds.tc, ours)
             rec["tc"] = signature(cmds.tc)
             if do_nft:
                 self._apply_nft(node.name, cmds.nft)
@@ -477,7 +540,15 @@ class LinkController:
         under = enslaved_interfaces(res.stdout) if res.ok else []
         return under[0] if under else iface
 
-    def _apply_tc(self, node: str, iface: str, cmds: list[list[str]]) -> None:
+    def _apply_tc(self, node: str, iface: str, cmds: list[list[str]], ours: bool | None = None) -> None:
+        """The node's tree rebuilt: ours (root handle 5eed:) deleted, the plan's added. `ours` (with open shells):
+        the record says whether a tree of ours is there, so the lines go to the node's long-lived tc without
+        looking first; None: look (a process), and refuse to replace a root qdisc swarm-emu did not make."""
+        if ours is not None and self.shells is not None:
+            lines = ([f"qdisc del dev {iface} root"] if ours else []) + [" ".join(argv[1:]) for argv in cmds]
+            if lines:
+                self.shells.run(node, TC, lines)
+            return
         res = self._run(node, ["tc", "-j", "qdisc", "show", "dev", iface, "root"])
         roots = json.loads(res.stdout or "[]")
         root = roots[0] if roots else {}
@@ -494,4 +565,17 @@ class LinkController:
     def _apply_nft(self, node: str, script: str | None) -> None:
         if script is None and not self.swarm.caps.nftables:
             return
+        if self.shells is not None:  # one line: one transaction in `nft -i`, as the script is in `nft -f`
+            self.shells.run(node, NFT, [one_line_nft(script or nft_clear_script())])
+            return
         self._run(node, ["nft", "-f", "-"], input=script or nft_clear_script())
+
+
+def with_passthrough(ingress: dict[str, Impairment], labels: dict[str, str], hold: LinkdHold, armed: dict[str, str]
+                     ) -> tuple[dict[str, Impairment], dict[str, str], LinkdHold]:
+    """A node's ingress, labels and hold with the pre-armed senders (`armed`: MAC -> label) held with no
+    conditions (pass-through, see LinkController.prearm); unchanged when none."""
+    if not armed:
+        return ingress, labels, hold
+    return ({**ingress, **{mac: NONE for mac in armed}}, {**labels, **armed},
+            dataclasses.replace(hold, passthrough=frozenset(armed)))

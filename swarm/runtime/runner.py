@@ -100,13 +100,14 @@ class Runner:
             raise CommandError(b, dst.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
         return Result(b, 0, out.decode(errors="replace"), err.decode(errors="replace"))
 
-    def popen(self, argv: Sequence[str]) -> subprocess.Popen:
-        """Start a command with pipes on stdin and stdout (text mode), for a conversation with it."""
+    def popen(self, argv: Sequence[str], *, stdout: bool = True) -> subprocess.Popen:
+        """Start a command with pipes on stdin, stdout and stderr (text mode), for a conversation with it.
+        `stdout=False`: its stdout goes to /dev/null (a tool that answers on stderr only, swarm.runtime.shell)."""
         argv = [str(a) for a in argv]
         log.debug("popen: %s", shlex.join(argv))
         try:
-            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, bufsize=1)
+            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True, bufsize=1)
         except FileNotFoundError as exc:
             raise CommandError(argv, 127, "", f"{argv[0]}: not found ({exc.strerror})") from None
 
