@@ -10,7 +10,9 @@ compress). Reported: initial apply time, links changing per step, per-step lag (
 step applied on both its nodes) p50/p99/max, the share of steps finished before the next step was due,
 coalesced steps, per-update lag p50/p99. With the userspace engine the plan is handed to the engine, which applies
 each change at its instant and measures its lag (applied_by "engine"; SWARM_ORBITS_ENGINE_SCHEDULE=0: the driver
-applies each step, the earlier figures). Prints a Markdown table for BENCHMARKS.md; links.csv of each size
+applies each step, the earlier figures). `--engine nft` pins the nft engine (and `netem` kernel NetEm where
+sch_netem exists): each node's tc and nft changes then go to one long-lived `tc -batch` / `nft -i` process per
+node (SWARM_ORBITS_SHELLS=0: a process per change, the figures before). Prints a Markdown table for BENCHMARKS.md; links.csv of each size
 goes to results/bench-orbits-live-<time>/.
 
     python bench/bench_orbits_live.py --sizes 16 32 --duration 120s
@@ -55,13 +57,16 @@ def orbits_for(n: int, duration: str) -> dict:
                       "ground": {"min_elevation": 10, "rate": "50Mbit"}}}
 
 
-def bench(n: int, duration: str, speedup: float, out: Path, workers: int, third: int = 234) -> dict:
+def bench(n: int, duration: str, speedup: float, out: Path, workers: int, third: int = 234,
+          engine: str | None = None) -> dict:
     plan = make_plan(parse_orbits(orbits_for(n, duration)))
     sats = sum(1 for k in plan.kinds.values() if k == "sat")
-    spec = spec_from_dict({"name": f"orb-bench-{n}", "backend": "netns",
-                           "groups": [{"prefix": "sat", "count": sats}, {"prefix": "gs", "count": n - sats}],
-                           "networks": {"isl": {"subnet": f"10.{third}.0.0/24"},
-                                        "ground": {"subnet": f"10.{third + 1}.0.0/24"}}})
+    doc = {"name": f"orb-bench-{n}", "backend": "netns",
+           "groups": [{"prefix": "sat", "count": sats}, {"prefix": "gs", "count": n - sats}],
+           "networks": {"isl": {"subnet": f"10.{third}.0.0/24"}, "ground": {"subnet": f"10.{third + 1}.0.0/24"}}}
+    if engine:
+        doc["links"] = {"engine": engine}
+    spec = spec_from_dict(doc)
     swarm = Swarm(spec)
     swarm.down()
     t_up = time.monotonic()
@@ -94,7 +99,9 @@ def bench(n: int, duration: str, speedup: float, out: Path, workers: int, third:
             "update_lag_p99_ms": round(lag.get("update_lag_ms_p99", float("nan")), 1),
             "failed": lag.get("failed", 0), "engine": summary["engine"], "load_before": round(load0, 2),
             "tc_in_place": summary.get("tc_in_place_commands"), "tc_rebuilt": summary.get("tc_rebuilt_commands"),
-            "nft": summary.get("nft_commands"), "applied_by": summary.get("applied_by")}
+            "nft": summary.get("nft_commands"), "applied_by": summary.get("applied_by"),
+            "shell_processes": summary.get("shell_processes"), "shell_batches": summary.get("shell_batches"),
+            "shell_batch_ms_p50": summary.get("shell_batch_ms_p50"), "shell_batch_ms_p90": summary.get("shell_batch_ms_p90")}
 
 
 def main() -> None:
@@ -105,6 +112,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--subnets", type=int, default=234, metavar="THIRD",
                     help="ISL subnet 10.THIRD.0.0/24, ground 10.THIRD+1.0.0/24 (default 234)")
+    ap.add_argument("--engine", default=None, help="pin the link engine (netem, nft, userspace; default: the probe's)")
     args = ap.parse_args()
     out = REPO / "results" / f"bench-orbits-live-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     out.mkdir(parents=True)
@@ -113,11 +121,13 @@ def main() -> None:
     cols = ["nodes", "up_s", "pairs_ever_up", "initial_s", "steps", "steps_with_changes", "changes_per_step_mean",
             "changes_per_step_max", "changed_share_of_live_links_max", "step_lag_p50_ms", "step_lag_p99_ms",
             "step_lag_max_ms", "before_next", "coalesced", "update_lag_p50_ms", "update_lag_p99_ms", "failed",
-            "tc_in_place", "tc_rebuilt", "nft", "engine", "applied_by", "load_before"]
+            "tc_in_place", "tc_rebuilt", "nft", "shell_processes", "shell_batches",
+            "shell_batch_ms_p50", "shell_batch_ms_p90", "engine", "applied_by",
+            "load_before"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for n in args.sizes:
-        r = bench(n, args.duration, args.speedup, out, args.workers, args.subnets)
+        r = bench(n, args.duration, args.speedup, out, args.workers, args.subnets, args.engine)
         print("| " + " | ".join(str(r[c]) for c in cols) + " |", flush=True)
 
 

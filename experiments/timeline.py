@@ -9,9 +9,10 @@ from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from experiments.fault_schedule import POLL_S, EngineFaults, link_only, states_after
 from netem.spec.links import LinkOverride
 from netem.state import check_partition, span
-from swarm.errors import SpecError
+from swarm.errors import RuntimeFailure, SpecError
 from swarm.mesh.plan import healed_pairs
 from swarm.observe.events import caused_by
 from netem.runtime.links import LinkController
@@ -125,7 +126,7 @@ def _apply_event(ctl: LinkController, ev: FaultEvent) -> None:
 
 
 FAULT_COLUMNS = ["run_id", "test_id", "index", "at_s", "planned_ts", "applied_ts", "offset_s", "took_s", "kind",
-                 "args", "ok", "error", "first_packet_s"]
+                 "args", "ok", "error", "first_packet_s", "applied_by"]
 
 
 class FaultTimeline:
@@ -148,12 +149,77 @@ class FaultTimeline:
         self._thread: threading.Thread | None = None
         self.watcher: Any = None  # a swarm.runtime.mesh.MeshWatcher: convergence after each fault, when the swarm has a mesh
         self._pending: tuple[dict, float, dict] | None = None  # (row, command time, {node: engine generation})
+        self.engine_faults: EngineFaults | None = None  # the engines apply the timeline (start() decides)
 
     def start(self, t0: float) -> None:
-        """Start the timeline relative to epoch `t0` (e.g. the traffic's release instant)."""
+        """Start the timeline relative to epoch `t0` (e.g. the traffic's release instant). A timeline of link
+        events only, on the userspace engine, is handed to the engines ahead of time (experiments.fault_schedule;
+        a schedule they refuse is a SpecError naming the entry, nothing of it kept); else this driver's thread
+        applies each event. The run's output says which."""
         self.t0 = t0
-        self._thread = threading.Thread(target=self._run, name="fault-timeline", daemon=True)
+        target = self._run
+        if self.events and getattr(getattr(self.ctl, "engine", None), "name", "") == "userspace":
+            why = "a node action is in the timeline (the engine changes links only)"
+            if link_only([ev for _, ev in self.events]):
+                ef = EngineFaults(self.ctl, self.events, t0)
+                why = ef.usable()
+                armed = 0
+                if not why:
+                    try:
+                        armed = ef.arm()
+                    except RuntimeFailure as exc:
+                        why = f"pre-arming the links with no conditions failed: {exc}"
+                    why = why or ef.too_soon()
+                if not why:
+                    n = ef.hand_over()
+                    self.engine_faults, target = ef, self._run_engine
+                    pre = (f"; {armed} link(s) with no conditions at the start pre-armed as pass-through (every packet "
+                           "of those links, and only those, now crosses the engine's NFQUEUE)" if armed else "")
+                    self.message(f"fault timeline: {len(self.events)} event(s) handed to the userspace link engine "
+                                 f"ahead of time ({n} link change(s)); it applies each at its instant (applied_by=engine)"
+                                 + pre)
+            if why:
+                self.message(f"fault timeline: the driver applies each event ({why})")
+        elif self.events:
+            self.message("fault timeline: the driver applies each event (link engine "
+                         f"{getattr(getattr(self.ctl, 'engine', None), 'name', '?')!r})")
+        self._thread = threading.Thread(target=target, name="fault-timeline", daemon=True)
         self._thread.start()
+
+    def _run_engine(self) -> None:
+        """Follow the engines' schedule log until the last instant is applied (or stopped); rows as instants
+        complete; at the end the controller's saved state is the timeline's (as far as it got)."""
+        ef = self.engine_faults
+        assert ef is not None and self.t0 is not None
+        end = self.t0 + ef.instants[-1].at if ef.instants else self.t0
+        done_instants = 0
+        states = dict(zip([i for i, _ in self.events], states_after(ef.start_state, [e for _, e in self.events], ef.names)))
+        cuts_before = ef.start_state.cuts
+        by_index = dict(self.events)
+        try:
+            while True:
+                stopped = self._stop.wait(min(POLL_S, max(0.0, end - time.time()) + 0.02))
+                pending = ef.collect()
+                while done_instants < len(ef.instants):
+                    inst = ef.instants[done_instants]
+                    times = [ef.event_applied(done_instants, i) for i in inst.events]
+                    if any(t is None for t, _ in times):
+                        break
+                    for index, (applied, note) in zip(inst.events, times):
+                        ev = by_index[index]
+                        planned = self.t0 + ev.at
+                        row = self._row(index, ev, planned, applied, (applied or planned) - planned, True, "")
+                        row["applied_by"] = "engine" if not note else "engine (nothing to change)"
+                        self.rows.append(row)
+                        if self.watcher:
+                            self.watcher.event(ev.kind, ev.args, applied, healed_pairs(cuts_before, states[index].cuts))
+                        cuts_before = states[index].cuts
+                    done_instants += 1
+                if done_instants == len(ef.instants) or stopped or (pending == 0 and time.time() > end + 1.0):
+                    break
+        finally:
+            ef.clear()
+            ef.save_final(done_instants)
 
     def _run(self) -> None:
         for index, ev in self.events:
@@ -203,7 +269,7 @@ class FaultTimeline:
                 "planned_ts": round(planned, 6) if planned else "", "applied_ts": round(applied, 6) if applied else "",
                 "offset_s": round(applied - self.t0, 6) if applied and self.t0 else "",
                 "took_s": round(took, 6) if took is not None else "", "kind": ev.kind, "args": ev.args,
-                "ok": ok, "error": error, "first_packet_s": ""}
+                "ok": ok, "error": error, "first_packet_s": "", "applied_by": "driver" if applied else ""}
 
     def finish(self, restore: bool = True, timeout: float | None = None) -> list[dict]:
         """Wait for the timeline to end (or stop it), put the swarm back to its spec's conditions; rows by index."""

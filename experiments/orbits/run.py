@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional
 import pandas as pd
 
 from experiments.orbits.model import OrbitsExperiment
+from flightsw import protocol as proto
 from experiments.orbits.traffic import RELEASE_LEAD_S, DtnTraffic
 from experiments.store import ResultsStore, host_facts
 from experiments.orbits.bundles import router_plan
@@ -116,8 +117,8 @@ def _follow(ctx: RunContext, swarm: Swarm, plan: Plan, probes: list) -> dict:
             traffic.start(release, wall)
         for a, b in exp.probes:
             raw = store.raw_path("probes", f"{a}__{b}").with_suffix(".txt")
-            argv = swarm.backend.exec_prefix(swarm.name, a) + ping_argv(
-                swarm.node(b).isl_ip, exp.probe_interval, wall + 1.0, swarm.node(a).isl_ip)
+            argv = swarm.backend.exec_prefix(swarm.name, a) + proto.labelled(ping_argv(
+                swarm.node(b).isl_ip, exp.probe_interval, wall + 1.0, swarm.node(a).isl_ip), proto.label(swarm.name, a))
             probes.append((a, b, swarm.runner.start(argv, stdout_path=str(raw)), raw))
         (store.dir / "run.json").write_text(json.dumps({"release_ts": release, "speedup": exp.speedup,
                                                         "duration_plan_s": plan.duration, "wall_s": wall,

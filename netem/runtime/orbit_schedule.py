@@ -48,6 +48,21 @@ class Change:
     applied: dict[str, float] = field(default_factory=dict)  # "ab"/"ba" -> applied unix time
 
 
+def engine_target(ctl: Any, plan: Any, rec: dict, targets: dict[str, Target]) -> Target:
+    """Where the links into node `plan` are changed (its engine and queue there), remembered in `targets`:
+    the one engine at a forwarding hop serves every node ("switch"), else each node has its own. `ctl`: the
+    swarm's netem.runtime.links.LinkController; `rec`: the node's record in the link state (its interface)."""
+    node = plan.name
+    if node not in targets:
+        iface = rec.get("iface") or ctl.isl_iface(plan)
+        hop = ctl.linkd.hop(plan, iface)
+        queue = ctl.linkd.hold(plan, iface).queue
+        group = "switch" if hop else node
+        via = next((t.via for t in targets.values() if t.group == group), node)
+        targets[node] = Target(group, via, queue)
+    return targets[node]
+
+
 def entry_line(due_ns: int, queue: int, src_mac: str, imp: Impairment) -> str:
     """One `sched` entry (pure): the receiver's queue, the sender's MAC and the link's new conditions (no
     conditions: the engine passes its packets straight through)."""
@@ -94,16 +109,7 @@ class EngineSchedule:
         self.pending: dict[str, int] = {}
 
     def _target(self, node: str) -> Target:
-        if node not in self.targets:
-            plan = self.d.by_name[node]
-            rec = self.d.recs.setdefault(node, {})
-            iface = rec.get("iface") or self.d.ctl.isl_iface(plan)
-            hop = self.linkd.hop(plan, iface)
-            queue = self.linkd.hold(plan, iface).queue
-            group = "switch" if hop else node
-            via = next((t.via for t in self.targets.values() if t.group == group), node)
-            self.targets[node] = Target(group, via, queue)
-        return self.targets[node]
+        return engine_target(self.d.ctl, self.d.by_name[node], self.d.recs.setdefault(node, {}), self.targets)
 
     def build(self) -> bool:
         """Every change of the plan as engine entries; False when a link the plan changes is not held by an

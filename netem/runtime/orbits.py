@@ -4,7 +4,12 @@ At each step of the plan only the links whose state changed are updated, through
 (netem.runtime.links.LinkController's per-node apply of the engine's plan: kernel NetEm, nftables + HTB
 where sch_netem is missing, or any other engine of the registry), in parallel across the nodes concerned. A node whose
 tc tree keeps its shape (a rate or delay moved) gets `tc class/qdisc change` lines (netem.incremental)
-instead of a rebuild, so a delay update does not flush the packets queued in the link. A link's new conditions are the swarm's
+instead of a rebuild, so a delay update does not flush the packets queued in the link. Each node's tc lines and
+nft table go to one long-lived `tc -force -batch -` and `nft -i` process in the node (swarm.runtime.shell, opened
+at `prepare()`, ended at the end of `run()` or by `close()`), a step's whole change for the node in one batch
+with a sentinel after it, not a process per change (at load 16 a process in a node cost ~250 ms); only a forced
+apply (the initial state, a node after a failure) still looks at the node's root qdisc with a process of its
+own ($SWARM_ORBITS_SHELLS=0: a process per change, as before). A link's new conditions are the swarm's
 configured conditions for it (`links:` of the spec) with the plan's laid over: down (up: false), or up with
 the planned one-way delay and rate. A parameter the engine cannot apply here (delay without sch_netem) is
 left out and said so once (`delay_applied` false in links.csv), never silently. With the userspace engine a
@@ -28,6 +33,7 @@ and at the end; `restore()` puts the spec's conditions back.
 from __future__ import annotations
 
 import csv
+import os
 import threading
 import time
 from pathlib import Path
@@ -38,11 +44,13 @@ from netem.incremental import tc_changes
 from netem.spec.links import NONE, DirectedLinks, Impairment
 from netem.orbits.planner import Plan
 from netem.orbits.records import LINK_COLUMNS
+from netem.runtime.orbit_batches import NodeBatch, PreparedStep, plan_node_batch
 from netem.runtime.orbit_schedule import LEAD_S, EngineSchedule, step_summary, wanted
 from netem.state import node_links, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.observe.events import caused_by, emit
 from swarm.observe.track import publish as publish_track
+from swarm.runtime.shell import NFT, TC
 
 if TYPE_CHECKING:
     from netem.runtime.links import LinkController
@@ -50,6 +58,8 @@ if TYPE_CHECKING:
 __all__ = ["LinkTimelineDriver", "LINK_COLUMNS", "check_plan_nodes", "links_csv_writer"]
 DOWN = Impairment(up=False)
 SAVE_EVERY_S = 5.0
+#: "0": every tc/nft change of a step is a process of its own again (the figures before issue 27's batching)
+SHELLS_ENV = "SWARM_ORBITS_SHELLS"
 
 
 def check_plan_nodes(plan: Plan, swarm_nodes: list[str], where: str = "orbits") -> None:
@@ -110,6 +120,7 @@ class LinkTimelineDriver:
         self.tc_applied: dict[str, list[list[str]]] = {}  # per node: the tc plan in place (for in-place changes)
         self.counts = {"tc_in_place": 0, "tc_rebuilt": 0, "nft": 0}
         self._count_lock = threading.Lock()
+        self.shell_stats: dict[str, int | float] = {}
 
     # ------------------------------------------------------------------------------- conditions
     def conditions(self, a: str, b: str, up: bool, delay_ms: float, rate: int) -> tuple[Impairment, Impairment]:
@@ -124,13 +135,15 @@ class LinkTimelineDriver:
         orbit = Impairment.model_validate(values) if values else NONE
         return self.base.get((a, b), NONE).merge(orbit), self.base.get((b, a), NONE).merge(orbit)
 
-    def _set(self, a: str, b: str, ab: Impairment, ba: Impairment) -> None:
+    def _set(self, a: str, b: str, ab: Impairment, ba: Impairment,
+             eff: Optional[dict[str, DirectedLinks]] = None) -> None:
+        eff = self.eff if eff is None else eff
         for pair, imp in (((a, b), ab), ((b, a), ba)):
             for node in pair:
                 if imp.empty:
-                    self.eff[node].pop(pair, None)
+                    eff[node].pop(pair, None)
                 else:
-                    self.eff[node][pair] = imp
+                    eff[node][pair] = imp
 
     # ---------------------------------------------------------------------------------- applying
     def _apply_nodes(self, nodes: list[str], pool: ThreadPoolExecutor, force: bool = False
@@ -200,6 +213,8 @@ class LinkTimelineDriver:
             self._pool = ThreadPoolExecutor(max(1, min(self.workers, len(self.plan.nodes))))
         pool = self._pool
         started = time.time()
+        if os.environ.get(SHELLS_ENV, "1") != "0":
+            self.ctl.open_shells()  # each node's tc and nft changes to one long-lived process per tool
         with self.ctl.transaction() as state:
             self.recs = {n: dict(state.nodes.get(n, {})) for n in self.plan.nodes}
         first = self.plan.timeline[self.plan.timeline["t_start"] == 0]
@@ -241,15 +256,14 @@ class LinkTimelineDriver:
             i = 0
             n_batches = coalesced_steps = late_steps = 0
             while i < len(steps) and not self.stop_event.is_set():
+                ahead = self._prepare_step(steps[i])  # None: not with this engine, or shells off
                 if self._wait_until(t0 + steps[i][0] / self.speedup):
                     break
-                batch = [steps[i]]
-                i += 1
-                now = time.time()
-                while i < len(steps) and t0 + steps[i][0] / self.speedup <= now:
-                    batch.append(steps[i])
-                    i += 1
-                latest, nodes, done = self._apply_batch(batch, pool)
+                batch, i = self._due(steps, i, t0)
+                if ahead is not None and len(batch) == 1:
+                    latest, nodes, done = self._apply_prepared(ahead, pool)
+                else:
+                    latest, nodes, done = self._apply_batch(batch, pool)
                 finished = max(ts for ts, _ in done.values()) if done else time.time()
                 n_batches += 1
                 coalesced_steps += len(batch) - 1
@@ -266,6 +280,7 @@ class LinkTimelineDriver:
                 end = t0 + wall_len
                 while (left := end - time.time()) > 0 and not self.stop_event.wait(min(left, 0.5)):
                     progress(wall_len - left, wall_len, "plan's last interval")
+        self._close_shells()
         self._save()
         self.summary = self._summarise(len(steps), step_rows, n_batches, coalesced_steps, late_steps, initial_s)
         return self.summary
@@ -283,7 +298,10 @@ class LinkTimelineDriver:
                 "steps_finished_before_next": (round(1 - late_steps / n_batches, 4) if n_batches else None),
                 "step_lag_ms_p50": q(0.5), "step_lag_ms_p99": q(0.99), "step_lag_ms_max": lags[-1] if lags else None,
                 "updates": sum(s["updates"] for s in step_rows), "stopped": self.stop_event.is_set(),
-                "applied_by": "driver",
+                "applied_by": "driver", "shell_processes": self.shell_stats.get("shell_processes", 0),
+                "shell_batches": self.shell_stats.get("shell_batches", 0),
+                "shell_batch_ms_p50": self.shell_stats.get("shell_batch_ms_p50"),
+                "shell_batch_ms_p90": self.shell_stats.get("shell_batch_ms_p90"),
                 **{f"{k}_commands": v for k, v in self.counts.items()}}
 
     def _wait_until(self, due: float) -> bool:
@@ -296,6 +314,91 @@ class LinkTimelineDriver:
             if wait > 0 and self.stop_event.wait(wait):
                 return True
         return False
+
+    def _due(self, steps: list, i: int, t0: float) -> tuple[list, int]:
+        """Step i and every later step already due (merged when the driver is late); the next index."""
+        batch = [steps[i]]
+        i += 1
+        now = time.time()
+        while i < len(steps) and t0 + steps[i][0] / self.speedup <= now:
+            batch.append(steps[i])
+            i += 1
+        return batch, i
+
+    # ------------------------------------------------------------------- steps planned ahead (tc, nft)
+    def _prepare_step(self, step: tuple) -> Optional[PreparedStep]:
+        """Step `step` planned before it is due (netem.runtime.orbit_batches): each node's tc and nft lines for
+        its long-lived processes. None where steps are not applied through those (the userspace engine,
+        $SWARM_ORBITS_SHELLS=0, TCP buffers sized per step)."""
+        links = self.ctl.swarm.spec.links
+        if (self.ctl.shells is None or self.engine.name == "userspace"
+                or (links is not None and links.tcp_buffers == "bdp")):
+            return None
+        t, rows = step
+        latest = {(r.a, r.b): r for r in rows.itertuples(index=False)}
+        nodes = {n for pair in latest for n in pair}
+        eff = {n: dict(self.eff[n]) for n in nodes}
+        for (a, b), r in latest.items():
+            self._set(a, b, *self.conditions(a, b, bool(r.up), r.delay_ms, int(r.rate)), eff=eff)
+        nftables = bool(self.ctl.swarm.caps.nftables)
+        batches = {n: plan_node_batch(self.engine, n, self.recs.get(n, {}), eff[n], self.by_mac,
+                                      self.tc_applied.get(n), nftables) for n in nodes}
+        self._start_shells(batches)
+        return PreparedStep(t, latest, nodes, eff, batches)
+
+    def _start_shells(self, batches: dict[str, Optional[NodeBatch]]) -> None:
+        """A process a node has not needed yet starts now, not when the step is due; one that cannot start
+        leaves its node to the controller's apply (which reports the error)."""
+        shells = self.ctl.shells
+        assert shells is not None
+        for n, nb in batches.items():
+            if nb is None:
+                continue
+            try:
+                if nb.tc_lines:
+                    shells.get(n, TC).ensure_started()
+                if nb.nft_line is not None:
+                    shells.get(n, NFT).ensure_started()
+            except CommandError:
+                batches[n] = None
+
+    def _apply_prepared(self, step: PreparedStep, pool: ThreadPoolExecutor
+                        ) -> tuple[dict[tuple[str, str], object], set[str], dict]:
+        """A step planned ahead, applied: its links become the driver's, each node's lines go to its processes
+        (a node without a batch, or gone stale meanwhile, gets the controller's apply). As _apply_batch."""
+        self.eff.update(step.eff)
+
+        def one(name: str) -> tuple[str, float, str]:
+            rec = self.recs.setdefault(name, {})
+            batch = step.batches.get(name)
+            try:
+                if batch is None or rec.get("stale"):
+                    self._apply_one(self.by_name[name], rec, bool(rec.get("stale")))
+                else:
+                    self._run_node_batch(batch, rec)
+                rec.pop("stale", None)
+                return name, time.time(), ""
+            except (CommandError, RuntimeFailure) as exc:
+                rec["stale"] = True
+                return name, time.time(), str(exc)
+
+        done = {n: (ts, err) for n, ts, err in pool.map(one, sorted(step.nodes))}
+        return step.latest, step.nodes, done
+
+    def _run_node_batch(self, batch: NodeBatch, rec: dict) -> None:
+        shells = self.ctl.shells
+        assert shells is not None
+        if batch.tc_lines:
+            shells.run(batch.node, TC, batch.tc_lines)
+        rec["tc"] = batch.tc_sig
+        self.tc_applied[batch.node] = batch.tc
+        if batch.nft_line is not None:
+            shells.run(batch.node, NFT, [batch.nft_line])
+        rec["nft"] = batch.nft_sig
+        with self._count_lock:
+            if batch.tc_kind:
+                self.counts[f"tc_{batch.tc_kind}"] += 1
+            self.counts["nft"] += batch.nft_line is not None
 
     def _apply_batch(self, batch: list, pool) -> tuple[dict[tuple[str, str], object], set[str], dict]:
         """The latest row of every link changed in `batch` (steps that came due together) set and applied:
@@ -350,6 +453,7 @@ class LinkTimelineDriver:
                 rec["stale"] = True  # the engines' configurations moved on without the records: re-plan next time
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
+            self._close_shells()
             self._save()
         entries = sum(len(e) for e in sched.entries.values())
         self.summary = {"engine": self.engine.name, "delay_applied": self.apply_delay, "rate_applied": self.apply_rate,
@@ -364,10 +468,17 @@ class LinkTimelineDriver:
     def stop(self) -> None:
         self.stop_event.set()
 
+    def _close_shells(self) -> None:
+        stats = self.ctl.close_shells()
+        for k, v in stats.items():
+            self.shell_stats[k] = v if "_ms_" in k else self.shell_stats.get(k, 0) + v
+
     def close(self) -> None:
-        """Release the worker threads (after an error between prepare() and run())."""
+        """Release the worker threads and the long-lived tc/nft processes (also after an error between
+        prepare() and run())."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+        self._close_shells()
 
     def restore(self) -> None:
         """The spec's conditions back on every node (the plan's cuts and delays removed)."""

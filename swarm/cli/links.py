@@ -94,8 +94,9 @@ APPLIED_AT = {  # where each engine of netem.engines acts on a directed link src
     "nft": "loss and cuts at the receiver (nftables ingress drop, so the sender's socket sees no error); "
            "rate on the sender (HTB class per destination, egress)",
     "userspace": "on the way to the receiver: swarm-linkd holds and drops the packets iptables NFQUEUE hands it, "
-                 "per sending MAC (delay, rate, loss ... all there), at the swarm's switch (netns: FORWARD, per "
-                 "receiving bridge port) or in the receiving node's PREROUTING (compose, swarm)",
+                 "per sending MAC (delay, rate, loss ... all there), at a forwarding hop (mangle FORWARD, per receiving "
+                 "bridge port: the netns switch, the compose host) or in the receiving node's PREROUTING (the "
+                 "multi-host swarm backend; a pinned engine without a hop)",
 }
 
 
@@ -112,6 +113,8 @@ def _show(ctl, as_json: bool) -> None:
     summary = ctl.summary()
     out.print(f"impairment engine: {summary['engine_description']}")
     out.print(f"applied: {applied_at(ctl.engine)}")
+    if summary.get("engine_placement"):
+        out.print(f"userspace engine: {summary['engine_placement']}")
     for note in summary["notes"]:
         out.print(f"note: {note}")
     if summary["node_faults"]:

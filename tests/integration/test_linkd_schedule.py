@@ -8,7 +8,6 @@ meets reliably (the engine wakes at each change's due time; its wake-up is what 
 Names lks-*, subnets 10.160-161.x (issue 27's helper range)."""
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 
@@ -20,10 +19,8 @@ from netem.orbits.planner import plan as make_plan
 from netem.spec.orbits import parse_orbits
 from netem.runtime.orbits import LinkTimelineDriver, links_csv_writer
 from swarm.errors import SpecError
-from swarm.runtime.backends.netns.backend import node_ns
-from swarm.runtime.swarm import Swarm
 
-from conftest import require, swarm_up
+from conftest import isl_rtts, require, require_netns_engine, swarm_up
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -36,24 +33,12 @@ ORBITS = {"duration": "10min", "satellites": [{"walker": {"total": 8, "planes": 
 
 @pytest.fixture(scope="module")
 def sched_swarm():
-    from swarm.runtime.probe import capabilities
-
-    caps = capabilities()
-    require("root", caps.root, "not running as root")
-    require("netns", caps.netns, "cannot create network namespaces")
-    require("nfqueue", caps.nfqueue, "iptables NFQUEUE target refused")
-    require("swarm-linkd", bool(caps.linkd), "swarm-linkd not built (make setup)")
+    caps = require_netns_engine()
     require("br_netfilter", caps.bridge_nf, "no br_netfilter: one engine per node, not one per swarm")
     with swarm_up({"name": "lks-it", "backend": "netns",
                    "groups": [{"prefix": "sat", "count": 8}, {"prefix": "gs", "count": 1}],
                    "networks": {"isl": {"subnet": "10.160.0.0/24"}, "ground": {"subnet": "10.161.0.0/24"}}}) as swarm:
         yield swarm
-
-
-def ping(swarm: Swarm, a: str, b: str) -> list[float]:
-    res = subprocess.run(["ip", "netns", "exec", node_ns(swarm.name, a), "ping", "-n", "-c", "3", "-i", "0.2",
-                          "-W", "1", swarm.node(b).isl_ip], capture_output=True, text=True, timeout=60)
-    return [float(m) for m in re.findall(r"time=([\d.]+) ms", res.stdout)]
 
 
 def test_the_engine_executes_an_orbit_plan_and_measures_every_lag(sched_swarm, tmp_path):
@@ -83,13 +68,13 @@ def test_the_engine_executes_an_orbit_plan_and_measures_every_lag(sched_swarm, t
     downs = [r for r in end.itertuples() if not r.up]
     assert ups and downs
     for r in ups[:3]:
-        got = ping(swarm, r.a, r.b)
+        got = isl_rtts(swarm, r.a, r.b)
         assert len(got) == 3, f"{r.a}-{r.b} is up in the plan's last state"
         assert 2 * r.delay_ms - 1 <= min(got) <= 2 * r.delay_ms + 15, (r.a, r.b, r.delay_ms, got)
     for r in downs[:3]:
-        assert not ping(swarm, r.a, r.b), f"{r.a}-{r.b} is down in the plan's last state"
+        assert not isl_rtts(swarm, r.a, r.b), f"{r.a}-{r.b} is down in the plan's last state"
     driver.restore()
-    assert len(ping(swarm, downs[0].a, downs[0].b)) == 3
+    assert len(isl_rtts(swarm, downs[0].a, downs[0].b)) == 3
 
 
 def test_a_bad_schedule_is_refused_with_the_entry_named_and_nothing_applied(sched_swarm):

@@ -1,0 +1,187 @@
+"""Fault timelines executed by the userspace engine (issue 27 item 3), live on netns: a timeline of cuts, heals
+and impairments is handed to the swarm's swarm-linkd ahead of time; faults.csv rows carry the engine's measured
+applied time (applied_by=engine, lag <= 5 ms), the controller's saved state is the timeline's final one, and
+pings see it; a timeline the engine refuses is one SpecError naming the fault, nothing of it applied; a timeline
+with a node action stays with the driver.
+Names faultsched-*, prearm-*, subnets 10.170-171.x and 10.175-176.x (the helpers' ranges). Links with no
+conditions at the start are pre-armed as pass-through links (a contact plan's shape) and the engine applies them."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from experiments.timeline import FaultEvent, FaultTimeline
+from swarm.errors import SpecError
+
+from conftest import isl_rtts, require_netns_engine, swarm_up
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+LAG_BOUND_S = 0.005
+
+
+@pytest.fixture(scope="module")
+def fs_swarm():
+    require_netns_engine()
+    with swarm_up({"name": "faultsched-it", "backend": "netns", "groups": [{"prefix": "sat", "count": 4}],
+                   "links": {"default": {"delay": "5ms"}, "engine": "userspace"},
+                   "networks": {"isl": {"subnet": "10.170.0.0/24"}, "ground": {"subnet": "10.171.0.0/24"}}}) as swarm:
+        yield swarm
+
+
+def events(docs: list[dict]) -> list[FaultEvent]:
+    return [FaultEvent.model_validate(d) for d in docs]
+
+
+def test_the_engine_applies_a_fault_timeline_and_faults_csv_has_its_lags(fs_swarm):
+    swarm = fs_swarm
+    assert swarm.links.engine.name == "userspace"
+    said: list[str] = []
+    timeline = events([{"at": "0.3s", "cut": ["sat01", "sat02"]},
+                       {"at": "0.6s", "impair": {"between": ["sat01", "sat03"], "delay": "40ms"}},
+                       {"at": "0.9s", "heal": ["sat01", "sat02"]},
+                       {"at": "1.2s", "partition": [["sat01", "sat02", "sat03"], ["sat04"]]},
+                       {"at": "1.5s", "heal": "all"},
+                       {"at": "1.8s", "cut": ["sat03", "sat04"]},
+                       {"at": "2.1s", "impair": {"between": ["sat01", "sat02"], "delay": "30ms"}}])
+    tl = FaultTimeline(swarm.links, timeline, "t1", "run1", said.append)
+    t0 = time.time() + 0.5
+    tl.start(t0)
+    rows = tl.finish(restore=False, timeout=10)
+    assert any("handed to the userspace link engine" in m for m in said), said
+    assert len(rows) == len(timeline)
+    lags = []
+    for r, ev in zip(rows, timeline):
+        assert r["ok"] and r["applied_by"] == "engine", r
+        assert r["at_s"] == ev.at and abs(r["planned_ts"] - (t0 + ev.at)) < 1e-5
+        lag = r["applied_ts"] - r["planned_ts"]
+        assert 0 <= lag <= LAG_BOUND_S, r
+        assert abs(r["offset_s"] - (r["applied_ts"] - t0)) < 1e-5
+        lags.append(lag * 1000)
+    print(f"engine-applied fault lag over {len(lags)} events: max {max(lags):.3f} ms, lags {[round(x, 3) for x in lags]}")
+    # the controller's saved state is the timeline's final one (impair --show agrees)
+    state = swarm.links.load()
+    assert state.cuts == {("sat03", "sat04"), ("sat04", "sat03")}
+    assert state.base[("sat01", "sat02")].values() == {"delay": 30.0}
+    assert state.base[("sat01", "sat03")].values() == {"delay": 40.0}
+    shown = {(row.src, row.dst): row for row in swarm.links.rows()}
+    assert shown[("sat03", "sat04")].cut and "30" in shown[("sat01", "sat02")].effective
+    # the pings see the final state
+    assert not isl_rtts(swarm, "sat03", "sat04")
+    got = isl_rtts(swarm, "sat01", "sat02")
+    assert len(got) == 3 and 60 <= min(got) <= 75, got
+    got = isl_rtts(swarm, "sat01", "sat03")
+    assert len(got) == 3 and 80 <= min(got) <= 95, got
+    got = isl_rtts(swarm, "sat02", "sat04")
+    assert len(got) == 3 and 10 <= min(got) <= 25, got
+    swarm.links.restore()
+    got = isl_rtts(swarm, "sat03", "sat04")
+    assert len(got) == 3 and 10 <= min(got) <= 25, got
+
+
+def test_a_timeline_the_engine_refuses_names_the_fault_and_nothing_is_applied(fs_swarm):
+    swarm = fs_swarm
+    swarm.links.restore()
+    gen_before = swarm.links.linkd.ping("sat02")["gen"]
+    timeline = events([{"at": "0.3s", "cut": ["sat01", "sat02"]},
+                       # 10 Gbit/s held for 10 s: above the engine's held-data bound (the engine refuses it)
+                       {"at": "0.4s", "impair": {"between": ["sat01", "sat03"], "delay": "10s", "rate": "10Gbit"}}])
+    tl = FaultTimeline(swarm.links, timeline, "t2", "run1")
+    with pytest.raises(SpecError) as err:
+        tl.start(time.time() + 0.3)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("faults[1] impair") and "entry" in msg, msg
+    time.sleep(0.8)  # past both instants: nothing of the refused schedule was applied
+    pending, applied = swarm.links.linkd.schedule_log("sat01")
+    assert pending == 0 and applied == []
+    assert swarm.links.linkd.ping("sat02")["gen"] == gen_before
+    assert swarm.links.load().cuts == set()
+    assert len(isl_rtts(swarm, "sat01", "sat02")) == 3
+
+
+def test_a_timeline_with_a_node_action_stays_with_the_driver(fs_swarm):
+    swarm = fs_swarm
+    said: list[str] = []
+    tl = FaultTimeline(swarm.links, events([{"at": "0.2s", "cut": ["sat01", "sat02"]},
+                                            {"at": "0.4s", "node": "sat04", "action": "pause"},
+                                            {"at": "0.6s", "node": "sat04", "action": "unpause"}]), "t3", "run1",
+                       said.append)
+    tl.start(time.time() + 0.3)
+    rows = tl.finish(restore=True, timeout=20)
+    assert any("the driver applies each event (a node action" in m for m in said), said
+    assert [r["applied_by"] for r in rows] == ["driver"] * 3 and all(r["ok"] for r in rows), rows
+    assert len(isl_rtts(swarm, "sat01", "sat02")) == 3
+
+
+@pytest.fixture(scope="module")
+def bare_swarm():
+    """A swarm whose links have no conditions at all (like a DTN contact plan's links that are up at the
+    release): nothing is held by the engine until a timeline pre-arms the links it changes."""
+    require_netns_engine()
+    with swarm_up({"name": "prearm-it", "backend": "netns", "groups": [{"prefix": "sat", "count": 3}],
+                   "links": {"engine": "userspace"},
+                   "networks": {"isl": {"subnet": "10.175.0.0/24"}, "ground": {"subnet": "10.176.0.0/24"}}}) as swarm:
+        yield swarm
+
+
+def test_links_without_conditions_are_pre_armed_and_the_engine_applies_a_contact_plan(bare_swarm):
+    swarm = bare_swarm
+    swarm.links.restore()
+    assert swarm.links.load().effective() == {}
+    assert not swarm.links.load().nodes.get("sat02", {}).get("linkd_links")  # nothing held before
+    said: list[str] = []
+    # a contact plan's shape: the sat01-sat02 contact ends at 1.5 s and comes back at 3.5 s
+    timeline = events([{"at": "1.5s", "cut": ["sat01", "sat02"]}, {"at": "3.5s", "heal": ["sat01", "sat02"]}])
+    tl = FaultTimeline(swarm.links, timeline, "t4", "run1", said.append)
+    t0 = time.time() + 0.5
+    tl.start(t0)
+    assert any("handed to the userspace link engine" in m and "2 link(s) with no conditions at the start pre-armed "
+               "as pass-through" in m and "only those" in m for m in said), said
+    recs = swarm.links.load().nodes
+    assert recs["sat02"].get("linkd_links") == 1 and recs["sat01"].get("linkd_links") == 1  # one pass-through line
+    assert not recs.get("sat03", {}).get("linkd_links")  # a link the timeline does not touch is not armed
+    got = isl_rtts(swarm, "sat01", "sat02")  # before the cut: through the engine, unchanged
+    assert len(got) == 3 and min(got) < 5, got
+    while time.time() < t0 + 1.6:
+        time.sleep(0.05)
+    assert not isl_rtts(swarm, "sat01", "sat02")  # cut by the engine, at its instant
+    got = isl_rtts(swarm, "sat01", "sat03")
+    assert len(got) == 3 and min(got) < 5, got  # untouched link: not held, no delay
+    rows = tl.finish(restore=False, timeout=10)
+    assert len(rows) == 2
+    lags = []
+    for r in rows:
+        assert r["ok"] and r["applied_by"] == "engine", r
+        lag = r["applied_ts"] - r["planned_ts"]
+        assert 0 <= lag <= LAG_BOUND_S, r
+        lags.append(lag * 1000)
+    print(f"pre-armed contact plan: engine lags {[round(x, 3) for x in lags]} ms")
+    got = isl_rtts(swarm, "sat01", "sat02")  # healed by the engine: through again
+    assert len(got) == 3 and min(got) < 5, got
+    state = swarm.links.load()  # the final state handed back: no cut, no conditions, records stale
+    assert state.cuts == set() and state.effective() == {}
+    assert all(rec.get("stale") for rec in state.nodes.values())
+    swarm.links.restore()  # the next change re-plans: the pass-through lines and rules go
+    state = swarm.links.load()
+    assert not state.nodes["sat02"].get("linkd_links") and not state.nodes["sat01"].get("linkd_links")
+    got = isl_rtts(swarm, "sat01", "sat02")
+    assert len(got) == 3 and min(got) < 5, got
+
+
+def test_the_driver_still_applies_a_contact_plan_on_bare_links_when_asked(bare_swarm):
+    """The driver path still works on the same bare links ($SWARM_FAULTS_ENGINE_SCHEDULE=0): applied_by=driver."""
+    import os
+
+    swarm = bare_swarm
+    said: list[str] = []
+    os.environ["SWARM_FAULTS_ENGINE_SCHEDULE"] = "0"
+    try:
+        tl = FaultTimeline(swarm.links, events([{"at": "0.2s", "cut": ["sat01", "sat02"]},
+                                                {"at": "0.4s", "heal": ["sat01", "sat02"]}]), "t5", "run1", said.append)
+        tl.start(time.time() + 0.3)
+        rows = tl.finish(restore=True, timeout=20)
+    finally:
+        del os.environ["SWARM_FAULTS_ENGINE_SCHEDULE"]
+    assert any("the driver applies each event ($SWARM_FAULTS_ENGINE_SCHEDULE=0)" in m for m in said), said
+    assert [r["applied_by"] for r in rows] == ["driver"] * 2 and all(r["ok"] for r in rows), rows
