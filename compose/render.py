@@ -91,10 +91,11 @@ def _service(spec: SwarmSpec, node: NodePlan, image: str, cfs: CfsRuntime | None
         },
         "stop_grace_period": "2s",
     }
-    if node.spec.command:
-        svc["command"] = list(node.spec.command)
+    tag = proto.label(spec.name, node.name)  # ps on the host names the swarm (issue 29 #12)
+    if node.spec.command:  # the framework's image has bash for the label; a user's image may not
+        svc["command"] = list(node.spec.command) if node.spec.image else proto.labelled(list(node.spec.command), tag)
     elif not node.spec.image:
-        svc["command"] = list(AGENT_COMMAND)
+        svc["command"] = proto.labelled(list(AGENT_COMMAND), tag)
     if node.spec.resources.cpus is not None:
         svc["cpus"] = node.spec.resources.cpus
     if node.spec.resources.memory is not None:

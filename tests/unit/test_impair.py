@@ -278,11 +278,14 @@ class InputRunner(RecordingRunner):
             (lambda a: a[:3] == ["ip", "netns", "list"],
              lambda a: Result(a, 0, "".join(f"swarm-emu_t_{n} (id: 1)\n" for n in ("sat01", "sat02", "sat03")
                                             if self.listed))),
-            (lambda a: a[:3] == ["ip", "netns", "pids"], lambda a: Result(a, 0, "4242\n")),
             (lambda a: "addr" in a and "to" in a,
              lambda a: Result(a, 0, f"3: eth1    inet {a[-1].split('/')[0]}/16 brd + scope global eth1\n")),
             (lambda a: a[-6:-2] == ["-j", "qdisc", "show", "dev"], lambda a: Result(a, 0, self.root_qdisc)),
         ]
+
+    def pids_by_namespace(self, namespaces):
+        """The backend's walk of /proc, answered like the host: one process (4242) in every namespace."""
+        return {ns: [4242] for ns in namespaces}
 
     def run(self, argv, *, check=True, input=None, timeout=None, capture=True, env_extra=None):
         self.inputs.append(([str(x) for x in argv], input))
@@ -304,7 +307,9 @@ def make_swarm(tmp_path, links_data=None, caps=CAPS):
     if links_data:
         data["links"] = links_data
     runner = InputRunner()
-    return Swarm(spec_from_dict(data), runner=runner, caps=caps, workdir=tmp_path), runner
+    swarm = Swarm(spec_from_dict(data), runner=runner, caps=caps, workdir=tmp_path)
+    swarm.backend._pids_by_namespace = runner.pids_by_namespace  # type: ignore[attr-defined]
+    return swarm, runner
 
 
 def test_executor_applies_per_node_and_only_touches_changed_nodes(tmp_path):

@@ -139,6 +139,36 @@ class Backend(ABC):
         output in the swarm's logs as `hop.<name>.log`); False where the backend has no hop of its own."""
         return False
 
+    def stop_hop_daemon(self, swarm: str, name: str) -> None:
+        """End the swarm's process at its forwarding hop (to start it anew, e.g. when a node's port changed)."""
+        return None
+
+    def hop_placement(self) -> str | None:
+        """Where the swarm's userspace link engine runs when it holds packets at a forwarding hop (for the probe,
+        `status` and host.json), or None where this backend has no hop on this host."""
+        return None
+
+    def hop_hold(self, swarm: str, node_index: int, nodes: int) -> tuple[str, int] | None:
+        """(iptables chain, NFQUEUE number) for the node's packets at the hop; None: the hop's namespace is the
+        swarm's own, so the defaults (netem.engines.LinkdHold.at_hop) apply."""
+        return None
+
+    def hop_comment(self, swarm: str) -> str | None:
+        """A comment on the hop's jump rules naming the swarm (where the hop is shared, as the host is)."""
+        return None
+
+    def prepare_hop(self, swarm: str) -> None:
+        """Make bridged IPv4 go through iptables at the hop (net.bridge.bridge-nf-call-iptables=1)."""
+        return None
+
+    def release_hop(self, swarm: str) -> None:
+        """The framework just removed rules of its own at the hop: undo what the hop holds only for them."""
+        return None
+
+    def hop_notes(self, swarm: str) -> list[str]:
+        """What the backend changed at the hop that a user should know (shown by `impair --show`)."""
+        return []
+
     @abstractmethod
     def start_daemon(self, swarm: str, node: str, argv: list[str], name: str, at_hop: bool = False) -> None:
         """Start a long-running process (e.g. the mesh daemon) in `node`, with private_run_prefix's /run; it

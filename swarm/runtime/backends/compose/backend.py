@@ -3,21 +3,29 @@
 `up` writes compose/<swarm>.yml and runs `<compose> up -d` on it; everything else works from the
 `io.swarm-emu.swarm` label, so `down` needs neither the file nor the state (after a crash) and never
 touches a container, network or volume the framework did not label.
+
+The swarm's userspace link engine runs on the host beside the swarm's ISL bridge (hostengine.py): the backend's
+forwarding hop is the host, the bridge port towards a node is the container's host-side veth; `down` and `wipe`
+end the engine (found by its `--swarm` label) and remove the host chains (found by their prefix and tag).
 """
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
 from swarm.cfs.node import CfsRuntime
-from compose.render import (AGENT_COMMAND, GENERATED_HEADER, LABEL_NODE, LABEL_SWARM, compose_yaml, container_name,
-                            project_name, render_compose)
+from flightsw import protocol as proto
+from compose.render import (AGENT_COMMAND, GENERATED_HEADER, LABEL_INDEX, LABEL_NODE, LABEL_SWARM, compose_yaml,
+                            container_name, network_name, project_name, render_compose)
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.spec.model import NodePlan, SwarmSpec
 from swarm.caps import BackendTraits
 from swarm.runtime.backends.base import Backend, Progress, swarm_dir
+import swarm.runtime.backends.compose.hostengine as he
 
 RM_BATCH = 10  # containers per `docker rm`: bounded concurrent endpoint releases in the daemon
 STALL_SECONDS = 60  # docker-compose v1 has been seen to hang mid-`up`; retry a batch when nothing moves
@@ -34,6 +42,13 @@ class ComposeBackend(Backend):
     up_log = "compose-up.log"  # in the swarm's state folder
     #: Images and ulimits of cFS nodes, set by Swarm.up before `up` (swarm.cfs.node); empty without cFS nodes.
     cfs: CfsRuntime = CfsRuntime()
+    #: The swarm's link engine may run on this machine beside its bridge (False for a remote Docker host).
+    host_engine: bool = True
+
+    def __init__(self, runner, caps, workdir: Path):
+        super().__init__(runner, caps, workdir)
+        self._ports: dict[str, dict[int, str]] = {}  # swarm -> {node index: host-side ISL veth}, see isl_ports
+        self._hold: dict[str, int] = {}  # swarm -> its NFQUEUE base on the host
 
     def check_available(self) -> None:
         if not self.caps.docker:
@@ -137,7 +152,154 @@ class ComposeBackend(Backend):
 
     def start_daemon(self, swarm: str, node: str, argv: list[str], name: str, at_hop: bool = False) -> None:
         """`docker exec -d`: the process lives in the container and goes with it (also on `docker restart`)."""
-        self.runner.run([*self.docker, "exec", "-d", container_name(swarm, node), *argv], timeout=60)
+        if at_hop:  # the host engine serves every node from one process (start_hop_daemon), never one per node
+            raise RuntimeFailure(f"node {node!r}: {name}: the compose backend starts no per-node process on the host")
+        self.runner.run([*self.docker, "exec", "-d", container_name(swarm, node),
+                         *proto.labelled(list(argv), proto.label(swarm, node))], timeout=60)
+
+    # ------------------------------------------------------------- the link engine on the host (hostengine.py)
+    def state_dir(self, swarm: str) -> Path:
+        return swarm_dir(self.workdir, swarm)
+
+    def hop_placement(self) -> str | None:
+        """Where the swarm's userspace engine runs when it is used: on the host beside the swarm's ISL bridge, where
+        this machine is the Docker host, we are root (host iptables, NFQUEUE, packet sockets) and iptables sees
+        bridged frames (br_netfilter); None otherwise (then only a pinned engine runs, inside each node)."""
+        if self.host_engine and self.caps.root and self.caps.bridge_nf and self.caps.nfqueue:
+            return "on the host at the swarm's ISL bridge (compose; one engine per swarm)"
+        return None
+
+    def isl_ports(self, swarm: str) -> dict[int, str]:
+        """{node index: the host-side veth of the node's ISL interface} of the running nodes: two docker calls for
+        the whole swarm (index, pid, ISL network), then files: the bridge's ports (/sys/class/net/<br>/brif) and
+        each container's interfaces' iflink (read through /proc/<pid>/root/sys, the container's own sysfs).
+        Cached; looked up again when a cached port is gone (a restarted container has new veths)."""
+        cached = self._ports.get(swarm)
+        if cached and all(os.path.exists(f"/sys/class/net/{p}") for p in cached.values()):
+            return cached
+        ids = self.runner.run([*self.docker, "ps", "-q", "--filter", f"label={LABEL_SWARM}={swarm}",
+                               "--filter", f"label={LABEL_NODE}"], timeout=60).stdout.split()
+        if not ids:
+            return {}
+        fmt = ('{{index .Config.Labels "%s"}} {{.State.Pid}} {{with index .NetworkSettings.Networks "%s"}}'
+               '{{.NetworkID}}{{end}}' % (LABEL_INDEX, network_name(swarm, "isl")))
+        res = self.runner.run([*self.docker, "inspect", "-f", fmt, *ids], check=False, timeout=60)
+        ports: dict[int, str] = {}
+        for line in res.stdout.splitlines():
+            fields = line.split()
+            if len(fields) != 3 or not fields[0].isdigit() or not fields[1].isdigit() or fields[1] == "0":
+                continue
+            bridge_ports = _bridge_ports(_bridge_of(fields[2]))
+            for peer in _container_iflinks(int(fields[1])):
+                if peer in bridge_ports:
+                    ports[int(fields[0])] = bridge_ports[peer]
+        self._ports[swarm] = ports
+        return ports
+
+    def forwarding_hop(self, swarm: str, node_index: int, iface: str) -> tuple[list[str], str] | None:
+        """The host (no argv prefix) and the node's port on the swarm's ISL bridge, where the engine can run on the
+        host; None otherwise, or for a node that is not running (no port)."""
+        if self.hop_placement() is None:
+            return None
+        port = self.isl_ports(swarm).get(node_index)
+        return ([], port) if port else None
+
+    def hop_hold(self, swarm: str, node_index: int, nodes: int) -> tuple[str, int]:
+        """The node's chain and NFQUEUE number on the host: the swarm's tagged chain, and its base (allocated once
+        per swarm under the host-wide lock, recorded in the swarm's state) + the node's index."""
+        base = self._hold.get(swarm)
+        record = self.state_dir(swarm) / he.STATE_FILE
+        if base is None:
+            try:
+                got = he.read_record(self.state_dir(swarm))
+                base = int(got["queue_base"]) if int(got.get("queues", 0)) > nodes else None
+            except (ValueError, KeyError, TypeError):
+                base = None
+        if base is None:
+            save = self.runner.run(["iptables-save"], check=False, timeout=30).stdout
+            with he.queue_registry() as reg:
+                base = he.allocate_for(reg, swarm, nodes + 1, save, str(record))  # indexes 0..nodes
+                self._update_record(swarm, queue_base=base, queues=nodes + 1, tag=he.swarm_tag(swarm))
+        self._hold[swarm] = base
+        return he.chain_name(swarm, node_index), base + node_index
+
+    def _update_record(self, swarm: str, **fields) -> None:
+        he.update_record(self.state_dir(swarm), **fields)
+
+    def hop_comment(self, swarm: str) -> str | None:
+        return he.rule_comment(swarm)
+
+    def prepare_hop(self, swarm: str) -> None:
+        """Bridged IPv4 must go through the host's iptables (net.bridge.bridge-nf-call-iptables=1, which Docker
+        sets for its bridges). Where it is off it is turned on, and the swarm's state records it (the probe,
+        `status` and `impair --show` say so): a global setting is never changed silently."""
+        path = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+        try:
+            value = path.read_text().strip()
+        except OSError:
+            value = ""
+        if value != "1":
+            self.runner.run(["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"], timeout=30)
+            self._update_record(swarm, note=f"set net.bridge.bridge-nf-call-iptables=1 on the host (it was "
+                                            f"{value or 'unset'}) so the host engine sees the bridge's frames")
+
+    def hop_notes(self, swarm: str) -> list[str]:
+        note = he.read_record(self.state_dir(swarm)).get("note")
+        return [note] if note else []
+
+    def run_path_on_host(self, swarm: str, node: str, path: str) -> Path | None:
+        """With the engine on the host: its control socket and saved configuration for `node` (host paths under
+        the swarm's state, short enough for a socket); None when the engine would run in the node."""
+        if self.hop_placement() is None:
+            return None
+        return he.short_run_path(self.state_dir(swarm), swarm, node, Path(path).relative_to("/run"))
+
+    def start_hop_daemon(self, swarm: str, argv: list[str], name: str) -> bool:
+        """One process on the host for the whole swarm (the link engine), in a session of its own so it outlives
+        the CLI; recorded in the swarm's state as it starts (and found by its `--swarm` label after a crash)."""
+        if self.hop_placement() is None:
+            return False
+        log = self.state_dir(swarm) / "logs" / f"hop.{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        argv = proto.labelled(list(argv), proto.label(swarm, name))  # ps: swarm-emu:<swarm>/linkd, as every process
+        self._update_record(swarm, starting=argv[:8])
+        proc = self.runner.start(argv, stdout_path=str(log))
+        self._update_record(swarm, pids=[proc.pid], started=time.time())
+        return True
+
+    def stop_hop_daemon(self, swarm: str, name: str) -> None:
+        """End the swarm's host engine (every labelled process of it)."""
+        he.kill_engines(swarm)
+
+    def _host_cleanup(self, swarm: str | None) -> list[str]:
+        """End the host engines of `swarm` (None: of every swarm), remove their host chains and the rules jumping
+        to them, and their queue ranges and run folders. Only what carries the framework's label or prefix."""
+        if not self._may_have_host_engines():
+            return []
+        removed = []
+        killed = he.kill_engines(swarm)
+        if killed:
+            removed.append(f"{killed} host engine process(es)")
+        save = self._mangle()
+        script = he.cleanup_script(save, swarm)
+        if script:
+            self.runner.run(["iptables-restore", "--noflush"], input=script, timeout=30)
+            removed.append(f"{len(he.our_chains(save, swarm))} host chain(s)")
+            self._drop_empty_mangle()
+        if he.QUEUE_DIR.exists():
+            with he.queue_registry() as reg:
+                for name in [n for n in reg if swarm is None or n == swarm]:
+                    del reg[name]
+            for name in ([swarm] if swarm else []):
+                shutil.rmtree(he.QUEUE_DIR / he.swarm_tag(name), ignore_errors=True)
+            if swarm is None:
+                for d in he.QUEUE_DIR.iterdir():
+                    if d.is_dir() and re.fullmatch(r"[0-9a-f]{8}", d.name):
+                        shutil.rmtree(d, ignore_errors=True)
+        if swarm:
+            self._ports.pop(swarm, None)
+            self._hold.pop(swarm, None)
+        return removed
 
     def node_binary(self, host_path: str) -> str:
         """A container does not see the host's files: binaries are copied to /usr/local/bin."""
@@ -150,7 +312,8 @@ class ComposeBackend(Backend):
         return self.node_binary(host_path)
 
     def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
-        return self.exec_prefix(swarm, node, interactive=True) + [*AGENT_COMMAND[:2], *args]
+        return self.exec_prefix(swarm, node, interactive=True) + proto.labelled([*AGENT_COMMAND[:2], *args],
+                                                                             proto.label(swarm, node))
 
     def logs(self, swarm: str, node: str, tail: int = 50) -> str:
         res = self.runner.run([*self.docker, "logs", "--tail", str(tail), container_name(swarm, node)], check=False, timeout=30)
@@ -162,6 +325,7 @@ class ComposeBackend(Backend):
         if argv is None:
             raise SpecError(f"node action {action!r}: expected one of stop, kill, pause, unpause, restart")
         self.runner.run([*argv, container_name(swarm, node)], timeout=120)
+        self._ports.pop(swarm, None)  # a restarted container has new veths
 
     def _remove_labelled(self, label_filter: str) -> list[str]:
         removed: list[str] = []
@@ -240,6 +404,40 @@ class ComposeBackend(Backend):
             for line in res.stdout.splitlines():
                 owner, _, name = line.partition("\t")
                 found.append((owner, f"{kind} {name}"))
+        return found + self._host_leftovers(swarm)
+
+    def _may_have_host_engines(self) -> bool:
+        """Whether an engine of ours can have run on this host (its process, chains and queues to clean up): we are
+        root on the Docker host and iptables NFQUEUE works here (also when the placement is off now, e.g. after
+        br_netfilter was unloaded)."""
+        return self.host_engine and self.caps.root and self.caps.nfqueue
+
+    def release_hop(self, swarm: str) -> None:
+        """A link's host chain was removed while the swarm runs (e.g. `impair --clear`): if it was the last rule
+        anyone had in mangle, drop the table, or `down` (which then finds no chain of ours) would leave it."""
+        if self._may_have_host_engines():
+            self._drop_empty_mangle()
+
+    def _drop_empty_mangle(self) -> None:
+        """iptables-nft makes `table ip mangle` for our first rule and never drops it: drop it once nobody's rule
+        or chain is left in it (he.mangle_unused)."""
+        if he.mangle_unused(self._mangle()):
+            self.runner.run(["nft", "delete", "table", "ip", "mangle"], check=False, timeout=30)
+
+    def _mangle(self) -> str:
+        """The host's mangle table (`iptables-save -t mangle`); '' where iptables cannot be run."""
+        try:
+            return self.runner.run(["iptables-save", "-t", "mangle"], check=False, timeout=30).stdout
+        except CommandError:
+            return ""
+
+    def _host_leftovers(self, swarm: str | None) -> list[tuple[str, str]]:
+        if not self._may_have_host_engines():
+            return []
+        found = [(owner, f"host engine process {pid}") for pid, (owner, _) in sorted(he.host_engines(swarm).items())]
+        save = self._mangle()
+        owners = he.chain_owners(save)
+        found += [(owners.get(c, "?"), f"host chain {c}") for c in he.our_chains(save, swarm)]
         return found
 
     #: Keep compose/<swarm>.yml on `down` (`swarm down --keep-compose`); by default the file `up` generated
@@ -247,7 +445,8 @@ class ComposeBackend(Backend):
     keep_compose: bool = False
 
     def down(self, swarm: str) -> list[str]:
-        removed = self._remove_until_gone(f"label={LABEL_SWARM}={swarm}") if self.caps.docker else []
+        removed = self._host_cleanup(swarm)
+        removed += self._remove_until_gone(f"label={LABEL_SWARM}={swarm}") if self.caps.docker else []
         path = self.compose_file(swarm)
         if not self.keep_compose and path.is_file() and path.read_text(errors="replace").startswith(GENERATED_HEADER):
             path.unlink()  # only a file the framework generated (its header says so), never a user's
@@ -255,9 +454,51 @@ class ComposeBackend(Backend):
         return removed
 
     def wipe(self) -> list[str]:
+        removed = self._host_cleanup(None)
         if not self.caps.docker:
-            return []
-        return self._remove_until_gone(f"label={LABEL_SWARM}")
+            return removed
+        return removed + self._remove_until_gone(f"label={LABEL_SWARM}")
+
+
+def _bridge_of(network_id: str) -> str:
+    """The Linux bridge of a Docker bridge network: `br-` + the network id's first 12 digits (Docker's naming)."""
+    return f"br-{network_id[:12]}"
+
+
+def _bridge_ports(bridge: str) -> dict[int, str]:
+    """{ifindex: name} of a bridge's ports (its brif folder in the host's sysfs)."""
+    ports = {}
+    try:
+        for port in os.listdir(f"/sys/class/net/{bridge}/brif"):
+            try:
+                ports[int(Path(f"/sys/class/net/{port}/ifindex").read_text())] = port
+            except (OSError, ValueError):
+                pass
+    except OSError:
+        pass
+    return ports
+
+
+def _container_iflinks(pid: int) -> list[int]:
+    """The peer ifindex (iflink) of each interface of the container whose main process is `pid`, from the
+    container's own sysfs; `nsenter` into its namespaces where that cannot be read."""
+    root = f"/proc/{pid}/root/sys/class/net"
+    out = []
+    try:
+        for dev in os.listdir(root):
+            try:
+                out.append(int(Path(f"{root}/{dev}/iflink").read_text()))
+            except (OSError, ValueError):
+                pass
+        return out
+    except OSError:
+        pass
+    try:
+        res = subprocess.run(["nsenter", "-t", str(pid), "-n", "-m", "sh", "-c", "cat /sys/class/net/*/iflink"],
+                             capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [int(x) for x in res.stdout.split() if x.isdigit()]
 
 
 def _stop(proc: subprocess.Popen) -> None:
