@@ -3,8 +3,8 @@
 import pytest
 
 from swarm.runtime.backends import REGISTRY, default_backend_name, get_backend
-from swarm.runtime.backends.netns.backend import host_link, plan_node, plan_switch
-from swarm.errors import SpecError
+from swarm.runtime.backends.netns.backend import host_link, marker, node_ns, plan_up, switch_ns, write_sysctls
+from swarm.errors import CommandError, SpecError
 from swarm.caps import Capabilities
 from swarm.runtime.runner import RecordingRunner
 from swarm.spec.model import BACKENDS, plan_nodes, spec_from_dict
@@ -16,11 +16,65 @@ CAPS = Capabilities(kernel="x", root=True, docker=False, docker_version="", comp
                     iperf3_version="iperf 3.12", batmand=True, ddsperf=True)
 
 
+def render(plan) -> str:
+    """The plan as the processes `up` runs, each with its batch script."""
+    parts = [f"# recorded before anything is made: {' '.join(plan.namespaces)}",
+             "# ip -batch -", *plan.host, f"# ip -n {plan.switch_ns} -batch -", *plan.switch,
+             f"# bridge -n {plan.switch_ns} -batch -", *plan.fdb,
+             "# sysctls in every node namespace: " + " ".join(f"{k}={v}" for k, v in plan.sysctls.items())]
+    for ns, lines in plan.nodes.items():
+        parts += [f"# ip -n {ns} -batch -", *lines]
+    return "\n".join(parts) + "\n"
+
+
 def test_golden_netns_plan():
     spec = spec_from_dict({"name": "demo", "nodes": 2})
-    plan = plan_switch(spec) + [cmd for n in plan_nodes(spec) for cmd in plan_node(spec, n)]
-    text = "\n".join(" ".join(cmd) for cmd in plan) + "\n"
+    text = render(plan_up(spec, plan_nodes(spec)))
     assert text == golden("netns_demo2.txt", text)
+
+
+def test_up_plan_records_every_namespace_it_makes_and_makes_nothing_in_the_host_but_its_marked_link():
+    spec = spec_from_dict({"name": "big", "nodes": 100, "networks": {"isl": {"subnet": "10.150.0.0/16", "mtu": 1400},
+                                                                     "ground": {"subnet": "10.151.0.0/16"}}})
+    nodes = plan_nodes(spec)
+    plan = plan_up(spec, nodes)
+    made = [line.split()[2] for line in plan.host if line.startswith("netns add ")]
+    assert made == plan.namespaces == [switch_ns("big"), *(node_ns("big", n.name) for n in nodes)]
+    assert plan.namespaces[0] == plan.switch_ns and list(plan.nodes) == plan.namespaces[1:]
+    links = [line.split() for line in plan.host if line.startswith("link add ")]
+    in_host = [words[2] for words in links if words[3] != "netns"]
+    assert in_host == [host_link("big")]  # every other link (bridges, both ends of each veth) is made in its namespace
+    assert plan.host[plan.host.index(" ".join(links[2])) + 1] == f"link set {host_link('big')} alias {marker('big')}"
+    veths = [w for w in links if "veth" in w and w[2] in ("eth0", "eth1")]
+    assert len(veths) == 200 and all(w[4] in plan.nodes and w[w.index("peer") + 4] == plan.switch_ns for w in veths)
+    assert all(w[w.index("mtu") + 1] == ("1400" if w[2] == "eth1" else "1500") for w in veths)
+    # each node port: enslaved, no learning, up; a static entry for its node's MAC
+    ports = {w[w.index("peer") + 2] for w in veths}
+    for port in ports:
+        assert {f"link set {port} master {'ground' if port[0] == 'g' else 'isl'}",
+                f"link set {port} type bridge_slave learning off", f"link set {port} up"} <= set(plan.switch)
+    assert len(plan.fdb) == 200 and {line.split()[4] for line in plan.fdb} == ports
+    assert {line.split()[2] for line in plan.fdb} == {m for n in nodes for m in (n.isl_mac, n.ground_mac)}
+    assert plan.switch[0] == f"link set lo alias {marker('big')}"
+
+
+def test_up_plan_node_batch_sets_marker_addresses_and_default_route():
+    spec = spec_from_dict({"name": "demo", "nodes": 3, "networks": {"isl": {"subnet": "10.152.0.0/24"},
+                                                                   "ground": {"subnet": "10.153.0.0/24"}}})
+    nodes = plan_nodes(spec)
+    plan = plan_up(spec, nodes)
+    lines = plan.nodes[node_ns("demo", nodes[2].name)]
+    assert lines[0] == f"link set lo alias {marker('demo')}"
+    assert f"addr add {nodes[2].isl_ip}/24 brd + dev eth1" in lines
+    assert f"addr add {nodes[2].ground_ip}/24 brd + dev eth0" in lines
+    assert lines[-1] == "route add default via 10.153.0.1" and "link set eth0 up" in lines and "link set eth1 up" in lines
+    assert plan.sysctls["net.ipv4.ip_forward"] == "1" and plan.sysctls["net.ipv6.conf.all.disable_ipv6"] == "1"
+
+
+def test_sysctls_into_a_missing_namespace_fail_naming_it():
+    with pytest.raises(CommandError) as err:
+        write_sysctls(["swarm-emu_no-such-ns-here"], {"net.ipv4.ip_forward": "1"})
+    assert "namespace swarm-emu_no-such-ns-here" in str(err.value.stderr)
 
 
 def test_host_link_name_fits_kernel_limit():

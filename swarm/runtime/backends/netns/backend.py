@@ -15,18 +15,21 @@ host links by the alias.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import ipaddress
 import json
 import os
 import signal
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from compose.render import NODE_SYSCTLS, node_environment
 from flightsw import protocol as proto
-from swarm.errors import SpecError
+from swarm.errors import CommandError, SpecError
 from swarm.spec.model import NodePlan, SwarmSpec, gateway_address
 from swarm.caps import BackendTraits
 from swarm.runtime.backends.base import Backend, Progress, swarm_dir
@@ -34,6 +37,7 @@ from swarm.runtime.backends.base import Backend, Progress, swarm_dir
 NS_PREFIX = "swarm-emu_"
 ALIAS_PREFIX = "swarm-emu:"
 GROUND_IF, ISL_IF = "eth0", "eth1"
+CLONE_NEWNET = 0x40000000
 
 
 def node_python() -> str:
@@ -66,56 +70,108 @@ def switch_port(node_index: int, iface: str) -> str:
     return f"{'g' if iface == GROUND_IF else 'i'}{node_index}"
 
 
-def plan_switch(spec: SwarmSpec) -> list[list[str]]:
-    """Commands that create the switch namespace, its bridges and the host's ground link."""
-    sw, host = switch_ns(spec.name), host_link(spec.name)
+@dataclass(frozen=True)
+class UpPlan:
+    """What `up` runs to make a swarm's namespaces and wiring, in a handful of processes (pure).
+
+    `namespaces` (switch first) are recorded in the swarm's state before any is made; `host` is one
+    `ip -batch -` in the host namespace: every namespace, both bridges, the host's ground link and every veth
+    pair, each end made directly in its namespace; `switch` is one `ip -n <switch> -batch -` (marker, bridges
+    up, ports enslaved without learning) and `fdb` one `bridge -n <switch> -batch -` (a static entry per node
+    port); `sysctls` are written in each node's namespace (/proc/sys, no process); `nodes` is one
+    `ip -n <node> -batch -` per node (marker, loopback, addresses, links up, default route)."""
+
+    switch_ns: str
+    namespaces: list[str]
+    host: list[str]
+    switch: list[str]
+    fdb: list[str]
+    sysctls: dict[str, str]
+    nodes: dict[str, list[str]]
+
+
+def plan_up(spec: SwarmSpec, nodes: list[NodePlan]) -> UpPlan:
+    """The batch scripts that bring `nodes` of `spec` up on the netns backend (see UpPlan)."""
+    sw, host, mark = switch_ns(spec.name), host_link(spec.name), marker(spec.name)
     ground = ipaddress.IPv4Network(spec.networks.ground.subnet)
-    cmds = [["ip", "netns", "add", sw], ["ip", "-n", sw, "link", "set", "lo", "alias", marker(spec.name)]]
+    gateway = gateway_address(spec.networks.ground.subnet)
+    host_lines = [f"netns add {sw}", *(f"netns add {node_ns(spec.name, n.name)}" for n in nodes)]
+    switch_lines = [f"link set lo alias {mark}"]
     for bridge, net in (("isl", spec.networks.isl), ("ground", spec.networks.ground)):
-        cmds += [
-            ["ip", "-n", sw, "link", "add", bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0"],
-            ["ip", "-n", sw, "link", "set", bridge, "mtu", str(net.mtu), "up"],
-        ]
-    cmds += [
-        ["ip", "link", "add", host, "mtu", str(spec.networks.ground.mtu), "type", "veth",
-         "peer", "name", "host", "netns", sw],
-        ["ip", "link", "set", host, "alias", marker(spec.name)],
-        ["ip", "addr", "add", f"{gateway_address(spec.networks.ground.subnet)}/{ground.prefixlen}", "dev", host],
-        ["ip", "link", "set", host, "up"],
-        ["ip", "-n", sw, "link", "set", "host", "master", "ground", "up"],
-    ]
-    return cmds
-
-
-def plan_node(spec: SwarmSpec, node: NodePlan) -> list[list[str]]:
-    """Commands that create one node's namespace, wire it to both bridges and set its sysctls."""
-    sw, ns = switch_ns(spec.name), node_ns(spec.name, node.name)
-    cmds = [["ip", "netns", "add", ns], ["ip", "-n", ns, "link", "set", "lo", "alias", marker(spec.name)],
-            ["ip", "-n", ns, "link", "set", "lo", "up"]]
-    wiring = (
-        (GROUND_IF, switch_port(node.index, GROUND_IF), "ground", spec.networks.ground, node.ground_ip, node.ground_mac),
-        (ISL_IF, switch_port(node.index, ISL_IF), "isl", spec.networks.isl, node.isl_ip, node.isl_mac),
-    )
-    for ifname, port, bridge, net, ip, mac in wiring:
-        prefix = ipaddress.IPv4Network(net.subnet).prefixlen
-        cmds += [
-            ["ip", "link", "add", ifname, "netns", ns, "address", mac, "mtu", str(net.mtu), "type", "veth",
-             "peer", "name", port, "netns", sw, "mtu", str(net.mtu)],
-            ["ip", "-n", ns, "addr", "add", f"{ip}/{prefix}", "brd", "+", "dev", ifname],
-            ["ip", "-n", ns, "link", "set", ifname, "up"],
-            ["ip", "-n", sw, "link", "set", port, "master", bridge, "up"],
+        host_lines.append(f"link add {bridge} netns {sw} mtu {net.mtu} type bridge stp_state 0 forward_delay 0")
+        switch_lines.append(f"link set {bridge} up")
+    # `down` finds the host's link by its alias (`link add ... alias` would not set it); until then by its
+    # peer, which goes with the switch namespace
+    host_lines += [f"link add {host} mtu {spec.networks.ground.mtu} type veth peer name host netns {sw}",
+                   f"link set {host} alias {mark}", f"addr add {gateway}/{ground.prefixlen} dev {host}",
+                   f"link set {host} up"]
+    switch_lines.append("link set host master ground up")
+    fdb_lines: list[str] = []
+    node_lines: dict[str, list[str]] = {}
+    for node in nodes:
+        ns = node_ns(spec.name, node.name)
+        lines = [f"link set lo alias {mark}", "link set lo up"]
+        wiring = (
+            (GROUND_IF, "ground", spec.networks.ground, node.ground_ip, node.ground_mac),
+            (ISL_IF, "isl", spec.networks.isl, node.isl_ip, node.isl_mac),
+        )
+        for ifname, bridge, net, ip, mac in wiring:
+            port = switch_port(node.index, ifname)
+            prefix = ipaddress.IPv4Network(net.subnet).prefixlen
+            host_lines.append(f"link add {ifname} netns {ns} address {mac} mtu {net.mtu} type veth "
+                              f"peer name {port} netns {sw} mtu {net.mtu}")
             # The switch knows each node's MAC and port: a static entry, no learning on node ports. A learning
             # bridge moves a MAC to whichever port last sent it, so one frame whose source MAC a corrupting link
             # flipped into another node's (sat03 ...:04 and sat04 ...:05 differ by one bit) black-holed that
             # node until the entry aged out (seen in CI: 93 % of pings lost over a 10 % corrupting link).
-            ["bridge", "-n", sw, "link", "set", "dev", port, "learning", "off"],
-            ["bridge", "-n", sw, "fdb", "replace", mac, "dev", port, "master", "static"],
-        ]
-    cmds += [
-        ["ip", "-n", ns, "route", "add", "default", "via", gateway_address(spec.networks.ground.subnet)],
-        ["ip", "netns", "exec", ns, "sysctl", "-q", "-w", *(f"{k}={v}" for k, v in NODE_SYSCTLS.items())],
-    ]
-    return cmds
+            switch_lines += [f"link set {port} master {bridge}", f"link set {port} type bridge_slave learning off",
+                             f"link set {port} up"]
+            fdb_lines.append(f"fdb replace {mac} dev {port} master static")
+            lines += [f"addr add {ip}/{prefix} brd + dev {ifname}", f"link set {ifname} up"]
+        lines.append(f"route add default via {gateway}")
+        node_lines[ns] = lines
+    return UpPlan(sw, [sw, *node_lines], host_lines, switch_lines, fdb_lines, dict(NODE_SYSCTLS), node_lines)
+
+
+def write_sysctls(namespaces: list[str], sysctls: dict[str, str]) -> None:
+    """Write `sysctls` (dotted names) in each of the named network namespaces through /proc/sys, without a
+    process per namespace: a helper thread enters each namespace in turn (setns affects only the calling
+    thread; /proc/sys/net shows the opener's namespace), then returns to its own. Raises CommandError naming
+    the namespace and the file on the first failure."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    failure: list[CommandError] = []
+
+    def enter(fd: int, what: str) -> None:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns {what}: {os.strerror(ctypes.get_errno())}")
+
+    def work() -> None:
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        ns, path = "", ""
+        try:
+            for ns in namespaces:
+                fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+                try:
+                    enter(fd, ns)
+                finally:
+                    os.close(fd)
+                for key, value in sysctls.items():
+                    path = "/proc/sys/" + key.replace(".", "/")
+                    with open(path, "w") as f:
+                        f.write(value)
+                path = ""
+        except OSError as exc:
+            failure.append(CommandError(["sysctl", "-w", *(f"{k}={v}" for k, v in sysctls.items())], 1, "",
+                                        f"namespace {ns}{' ' + path if path else ''}: {exc}"))
+        finally:
+            enter(home, "back")  # the thread ends anyway; not leaving it in a node's namespace keeps that cheap
+            os.close(home)
+
+    thread = threading.Thread(target=work, name="netns-sysctls", daemon=True)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
 
 
 class NetnsBackend(Backend):
@@ -137,32 +193,66 @@ class NetnsBackend(Backend):
         return self.workdir / "flightsw" / proto.AGENT
 
     def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress) -> None:
+        """Every namespace is recorded first (namespaces.txt), then made and wired by a few batches (plan_up),
+        then each node's main process is started. `timings` keeps the seconds each phase took."""
         total = len(nodes)
-        logs = self.state_dir(spec.name) / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        self._record(spec.name, switch_ns(spec.name))
-        self._run_all(plan_switch(spec))
+        state = self.state_dir(spec.name)
+        (state / "logs").mkdir(parents=True, exist_ok=True)
+        plan = plan_up(spec, nodes)
+        self.timings: dict[str, float] = {}
+        clock = time.monotonic()
+
+        def lap(phase: str) -> None:
+            nonlocal clock
+            now = time.monotonic()
+            self.timings[phase] = self.timings.get(phase, 0.0) + now - clock
+            clock = now
+
+        self._record(spec.name, *plan.namespaces)
+        lap("record")
+        progress(0, total, "creating namespaces and links")
+        self._batch("ip", None, plan.host)
+        lap("namespaces+veths")
+        self._batch("ip", plan.switch_ns, plan.switch)
+        self._batch("bridge", plan.switch_ns, plan.fdb)
+        lap("switch ports")
+        write_sysctls(list(plan.nodes), plan.sysctls)
+        lap("sysctls")
+        for done, (node, ns) in enumerate(zip(nodes, plan.nodes)):
+            progress(done, total, f"configuring {node.name}")
+            self._batch("ip", ns, plan.nodes[ns])
+        lap("addresses+routes")
         pids: dict[str, int] = {}
         launch: dict[str, dict] = {}
         for done, node in enumerate(nodes):
-            progress(done, total, f"creating {node.name}")
-            self._record(spec.name, node_ns(spec.name, node.name))
-            self._run_all(plan_node(spec, node))
+            progress(done, total, f"starting {node.name}")
             launch[node.name] = self.launch_plan(spec, node)
             pids[node.name] = self._start_node(spec.name, node.name, launch[node.name])
-        (self.state_dir(spec.name) / "launch.json").write_text(json.dumps(launch))
-        (self.state_dir(spec.name) / "pids.json").write_text(json.dumps(pids))
+        lap("start processes")
+        (state / "launch.json").write_text(json.dumps(launch))
+        (state / "pids.json").write_text(json.dumps(pids))
+        lap("state files")
         progress(total, total, "namespaces created")
 
-    def _record(self, swarm: str, ns: str) -> None:
-        """Note a namespace in the swarm's state before creating it: a crash between `ip netns add` and its
-        marker leaves a namespace that `down` still knows is ours."""
+    def _batch(self, tool: str, ns: str | None, lines: list[str]) -> None:
+        """One `ip`/`bridge` process (in namespace `ns`, or the host's) running `lines` as its batch; it stops
+        at the first failing line, which its error names."""
+        if lines:
+            self.runner.run([tool, *(["-n", ns] if ns else []), "-batch", "-"], input="\n".join(lines) + "\n",
+                            timeout=120)
+
+    def _record(self, swarm: str, *namespaces: str) -> None:
+        """Note namespaces in the swarm's state before creating them: a crash between `ip netns add` and a
+        namespace's marker leaves a namespace that `down` still knows is ours."""
         with open(self.state_dir(swarm) / "namespaces.txt", "a") as f:
-            f.write(ns + "\n")
+            f.write("".join(ns + "\n" for ns in namespaces))
 
     def launch_plan(self, spec: SwarmSpec, node: NodePlan) -> dict:
         """How a node's main process is started (pure), kept in launch.json so `restart` starts it again."""
-        command = node.spec.command or [node_python(), str(self.agent_path()), "run"]
+        # -S: the agent's `run` needs the standard library only; skipping site (the venv's .pth files) halves
+        # each start-up, and `up` starts one per node at once (swarm-app is exec'd with site again)
+        command = proto.labelled(node.spec.command or [node_python(), "-S", str(self.agent_path()), proto.RUN],
+                                 proto.label(spec.name, node.name))  # ps names its swarm (issue 29 #12)
         env = [f"{k}={v}" for k, v in node_environment(spec, node).items()]
         env.append(f"SWARM_RUN_DIR={self.node_run_dir(spec.name, node.name)}")
         return {"argv": ["ip", "netns", "exec", node_ns(spec.name, node.name), "env", *env, *command],
@@ -210,10 +300,6 @@ class NetnsBackend(Backend):
         pids = json.loads(pids_file.read_text()) if pids_file.exists() else {}
         pids_file.write_text(json.dumps({**pids, node: pid}))
 
-    def _run_all(self, cmds: list[list[str]]) -> None:
-        for argv in cmds:
-            self.runner.run(argv, timeout=30)
-
     def _namespaces(self) -> list[str]:
         res = self.runner.run(["ip", "netns", "list"], timeout=30)
         return [line.split()[0] for line in res.stdout.splitlines() if line.startswith(NS_PREFIX)]
@@ -256,8 +342,34 @@ class NetnsBackend(Backend):
         return found + [(owner, f"host link {link}") for link, owner in self._host_links(swarm).items()]
 
     def _pids_in(self, ns: str) -> list[int]:
-        res = self.runner.run(["ip", "netns", "pids", ns], check=False, timeout=30)
-        return [int(p) for p in res.stdout.split()]
+        return self._pids_by_namespace([ns])[ns]
+
+    @staticmethod
+    def _pids_by_namespace(namespaces: list[str]) -> dict[str, list[int]]:
+        """{namespace: pids of the processes in it}, from one walk of /proc for all of them (what
+        `ip netns pids` does for one: a process is in a namespace when its /proc/PID/ns/net is that file)."""
+        wanted: dict[tuple[int, int], str] = {}
+        for ns in namespaces:
+            try:
+                st = os.stat(f"/run/netns/{ns}")
+            except OSError:
+                continue
+            wanted[(st.st_dev, st.st_ino)] = ns
+        found: dict[str, list[int]] = {ns: [] for ns in namespaces}
+        if not wanted:
+            return found
+        with os.scandir("/proc") as entries:
+            for entry in entries:
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    st = os.stat(f"/proc/{entry.name}/ns/net")
+                except OSError:  # gone meanwhile, or a kernel thread
+                    continue
+                ns = wanted.get((st.st_dev, st.st_ino))
+                if ns is not None:
+                    found[ns].append(int(entry.name))
+        return found
 
     def node_states(self, swarm: str) -> dict[str, str]:
         """running: a process is in the node's namespace; created: none yet, but its main process (as started)
@@ -270,13 +382,15 @@ class NetnsBackend(Backend):
         except ValueError:
             started = {}
         states = {}
-        for ns in self._swarm_namespaces(swarm):
+        nodes = [ns for ns in self._swarm_namespaces(swarm) if ns.startswith(prefix)]
+        inside = self._pids_by_namespace(nodes)
+        for ns in nodes:
             if ns.startswith(prefix):
                 name = ns[len(prefix):]
                 pid = started.get(name)
                 if pid and not self._alive(int(pid)):  # its main process is gone: a dtnd left in the namespace
                     states[name] = "exited"             # does not make the node run (issue 29 #9)
-                elif self._pids_in(ns):
+                elif inside[ns]:
                     states[name] = "running"
                 else:
                     pid = started.get(name)
@@ -309,6 +423,14 @@ class NetnsBackend(Backend):
         """The swarm's switch namespace: every frame between nodes crosses its bridges."""
         return ["ip", "netns", "exec", switch_ns(swarm)], switch_port(node_index, iface)
 
+    def hop_placement(self) -> str | None:
+        return "at the swarm's switch namespace (netns; one engine per swarm)" if self.caps.bridge_nf else None
+
+    def prepare_hop(self, swarm: str) -> None:
+        """Bridged IPv4 through iptables in the switch namespace (its own setting; the default there)."""
+        self.runner.run(["ip", "netns", "exec", switch_ns(swarm), "sysctl", "-q", "-w",
+                         "net.bridge.bridge-nf-call-iptables=1"], timeout=30)
+
     def start_daemon(self, swarm: str, node: str, argv: list[str], name: str, at_hop: bool = False) -> None:
         """Start a daemon in the node's namespace, or (`at_hop`) in the swarm's switch namespace; either way with
         the node's own /run (its control socket is the node's) and its log among the node's."""
@@ -318,19 +440,21 @@ class NetnsBackend(Backend):
         log.parent.mkdir(parents=True, exist_ok=True)
         prefix = (["ip", "netns", "exec", switch_ns(swarm), "sh", "-c", 'mount --bind "$0" /run && exec "$@"', str(run)]
                   if at_hop else self.private_run_prefix(swarm, node))
-        self.runner.start(prefix + list(argv), stdout_path=str(log))
+        self.runner.start(prefix + proto.labelled(list(argv), proto.label(swarm, node)), stdout_path=str(log))
 
     def start_hop_daemon(self, swarm: str, argv: list[str], name: str) -> bool:
         """One process in the swarm's switch namespace (e.g. the link engine serving every node's queue); it
         goes with the namespace on `down`."""
         log = self.state_dir(swarm) / "logs" / f"hop.{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        self.runner.start(["ip", "netns", "exec", switch_ns(swarm)] + list(argv), stdout_path=str(log))
+        self.runner.start(["ip", "netns", "exec", switch_ns(swarm)] + proto.labelled(list(argv), proto.label(swarm, name)),
+                          stdout_path=str(log))
         return True
 
     def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
         return self.exec_prefix(swarm, node) + [
-            "env", f"SWARM_RUN_DIR={self.node_run_dir(swarm, node)}", node_python(), str(self.agent_path()), *args]
+            "env", f"SWARM_RUN_DIR={self.node_run_dir(swarm, node)}",
+            *proto.labelled([node_python(), str(self.agent_path()), *args], proto.label(swarm, node))]
 
     def logs(self, swarm: str, node: str, tail: int = 50) -> str:
         path = self.state_dir(swarm) / "logs" / f"{node}.log"
@@ -346,7 +470,7 @@ class NetnsBackend(Backend):
         """
         count = 0
         for _round in range(5):
-            victims = [pid for ns in namespaces for pid in self._pids_in(ns)]
+            victims = [pid for pids in self._pids_by_namespace(namespaces).values() for pid in pids]
             if not victims:
                 break
             count += len(victims)
