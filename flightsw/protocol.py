@@ -66,6 +66,11 @@ def is_release_report(line: str) -> bool:
 # 3. host -> "RELEASE DURATION"; engine -> {"release_ts": t}, one record per flow ({"id", "side", ...}), {"done": true}
 LISTENING, CONNECT, CONNECTED, ERRORS, DONE, SIDE = "listening", "connect", "connected", "errors", "done", "side"
 SEND, RECV = "send", "recv"
+#: the "connected" reply also names the engine that runs (ENGINE: PYTHON_ENGINE or RUST_ENGINE), for the flow records
+ENGINE, PYTHON_ENGINE, RUST_ENGINE = "engine", "trafficd.py", "swarm-trafficd"
+#: the Rust engine's binary (flightsw/trafficd-rs, built by `make setup` into ~/.cache/swarm-emu/trafficd-target):
+#: $SWARM_TRAFFICD names it ("python": always the Python engine), else the agent looks in the cache, then on PATH
+TRAFFICD_ENV, TRAFFICD_PYTHON = "SWARM_TRAFFICD", "python"
 
 
 def mux_plan(protocol: str, bind: str, port: int, length: int | None, interval: float) -> dict:
@@ -135,3 +140,64 @@ def dtn_flow(dst: str, size: int, rate: float, count: int | None) -> dict:
 def dtn_probe(bind: str, port: int, rate: float, dsts: list[tuple[str, str]]) -> dict:
     """The UDP probe: from `bind`:`port` at `rate` datagrams/s to each (node, address)."""
     return {"bind": bind, "port": port, "rate": rate, "dsts": [{"dst": d, "ip": ip} for d, ip in dsts]}
+
+
+# ------------------------------------------------------------------------------------- process labels
+# Every long-running process the framework starts for a swarm names its swarm and node in its argv, so the
+# host's `ps -eo args` (and `pgrep -f swarm-emu:NAME/`) tells whose it is (issue 29 #12); the environment
+# (SWARM_NAME) is not shown by ps. A Python program gets the label as an `-X` option (CPython keeps unknown
+# -X options in sys._xoptions and ignores them; its argv[0] stays, so sys.executable and its venv stay right);
+# any other program gets it in its argv[0] ("<program> swarm-emu:S/N"), set by bash's `exec -a` or by
+# Popen(executable=...). A shell wrapper (`sh -c SCRIPT $0 PROGRAM ARGS`, whose script runs "$@", e.g.
+# `exec "$@"` or a restart loop) passes the label on to the program it runs; any other shell command is labelled
+# as a whole.
+LABEL_PREFIX = "swarm-emu:"
+#: `sh -c SCRIPT $0 PROGRAM ARGS...` is a wrapper (its $0 its own argument, "$@" the program it runs or becomes)
+#: when SCRIPT runs "$@"; a script running "$0" "$@" has the program as $0 and is labelled as a whole
+WRAPPER_RUNS, PROGRAM_IS_DOLLAR_ZERO = '"$@"', '"$0" "$@"'
+#: `sh -c EXEC_AS "<program> <label>" program args...`: bash's `exec -a` sets argv[0]; an image without bash
+#: (a user's) runs the program unlabelled rather than not at all
+EXEC_AS = ('command -v bash >/dev/null 2>&1 && exec bash -c \'exec -a "$0" "$@"\' "$0" "$@"; exec "$@"')
+
+
+def label(swarm: str, node: str) -> str:
+    """The label of every process of `node` in `swarm`: `swarm-emu:<swarm>/<node>`."""
+    return f"{LABEL_PREFIX}{swarm}/{node}"
+
+
+def own_label() -> str | None:
+    """This process's label: the -X option it was started with, else one made from SWARM_NAME/SWARM_NODE."""
+    import os
+    import sys
+    for key in getattr(sys, "_xoptions", {}):
+        if key.startswith(LABEL_PREFIX):
+            return key
+    swarm, node = os.environ.get("SWARM_NAME"), os.environ.get("SWARM_NODE")
+    return label(swarm, node) if swarm and node else None
+
+
+def is_python(program: str) -> bool:
+    name = program.rsplit("/", 1)[-1]
+    return name.startswith("python") and all(c.isdigit() or c == "." for c in name[len("python"):])
+
+
+def labelled(argv: list[str], tag: str | None) -> list[str]:
+    """`argv` that shows `tag` in ps (see above); unchanged when `tag` is None or argv already carries it."""
+    if not tag or not argv or any(tag in a for a in argv):
+        return list(argv)
+    program = argv[0]
+    if is_python(program):
+        return [program, "-X", tag, *argv[1:]]
+    if (program.rsplit("/", 1)[-1] in ("sh", "bash", "dash") and len(argv) > 4 and argv[1] == "-c"
+            and WRAPPER_RUNS in argv[2] and PROGRAM_IS_DOLLAR_ZERO not in argv[2]):
+        return [*argv[:4], *labelled(argv[4:], tag)]  # a wrapper running "$@": label what it runs
+    # anything else, a shell script too (e.g. a supervising loop running "$0" "$@": its $0 is the program), keeps
+    # its arguments as they are and shows the label in argv[0]
+    return ["sh", "-c", EXEC_AS, f"{program} {tag}", *argv]
+
+
+def labelled_popen_args(argv: list[str], tag: str | None) -> tuple[list[str], str | None]:
+    """(args, executable) for subprocess.Popen: the program runs as argv[0] says, shown as "argv[0] tag"."""
+    if not tag or not argv or is_python(argv[0]):
+        return labelled(argv, tag), None
+    return [f"{argv[0]} {tag}", *argv[1:]], argv[0]

@@ -24,6 +24,7 @@ from typing import Callable
 
 from experiments.loop import RunContext, Loop, run_tests
 from experiments.store import host_facts
+from flightsw import protocol as proto
 
 from experiments.ddsperf.model import DdsperfExperiment, parse_sample_size
 from experiments.ddsperf.parse import parse_ping, parse_sub, participant_name
@@ -45,10 +46,13 @@ def run_test(swarm, exp: DdsperfExperiment, test: DdsTest, raw_dir: Path, run_id
     prefix = lambda n: swarm.backend.exec_prefix(swarm.name, n.name)  # noqa: E731
     unicast = [n.isl_ip for n in swarm.nodes[:test.size]] if not swarm.backend.traits.isl_multicast else None
     pidfile = lambda n: pid_file(swarm.backend.traits, swarm.workdir, swarm.name, n.name)  # noqa: E731
-    procs = {n.name: swarm.runner.start(prefix(n) + remembering_pid(pidfile(n), ddsperf_argv(exp, test, n, False, unicast)),
-                                        stdout_path=str(raw_dir / f"{n.name}.txt")) for n in receivers}
+    tag = lambda n: proto.label(swarm.name, n.name)  # noqa: E731  (ps names the swarm: issue 29 #12)
+    procs = {n.name: swarm.runner.start(prefix(n) + proto.labelled(
+        remembering_pid(pidfile(n), ddsperf_argv(exp, test, n, False, unicast)), tag(n)),
+        stdout_path=str(raw_dir / f"{n.name}.txt")) for n in receivers}
     timeout = initwait(test.size) + exp.duration + 30
-    res = swarm.runner.run(prefix(sender) + ddsperf_argv(exp, test, sender, True, unicast), check=False,
+    res = swarm.runner.run(prefix(sender) + proto.labelled(ddsperf_argv(exp, test, sender, True, unicast), tag(sender)),
+                           check=False,
                            timeout=timeout)
     (raw_dir / f"{sender.name}.txt").write_text(res.stdout + res.stderr)
     time.sleep(1.5)  # the subscribers' last per-second line

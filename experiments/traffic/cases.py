@@ -331,9 +331,11 @@ class MuxTestRunner(TestRunner):
     """
 
     _SETUP_TIMEOUT_S = 120.0
+    node_engines: dict[str, str]  # {node: the engine its "connected" reply named}
 
     def run(self, test: TestCase) -> dict:
         t_start = time.monotonic()
+        self.node_engines = {}
         self.measure_clocks()
         flows = plan_flows(self.swarm.nodes, self.exp.pattern, self.exp.base_port)
         plans = engine_plans(flows, self.exp, test)
@@ -377,7 +379,8 @@ class MuxTestRunner(TestRunner):
             if not result.ok and (f.src.name in failed or f.dst.name in failed):
                 result = dataclasses.replace(result, error=failed.get(f.src.name) or failed[f.dst.name])
             self.store.raw_path(test.test_id, f.flow_id).write_text(
-                json.dumps({"engine": "mux", "release": release, "send": send, "recv": recv}))
+                json.dumps({"engine": "mux", "sender_engine": self.node_engines.get(f.src.name, ""),
+                            "receiver_engine": self.node_engines.get(f.dst.name, ""), "release": release, "send": send, "recv": recv}))
             rec = {"release_ts": reports.get(f.src.name, {}).get(proto.RELEASE_TS, ""),
                    "exit_ts": (send or {}).get("last_send_ts") or ""}
             parsed[f.flow_id] = (f, rec, result)
@@ -394,6 +397,8 @@ class MuxTestRunner(TestRunner):
         for reply in connected.values():
             for fid, error in (reply.get(proto.ERRORS) or {}).items():
                 self.message(f"{fid}: {error}")
+        # which engine each node ran (Rust or Python), kept in every flow's raw record
+        self.node_engines = {node: reply.get(proto.ENGINE, "") for node, reply in connected.items()}
         return slowest_step
 
     def _send(self, proc, node: str, line: str, failed: dict[str, str]) -> None:

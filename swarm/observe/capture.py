@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from compose.render import container_name
+from flightsw import protocol as proto
 from swarm.errors import RuntimeFailure, SpecError
 from swarm.mesh.plan import BATADV_IF, enslaved_interfaces
 from swarm.runtime.runner import Runner
@@ -225,8 +226,9 @@ class Capture:
                 if self.ring:
                     file = self.output.parent / f"{self.output.stem}-{i}-{end.node}{self.output.suffix or '.pcapng'}"
                 log = self.tmp / f"{i}-{end.node}.log"
-                argv = [*prefix, *dumpcap_argv(iface, str(file), filt=end.filter, snaplen=self.snaplen,
-                                               duration=duration, ring=self.ring)]
+                argv = [*prefix, *proto.labelled(dumpcap_argv(iface, str(file), filt=end.filter, snaplen=self.snaplen,
+                                                              duration=duration, ring=self.ring),
+                                                 proto.label(self.swarm.name, end.node))]
                 self.running.append(Running(end, iface, file, log, runner.start(argv, stdout_path=str(log))))
             self._wait_started()
         except BaseException:

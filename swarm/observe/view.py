@@ -31,7 +31,7 @@ STATIC = Path(__file__).resolve().parent / "static"
 ASSETS = {"/": ("view.html", "text/html; charset=utf-8"), "/view.js": ("view.js", "text/javascript; charset=utf-8"),
           "/view.css": ("view.css", "text/css; charset=utf-8")}
 MAX_EVENTS = 2000  # kept in memory for the page; the log itself keeps everything
-#: Node states from the backend (netns: one `ip netns pids` per node): a commanded change (fault node ...) is
+#: Node states from the backend (netns: `ip netns list` and one walk of /proc): a commanded change (fault node ...) is
 #: in the event log at once; this poll only finds a node that died by itself, so it can be slow and cheap.
 NODE_POLL_S = 5.0
 DTN_POLL_S = 2.0  # the agents' stores: one small HTTP request per DTN node

@@ -341,7 +341,8 @@ class DtnAgents:
             program = [sys.executable or "python3", str(Path(self.swarm.workdir) / TRAFFIC_PROGRAM)]
         else:
             program = ["python3", f"/opt/swarm/{TRAFFIC_PROGRAM}"]
-        return b.exec_prefix(self.swarm.name, node, interactive=True) + program + list(args)
+        return b.exec_prefix(self.swarm.name, node, interactive=True) + proto.labelled(
+            program + list(args), proto.label(self.swarm.name, node))  # ps names the swarm (issue 29 #12)
 
     def send(self, src: str, dst: str, payload: bytes, lifetime: float = 3600.0, service: str = "in") -> str:
         """Send one bundle from `src`'s agent to dtn://<dst>/<service> with dtnsend; returns its bundle ID."""

@@ -197,7 +197,7 @@ def test_reapplying_the_same_impairment_revives_a_dead_engine(need_netns, tmp_pa
 @pytest.mark.root
 def test_ctrl_c_at_any_moment_of_an_early_up_is_one_line_and_leaves_nothing(need_netns, tmp_path):
     import signal
-    spec = netns_spec(tmp_path, "rel-ctrlc", isl="10.186.0.0/24", ground="10.187.0.0/24")
+    spec = netns_spec(tmp_path, "rel-ctrlc", isl="10.224.0.0/24", ground="10.225.0.0/24")
     seen = []
     try:
         for trial, delay in enumerate([0.04 * k for k in range(25)] + [1.2, 1.5, 2.0]):  # start-up (imports
@@ -231,3 +231,88 @@ def test_ctrl_c_at_any_moment_of_an_early_up_is_one_line_and_leaves_nothing(need
         assert seen.count(130) >= 8, seen  # most trials interrupted it
     finally:
         swarm(["down", "rel-ctrlc"], tmp_path)
+
+
+# ---- 12. every process the framework starts for a swarm names the swarm (and node) in `ps -eo args`
+def _args(pid: int) -> str:
+    """What `ps -eo args` shows for the process ('' if it is gone)."""
+    try:
+        return subprocess.run(["ps", "ww", "-o", "args=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return ""
+
+
+def _unnamed(name: str, nodes: list[str]) -> list[str]:
+    """Every process in the swarm's namespaces whose ps args do not carry its node's label (switch namespace:
+    any node's, or the swarm's link engine's `swarm-emu:<swarm>/linkd`). A process still in a wrapper shell gets a
+    moment to exec."""
+    wrong = []
+    owners = {f"swarm-emu_{name}_{n}": [f"swarm-emu:{name}/{n}"] for n in nodes}  # the label, as the README says
+    owners[f"swarm-emu_{name}"] = [f"swarm-emu:{name}/{n}" for n in [*nodes, "linkd"]]
+    for ns, labels in owners.items():
+        for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+            for _ in range(50):
+                shown = _args(int(pid))
+                if not shown or any(lb in shown.split() for lb in labels) or not shown.startswith(("sh ", "bash ")):
+                    break
+                time.sleep(0.05)
+            if shown and not any(lb in shown.split() for lb in labels):
+                wrong.append(f"{ns}: {pid} {shown}")
+    return wrong
+
+
+@pytest.mark.root
+def test_every_process_of_a_netns_swarm_names_its_swarm_in_ps(need_netns, need_dtn7, tmp_path):
+    """Node main processes (the agent, the DDS app), dtnd and swarm-ltpcla, batmand, and iperf3 servers the
+    agent starts: each shows `swarm-emu:<swarm>/<node>` in `ps -eo args` on the host."""
+    from conftest import swarm_up
+    from flightsw import protocol as proto
+    name = "rel-ps"
+    dtn = {"cla": "ltp", "ltp": {"rate": "100Mbit"}}
+    doc = {"name": name, "backend": "netns", "mesh": {"protocol": "batman"}, "apps": ["swarm-app"],
+           "networks": {"isl": {"subnet": "10.165.10.0/24"}, "ground": {"subnet": "10.165.11.0/24"}},
+           "node_list": [{"name": "sat01", "dtn": dtn}, {"name": "sat02", "dtn": dtn, "env": {"SWARM_APPS": ""}},
+                         {"name": "sat03"}]}  # sat02 runs the plain agent, the others the DDS app
+    with swarm_up(doc) as swarm:
+        sat01 = swarm.node("sat01")
+        served = subprocess.run(swarm.backend.agent_argv(name, "sat01", proto.SERVERS, "--bind", sat01.isl_ip,
+                                                         "--ports", "5301"), capture_output=True, text=True, timeout=60)
+        assert served.returncode == 0, served.stdout + served.stderr
+        try:
+            ps = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
+            for program in ("dtnd", "swarm-ltpcla", "batmand", "iperf3", "swarm_app.py", "agent.py"):
+                assert any(program in line and f"swarm-emu:{name}/" in line for line in ps.splitlines()), \
+                    (program, [line for line in ps.splitlines() if program in line])
+            assert _unnamed(name, ["sat01", "sat02", "sat03"]) == []
+            assert subprocess.run(["pgrep", "-f", f"swarm-emu:{name}/sat01( |$)"], capture_output=True).stdout.split()
+        finally:
+            subprocess.run(swarm.backend.agent_argv(name, "sat01", proto.CLEANUP), capture_output=True, timeout=60)
+
+
+@pytest.mark.docker
+def test_every_process_of_a_compose_swarm_names_its_swarm_in_ps(need_docker, tmp_path):
+    """The same on compose, seen from the host: each container's processes (docker-init and the agent it runs,
+    batmand started with docker exec, an iperf3 server the agent starts) carry `swarm-emu:<swarm>/<node>`."""
+    from conftest import swarm_up
+    from flightsw import protocol as proto
+    name = "rel-psc"
+    doc = {"name": name, "backend": "compose", "nodes": 2, "mesh": {"protocol": "batman"},
+           "networks": {"isl": {"subnet": "10.166.30.0/24"}, "ground": {"subnet": "10.166.31.0/24"}}}
+    with swarm_up(doc) as swarm:
+        sat01 = swarm.node("sat01")
+        served = subprocess.run(swarm.backend.agent_argv(name, "sat01", proto.SERVERS, "--bind", sat01.isl_ip,
+                                                         "--ports", "5301"), capture_output=True, text=True, timeout=60)
+        assert served.returncode == 0, served.stdout + served.stderr
+        wrong, seen = [], []
+        for node in ("sat01", "sat02"):
+            top = subprocess.run(["docker", "top", f"{name}-{node}", "-o", "pid"], capture_output=True, text=True,
+                                 timeout=30)
+            assert top.returncode == 0, top.stderr
+            for pid in top.stdout.split()[1:]:
+                shown = _args(int(pid))
+                seen.append(shown)
+                if shown and f"swarm-emu:{name}/{node}" not in shown.split():
+                    wrong.append(f"{node}: {pid} {shown}")
+        assert wrong == [], wrong
+        for program in ("docker-init", "agent.py", "batmand", "iperf3"):
+            assert any(program in s for s in seen), (program, seen)
