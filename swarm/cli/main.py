@@ -32,6 +32,9 @@ from swarm.observe.runcapture import RunCaptures, section_of
 from netem.engines import ENGINES, choose_engine
 from swarm.spec.mesh import MeshSpec, choose_implementation
 from swarm.runtime.probe import capabilities
+from swarm.runtime.runner import Runner
+from swarm.caps import Capabilities
+from netem.runtime.linkd import engine_for
 from swarm.runtime.backends import REGISTRY, TRAITS, swarm_dir
 from swarm.runtime.backends.compose import ComposeBackend
 from swarm.spec.model import check_swarm_name, json_schema, spec_from_dict
@@ -160,6 +163,7 @@ def status(name: str, as_json: bool) -> None:
     engine = swarm.links.engine
     if as_json:
         click.echo(json.dumps({"swarm": name, "backend": swarm.backend.name, "impairment_engine": engine.name,
+                               "userspace_engine": swarm.links.placement(),
                                "mesh": swarm.mesh.implementation, "nodes": [asdict(r) for r in rows]}, indent=1))
         return
     table = Table(title=f"swarm {name} ({swarm.backend.name})")
@@ -174,6 +178,8 @@ def status(name: str, as_json: bool) -> None:
     for line in swarm.backend_facts():
         out.print(line)
     out.print(f"impairment engine: {engine.describe()}; `swarm impair {name} --show` for the link conditions")
+    if swarm.links.placement():
+        out.print(f"userspace engine: {swarm.links.placement()}")
     out.print(f"mesh: {swarm.mesh.describe()}" + (f"; `swarm mesh {name}` for its routes" if swarm.spec.mesh.enabled else ""))
 
 
@@ -286,13 +292,35 @@ def schema() -> None:
     click.echo(json.dumps(json_schema(), indent=1))
 
 
+BRIDGE_NF_SYSCTL = "/proc/sys/net/bridge/bridge-nf-call-iptables"
+
+
+def engine_placement_facts(caps: Capabilities) -> dict:
+    """Per one-host backend: the engine `links:` runs with, and where the userspace engine runs there; and the
+    host's net.bridge.bridge-nf-call-iptables (the compose host engine needs 1; Docker sets it for its bridges,
+    and the engine sets it, recording that in the swarm's state, where it is not)."""
+    facts: dict = {}
+    for name in ("netns", "compose"):
+        backend = REGISTRY[name](Runner(), caps, Path("."))
+        hop = backend.hop_placement() if caps.bridge_nf else None
+        facts[f"impairment_engine_{name}"] = engine_for(caps, backend).name
+        facts[f"userspace_engine_{name}"] = hop or ("inside each node, only when pinned (the binary copied in)"
+                                                    if backend.traits.containers else "in each node's namespace")
+    try:
+        facts["host_bridge_nf_call_iptables"] = Path(BRIDGE_NF_SYSCTL).read_text().strip()
+    except OSError:
+        facts["host_bridge_nf_call_iptables"] = "absent (br_netfilter not loaded; Docker loads it)"
+    return facts
+
+
 @cli.command()
 def probe() -> None:
     """What this host can do (Docker, Compose, sch_netem, batman-adv, nftables, tools)."""
     caps = capabilities()
     facts = caps.as_dict()
     facts["mesh_batman"] = choose_implementation(MeshSpec(protocol="batman"), caps, ComposeBackend.traits)  # what `mesh: batman` runs
-    facts["impairment_engine"] = choose_engine(caps).name  # what `links:` runs with (netns; compose: see README)
+    facts["impairment_engine"] = choose_engine(caps).name  # what `links:` runs with on netns
+    facts.update(engine_placement_facts(caps))  # per backend, and where the userspace engine runs
     click.echo(json.dumps(facts, indent=1))
 
 

@@ -1,8 +1,10 @@
 """Pytest fixtures for a real second Docker host (import them into a test module or conftest).
 
-`second_engine` (session): a SecondEngine started for the session and removed at its end; or, when
-`.ci/run` already started one, that one (named by SWARM_EMU_SECOND_ENGINE), left for `.ci/run` to stop.
+`second_engine_session` (session): a SecondEngine started for the session and removed at its end; or,
+when `.ci/run` already started one, that one (named by SWARM_EMU_SECOND_ENGINE), left for `.ci/run` to stop.
 Skips without root or Docker; under CI=true it fails instead, as the other capability fixtures do.
+`second_engine` (per test): that engine, its dockerd restarted first if an earlier test's `swarm leave` left
+its gossip port bound (import both names: pytest finds the session fixture through the test module).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ def _require(present: bool, reason: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def second_engine():
+def second_engine_session():
     _require(os.geteuid() == 0, "not running as root")
     _require(all(shutil.which(t) for t in ("dockerd", "nsenter", "unshare", "ip", "docker")),
              "dockerd, nsenter, unshare, ip or docker missing")
@@ -44,3 +46,13 @@ def second_engine():
         yield eng
     finally:
         eng.stop()
+
+
+@pytest.fixture
+def second_engine(second_engine_session):
+    eng = second_engine_session
+    if eng.gossip_port_leaked():
+        print(f"second engine {eng.name}: gossip port still bound after the last `swarm leave` "
+              "(Docker 20.10 leak); restarting its dockerd")
+        eng.restart_daemon()
+    yield eng

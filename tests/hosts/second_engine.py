@@ -55,6 +55,7 @@ BASE_DIR = Path("/var/lib/swarm-emu-hosts")  # data roots (images, containers)
 RUN_DIR = Path("/run/swarm-emu-hosts")  # config, socket, pid file, exec root, log, state
 NETNS_DIR = Path("/var/run/netns")
 TLS_PORT = 2376
+GOSSIP_PORT = 7946  # Docker Swarm's memberlist (TCP and UDP)
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 Progress = Callable[[str], None]
@@ -213,6 +214,10 @@ class SecondEngine:
         }, indent=1) + "\n")
         self._make_certificates()
         self._save(st, "dockerd")
+        return self._launch(st, t0, timeout)
+
+    def _launch(self, st: EngineState, t0: float, timeout: float) -> "SecondEngine":
+        """Start dockerd in the engine's namespaces and wait until it answers (stop everything if it does not)."""
         argv = ["nsenter", f"--net={NETNS_DIR / self.netns}", "unshare", "--uts", "--",
                 "sh", "-c", 'hostname "$0" && exec "$@"', self.hostname,
                 "dockerd", "--config-file", str(self.config), "--data-root", str(self.data_root),
@@ -239,6 +244,36 @@ class SecondEngine:
             time.sleep(0.2)
         self.stop()
         raise RuntimeFailure(f"second engine {self.name}: dockerd did not answer within {timeout:.0f} s (log: {self.log})")
+
+    def gossip_port_leaked(self) -> bool:
+        """True when the engine is in no Swarm yet something in its namespace still listens on the gossip port
+        7946: Docker 20.10's `swarm leave` sometimes keeps memberlist's listener (moby PR 50115 fixed it), and
+        the next `swarm join` then starts no gossip (seen in CI: "bind: address already in use" in its log, and
+        every overlay test after it failed)."""
+        pid = self._pid()
+        if not pid or not _alive(pid):
+            return False
+        if self.docker("info", "--format", "{{.Swarm.LocalNodeState}}", check=False, timeout=15).stdout.strip() \
+                != "inactive":
+            return False
+        return any(_listens(Path(f"/proc/{pid}/net/{table}"), GOSSIP_PORT) for table in ("tcp", "tcp6"))
+
+    def restart_daemon(self, timeout: float = 90.0) -> "SecondEngine":
+        """Stop this engine's dockerd and every process it left in its namespace, then start it again in the
+        same namespace, data root and address: what an operator does for the gossip leak above."""
+        st = self._load()
+        if st is None:
+            raise RuntimeFailure(f"second engine {self.name}: not started (no {self.state_file})")
+        pid = self._pid() or st.pid
+        if pid and _alive(pid):
+            ids = self.docker("ps", "-aq", check=False, timeout=30).stdout.split()
+            if ids:
+                self.docker("rm", "-f", *ids, check=False, timeout=120)
+            _terminate(pid, 20.0)
+        for p in _pids_in_netns(NETNS_DIR / st.netns):  # containerd and shims our dockerd started
+            _terminate(p, 5.0)
+        self.progress(f"second engine {self.name}: restarting dockerd")
+        return self._launch(st, time.monotonic(), timeout)
 
     def stop(self) -> list[str]:
         """Remove everything `start` recorded; returns what was removed (one phrase each). Idempotent."""
@@ -431,6 +466,19 @@ def _rmdir(path: Path) -> None:
         path.rmdir()
     except OSError:
         pass
+
+
+def _listens(table: Path, port: int) -> bool:
+    """Whether a /proc/<pid>/net/tcp{,6} table (that process's network namespace) holds a listener on `port`."""
+    try:
+        rows = table.read_text().splitlines()[1:]
+    except OSError:
+        return False
+    for row in rows:
+        cols = row.split()  # sl local_address rem_address st ...; ports in hex, state 0A = LISTEN
+        if len(cols) > 3 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+            return True
+    return False
 
 
 def _link_exists(runner: Runner, name: str) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import interruptible
-from hosts.fixtures import second_engine  # noqa: F401 - fixture
+from hosts.fixtures import second_engine, second_engine_session  # noqa: F401 - fixtures
 from hosts.second_engine import SwarmPair
 from swarm.errors import RuntimeFailure, SpecError
 from swarm.runtime.backends.multihost.backend import SwarmBackend

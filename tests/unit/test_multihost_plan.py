@@ -343,3 +343,56 @@ def test_a_host_whose_overlay_agent_never_starts_stops_up_with_its_name(tmp_path
                 backend._attach_overlays(spec, list(spec.hosts), "img", lambda *a: None)
         else:
             assert set(backend._attach_overlays(spec, list(spec.hosts), "img", lambda *a: None)) == {"main", "lab2"}
+
+
+# ------------------------------------------------------- ssh:// hosts: the client tools, checked before any host
+from swarm.runtime.backends.multihost.preflight import ssh_tools_missing  # noqa: E402
+
+
+def _bin(tmp_path, folder: str = "bin", **programs: str):
+    """A PATH folder holding the given programs (name -> script text), each executable."""
+    d = tmp_path / folder
+    d.mkdir(exist_ok=True)
+    for name, text in programs.items():
+        (d / name).write_text(text)
+        (d / name).chmod(0o755)
+    return str(d)
+
+
+def test_an_ssh_host_without_the_ssh_client_is_one_line_naming_it_and_nothing_is_asked(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", _bin(tmp_path, **{"docker-compose": "#!/bin/sh\n"}))
+    runner = RecordingRunner()
+    spec = swarm_spec()
+    with pytest.raises(SpecError) as err:
+        SwarmBackend(runner, CAPS, tmp_path).check_spec(spec, plan_nodes(spec))
+    assert str(err.value) == ("hosts[1] ('lab2').endpoint 'ssh://ops@lab2': needs the OpenSSH client 'ssh' "
+                              "(Debian package openssh-client), which is not in PATH")
+    assert runner.calls == [] and not (tmp_path / ".swarm").exists()
+
+
+def test_a_python_docker_compose_whose_interpreter_lacks_paramiko_is_named(tmp_path):
+    # a real interpreter that cannot import paramiko: Python without its site directories
+    path = _bin(tmp_path, ssh="#!/bin/sh\n", **{"docker-compose": "#!/usr/bin/python3 -S\nimport sys\n"})
+    why = ssh_tools_missing(["docker-compose"], path=path)
+    assert why == (f"docker-compose ({path}/docker-compose, Python) needs paramiko for ssh:// hosts, which its "
+                   "interpreter /usr/bin/python3 -S cannot import (Debian package python3-paramiko)")
+    assert "\n" not in why
+    assert ssh_tools_missing(["docker", "compose"], path=path) == ""  # the Go plugin runs ssh itself
+    compiled = _bin(tmp_path, "compiled", ssh="#!/bin/sh\n", **{"docker-compose": "\x7fELF"})
+    assert ssh_tools_missing(["docker-compose"], path=compiled) == ""
+
+
+def test_the_machines_own_docker_compose_and_ssh_pass_where_installed():
+    import shutil
+    if not (shutil.which("ssh") and shutil.which("docker-compose")):
+        pytest.skip("no ssh client or docker-compose here")
+    assert ssh_tools_missing(["docker-compose"]) == ""
+
+
+def test_hosts_without_ssh_endpoints_do_not_need_the_ssh_tools(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", _bin(tmp_path))
+    runner = RecordingRunner(answers=[(lambda a: "version" in a, lambda a: Result(a, 1, "", "no engine"))])
+    spec = spec_from_dict({"name": "mh2-u", "nodes": 2, "backend": "swarm", "networks": NETS,
+                           "hosts": [{"name": "main", "endpoint": "local"}, {"name": "b", "endpoint": "unix:///run/b.sock"}]})
+    with pytest.raises(SpecError, match="unreachable"):  # asked, not refused for ssh
+        SwarmBackend(runner, CAPS, tmp_path).check_spec(spec, plan_nodes(spec))

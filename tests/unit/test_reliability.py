@@ -3,6 +3,7 @@ one-line errors."""
 from __future__ import annotations
 
 import io
+import time
 from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
@@ -369,3 +370,38 @@ def test_the_dtn_status_table_with_ltp_keeps_every_name_whole_at_80_columns():
     assert "…" not in text and all(len(line) <= 80 for line in text.splitlines()), text
     words = set(re.findall(r"[a-z0-9/]+", text))
     assert {"sat01", "sat02", "sat03", "ground", "stored", "failed", "state", "2/5/1"} <= words, text
+
+
+# ---- 5, 6: the remaining inputs of the review's list, each one line under the memory limit and fast
+@pytest.mark.parametrize("what", ["/dev/zero", "/dev/urandom", "fifo", "dir"])
+def test_a_contact_plan_that_is_not_a_regular_file_is_one_line(what, tmp_path):
+    """A contact plan that is a device passed 3 GB; a FIFO blocked forever (review, #5)."""
+    path = {"fifo": tmp_path / "plan.fifo", "dir": tmp_path}.get(what, what)
+    if what == "fifo":
+        os.mkfifo(path)
+    (tmp_path / "e.yaml").write_text(DTN + f"contacts: {{plan: {path}}}\n")
+    line = refused(bounded("run", "--check", "e.yaml", cwd=tmp_path, timeout=30))
+    assert "contacts.plan" in line and str(path) in line
+
+
+def test_a_400_digit_orbits_duration_is_one_line(tmp_path):
+    """`orbits` experiment duration with 400 digits: OverflowError (review, #6)."""
+    text = (Path(__file__).resolve().parents[2] / "experiments" / "walker-dtn.yaml").read_text()
+    assert "  duration: 10min\n" in text
+    (tmp_path / "o.yaml").write_text(text.replace("  duration: 10min\n", f"  duration: {HUGE}s\n"))
+    assert "o.yaml" in refused(bounded("run", "--check", "o.yaml", cwd=tmp_path, timeout=30))
+
+
+@pytest.mark.parametrize("total, planes, duration, why", [
+    (5000, 50, "2s", "node pairs"),       # passed 2.1 GB (review, #5)
+    (2000, 40, "30min", "pair samples"),  # 2,000 x 10 min took 95 s; 30 min is past the planner's bound
+])
+def test_orbit_plans_past_the_planners_bounds_are_refused_before_computing(total, planes, duration, why, tmp_path):
+    (tmp_path / "o.yaml").write_text(
+        f"epoch: 2026-03-20T12:00:00Z\nduration: {duration}\nstep: 1s\nsatellites:\n"
+        f"  - walker: {{type: delta, total: {total}, planes: {planes}, phasing: 1, altitude: 550km, inclination: 53, "
+        "prefix: s}\nlinks: {isl: {max_range: 5000km, max_degree: 4, rate: 100Mbit}}\n")
+    started = time.monotonic()
+    line = refused(bounded("orbits", "plan", "--out", str(tmp_path / "out"), "o.yaml", cwd=tmp_path, timeout=30))
+    assert why in line and time.monotonic() - started < 20
+    assert not (tmp_path / "out").exists()

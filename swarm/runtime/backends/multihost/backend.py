@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from flightsw import protocol as proto
 from compose.render import AGENT_COMMAND, LABEL_SWARM, container_name, network_name
 from swarm.cfs.node import CfsRuntime
 from swarm.errors import CommandError
@@ -180,10 +181,12 @@ class SwarmBackend(Preflight, Joining, Overlays, Release, Backend):
         return [*self._docker(self._host_of(swarm, node)), "exec", *(["-i"] if interactive else []), container_name(swarm, node)]
 
     def agent_argv(self, swarm: str, node: str, *args: str) -> list[str]:
-        return self.exec_prefix(swarm, node, interactive=True) + [*AGENT_COMMAND[:2], *args]
+        return self.exec_prefix(swarm, node, interactive=True) + proto.labelled([*AGENT_COMMAND[:2], *args],
+                                                                             proto.label(swarm, node))
 
     def start_daemon(self, swarm: str, node: str, argv: list[str], name: str, at_hop: bool = False) -> None:
-        self.runner.run([*self._docker(self._host_of(swarm, node)), "exec", "-d", container_name(swarm, node), *argv], timeout=60)
+        self.runner.run([*self._docker(self._host_of(swarm, node)), "exec", "-d", container_name(swarm, node),
+                         *proto.labelled(list(argv), proto.label(swarm, node))], timeout=60)
 
     def logs(self, swarm: str, node: str, tail: int = 50) -> str:
         return self._compose(swarm, self._host_of(swarm, node)).logs(swarm, node, tail)

@@ -29,6 +29,8 @@ def _hosts_of(spec: SwarmSpec) -> list[HostSpec]:
 class HostCompose(ComposeBackend):
     """The Compose backend aimed at one host of a multi-host swarm: its nodes only, on external overlays."""
 
+    host_engine = False  # its nodes are on overlays, maybe on another machine: no link engine on this host
+
     def __init__(self, runner, caps, workdir: Path, host: HostSpec, node_names: list[str] | None = None):
         super().__init__(runner, caps, workdir)
         self.host = host

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import shutil
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from compose.render import network_name
@@ -61,6 +63,10 @@ class Preflight:
         check_features(spec, nodes, across_hosts=len(set(placement.values())) > 1)
         ranges = {w: dynamic_range(getattr(spec.networks, w).subnet, len(nodes), len(hosts), w) for w in ("isl", "ground")}
         labels = [f"hosts[{i}] ({h.name!r})" for i, h in enumerate(hosts)]
+        ssh = [(label, h) for label, h in zip(labels, hosts) if h.endpoint.startswith("ssh://")]
+        missing = ssh_tools_missing(self.caps.compose) if ssh else ""
+        if missing:  # before any host is asked: `docker -H ssh://...` without them fails obscurely
+            raise SpecError(f"{ssh[0][0]}.endpoint {ssh[0][1].endpoint!r}: {missing}")
         with ThreadPoolExecutor(max(1, min(8, len(hosts)))) as pool:
             why = list(pool.map(self._reach, hosts))
         for label, h, w in zip(labels, hosts, why):
@@ -115,6 +121,35 @@ class Preflight:
                                         f"({theirs}) there; choose another subnet")
 
     # ------------------------------------------------------------------------------------------- state
+
+
+def ssh_tools_missing(compose: list[str], path: str | None = None) -> str:
+    """What this machine lacks to reach an ssh:// host ('' if nothing), searched in `path` (default $PATH): the
+    OpenSSH client, which the Docker CLI (and Compose) run for ssh:// hosts; and, where Compose is Debian's
+    docker-compose v1 (a Python program), paramiko for its interpreter: docker-py imports it for any ssh:// host
+    and refuses the host without it (found by test_a_host_over_ssh)."""
+    if shutil.which("ssh", path=path) is None:
+        return "needs the OpenSSH client 'ssh' (Debian package openssh-client), which is not in PATH"
+    program = shutil.which(compose[0], path=path) if compose == ["docker-compose"] else None
+    if program is None:
+        return ""
+    try:
+        with open(program, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return ""
+    interpreter = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
+    if not interpreter or not any("python" in part.rsplit("/", 1)[-1] for part in interpreter[:2]):
+        return ""  # a compiled docker-compose (v2 standalone) runs ssh itself
+    try:
+        ok = subprocess.run([*interpreter, "-c", "import paramiko"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    if ok:
+        return ""
+    return (f"docker-compose ({program}, Python) needs paramiko for ssh:// hosts, which its interpreter "
+            f"{' '.join(interpreter)} cannot import (Debian package python3-paramiko)")
 
 
 def check_features(spec: SwarmSpec, nodes: list[NodePlan], across_hosts: bool) -> None:
