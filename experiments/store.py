@@ -155,6 +155,8 @@ def host_facts(swarm: Swarm | None = None) -> dict:
     if swarm is not None:
         facts["backend"] = swarm.backend.name
         facts["impairment_engine"] = swarm.links.engine.name
+        if swarm.links.placement():
+            facts["userspace_engine"] = swarm.links.placement()
         if swarm.spec.links is not None and swarm.spec.links.tcp_buffers:
             facts["tcp_buffers"] = swarm.links.tcp_buffers()
         facts["image"] = swarm.image

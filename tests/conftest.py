@@ -6,6 +6,7 @@ netns) fails the test instead of skipping it, so a broken install step cannot hi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -154,6 +155,28 @@ def kernel_lab(request):
         if reporter:
             reporter.write_line(f"kernel-lab: {request.module.__name__}: guest up {time.monotonic() - started:.0f} s "
                                 f"in all (boot {lab.boot_s:.1f} s)")
+
+
+def require_netns_engine():
+    """Skip (fail under CI) unless the userspace link engine can run on netns here: root, namespaces, NFQUEUE and
+    a built swarm-linkd; returns the host's capabilities."""
+    from swarm.runtime.probe import capabilities
+
+    caps = capabilities()
+    require("root", caps.root, "not running as root")
+    require("netns", caps.netns, "cannot create network namespaces")
+    require("nfqueue", caps.nfqueue, "iptables NFQUEUE target refused")
+    require("swarm-linkd", bool(caps.linkd), "swarm-linkd not built (make setup)")
+    return caps
+
+
+def isl_rtts(swarm, a: str, b: str) -> list[float]:
+    """Round-trip times (ms) of 3 pings, 0.2 s apart, from netns node `a` to `b`'s ISL address; [] when cut."""
+    from swarm.runtime.backends.netns.backend import node_ns
+
+    res = subprocess.run(["ip", "netns", "exec", node_ns(swarm.name, a), "ping", "-n", "-c", "3", "-i", "0.2",
+                          "-W", "1", swarm.node(b).isl_ip], capture_output=True, text=True, timeout=60)
+    return [float(m) for m in re.findall(r"time=([\d.]+) ms", res.stdout)]
 
 
 @contextmanager

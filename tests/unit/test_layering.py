@@ -55,7 +55,10 @@ FUNCTION_LEVEL_OK = {("swarm.cli.main", "experiments.runs"), ("swarm.cli.main", 
                      # `swarm orbits`: the planner, its report and the driver load numpy/pandas/matplotlib
                      ("swarm.cli.orbits", "analysis.orbits"), ("swarm.cli.orbits", "netem.orbits.planner"),
                      ("swarm.cli.orbits", "netem.spec.orbits"), ("swarm.cli.orbits", "netem.orbits.records"),
-                     ("swarm.cli.orbits", "netem.runtime.orbits")}
+                     ("swarm.cli.orbits", "netem.runtime.orbits"),
+                     # the agent's `run` starts with the standard library only (one per node at once on `up`,
+                     # issue 27); it loads the protocol module only to exec the swarm app
+                     ("flightsw.agent", "flightsw")}
 
 
 def layer(module: str) -> str:
