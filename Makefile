@@ -21,15 +21,15 @@ APT_PACKAGES += openssh-server
 # system's ssh client
 APT_PACKAGES += python3-paramiko
 
-.PHONY: setup linkd ltpcla linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn bench-dtn-delay wipe clean help lint lint-py lint-rust
+.PHONY: setup linkd ltpcla trafficd linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn bench-dtn-delay wipe clean help lint lint-py lint-rust
 
 help:
 	@echo "make demo   - bring up a small swarm, status + ISL reachability, short TCP/UDP sweep, report, tear down"
 	@echo "make test   - unit and integration tests (real Docker / netns / iperf3 where present)"
 	@echo "make unit | integration | image | bench-up | bench-sweep | wipe | clean"
-	@echo "make lint   - ruff + mypy (pyproject.toml) on the five packages; cargo fmt --check + clippy -D warnings on netem/linkd"
+	@echo "make lint   - ruff + mypy (pyproject.toml) on the five packages; cargo fmt --check + clippy -D warnings on the Rust crates"
 
-setup: $(VENV)/.installed linkd dtn7 ltpcla
+setup: $(VENV)/.installed linkd dtn7 ltpcla trafficd
 
 # The userspace link engine (netem/linkd, Rust): built with cargo from the Cargo registry into a cache
 # outside the repository; nothing binary is committed. Without cargo the `userspace` engine is unavailable
@@ -49,6 +49,16 @@ ltpcla:
 	  CARGO_TARGET_DIR="$(LTPCLA_TARGET)" nice -n 10 cargo build -q --release --locked --manifest-path flightsw/ltpcla/Cargo.toml \
 	  && echo "swarm-ltpcla: $(LTPCLA_TARGET)/release/swarm-ltpcla"; \
 	else echo "cargo not found: cla: ltp (swarm-ltpcla) is not built; install Rust (rustup) for it"; fi
+
+# trafficd: the multiplexing traffic engine in Rust (flightsw/trafficd-rs, swarm-trafficd), the twin of flightsw/trafficd.py
+# at a fraction of its CPU (issue 27); `agent.py mux` runs it where built (netns backend: the host's cache), else the
+# Python engine. Built like swarm-linkd into a cache outside the repository.
+TRAFFICD_TARGET ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/swarm-emu/trafficd-target
+trafficd:
+	@if command -v cargo >/dev/null; then \
+	  CARGO_TARGET_DIR="$(TRAFFICD_TARGET)" nice -n 10 cargo build -q --release --locked --manifest-path flightsw/trafficd-rs/Cargo.toml \
+	  && echo "swarm-trafficd: $(TRAFFICD_TARGET)/release/swarm-trafficd"; \
+	else echo "cargo not found: the Rust traffic engine (swarm-trafficd) is not built; the Python engine runs instead"; fi
 
 # linkd-static: a self-contained (static-pie, glibc) swarm-linkd for a guest or an image without Debian's libc,
 # e.g. the kernel-lab guest that cross-checks it against kernel NetEm: copy the file in and run it by hand.
@@ -76,7 +86,9 @@ $(VENV)/.installed: pyproject.toml
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	  if [ -n "$$missing" ]; then echo "installing Debian packages:" $$missing; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; fi; \
+	    for try in 1 2 3 4 5 6 7 8 9 10 11 12; do apt-get update -q && break; \
+	      [ $$try = 12 ] && exit 100; echo "apt-get update failed (another apt holding its lock?): retry in 10 s"; sleep 10; done; \
+	    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends $$missing; fi; \
 	else echo "not root: make sure these Debian packages are installed: $(APT_PACKAGES)"; fi
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
@@ -132,8 +144,10 @@ lint-py: setup
 lint-rust:
 	cargo fmt --check --manifest-path netem/linkd/Cargo.toml
 	cargo fmt --check --manifest-path flightsw/ltpcla/Cargo.toml
+	cargo fmt --check --manifest-path flightsw/trafficd-rs/Cargo.toml
 	CARGO_TARGET_DIR="$(LINKD_TARGET)-clippy" nice -n 10 cargo clippy -q --release --locked --manifest-path netem/linkd/Cargo.toml -- -D warnings
 	CARGO_TARGET_DIR="$(LTPCLA_TARGET)-clippy" nice -n 10 cargo clippy -q --release --locked --manifest-path flightsw/ltpcla/Cargo.toml -- -D warnings
+	CARGO_TARGET_DIR="$(TRAFFICD_TARGET)-clippy" nice -n 10 cargo clippy -q --release --locked --manifest-path flightsw/trafficd-rs/Cargo.toml -- -D warnings
 
 wipe: setup
 	$(SWARM) wipe --yes

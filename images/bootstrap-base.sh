@@ -49,8 +49,13 @@ fi
 if ! command -v debootstrap >/dev/null 2>&1 && [ ! -x /usr/sbin/debootstrap ]; then
     command -v apt-get >/dev/null 2>&1 || die "debootstrap missing and no apt-get to install it"
     say "installing debootstrap with apt-get"
-    $SUDO apt-get -o Acquire::Retries=3 update -qq
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Retries=3 install -y -qq \
+    # `make setup` may be running apt beside us: update does not wait for the lists lock, so retry it
+    for try in 1 2 3 4 5 6 7 8 9 10 11 12; do
+        $SUDO apt-get -o Acquire::Retries=3 update -qq && break
+        [ "$try" = 12 ] && die "apt-get update failed 12 times"
+        say "apt-get update failed (another apt holding its lock?): retry in 10 s"; sleep 10
+    done
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Retries=3 -o DPkg::Lock::Timeout=300 install -y -qq \
         --no-install-recommends debootstrap >/dev/null
 fi
 DEBOOTSTRAP="$(command -v debootstrap || echo /usr/sbin/debootstrap)"
