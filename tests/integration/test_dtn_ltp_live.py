@@ -155,8 +155,15 @@ def test_swarm_dtn_status_shows_ltp_sessions_retransmissions_and_cancels(need_dt
         sent = subprocess.run(SWARM + ["dtn", "send", "ltp-it-status", "sat01", "sat02", "--file", str(payload)],
                               capture_output=True, text=True, env=env)
         assert sent.returncode == 0, sent.stderr
-        time.sleep(1.5)  # the status file is rewritten every second; the session lasts at least one round trip (2 s)
-        assert status()["sat01"]["ltp"]["sessions_open"] == 1
+        # The status file is rewritten every second, and dtnd hands the bundle to the LTP module some time after
+        # `send` returns (seconds on a loaded host; a CI run once saw it miss an 8 s window); the session then
+        # lasts at least two round trips (one 2 s round trip for the block, one more for the retransmissions its
+        # 10 % loss makes certain): poll until it shows, and then it must be exactly one.
+        deadline, seen = time.monotonic() + 40, [0]
+        while time.monotonic() < deadline and seen[-1] == 0:
+            time.sleep(0.25)
+            seen.append(status()["sat01"]["ltp"]["sessions_open"])
+        assert seen[-1] == 1, seen
         got = subprocess.run(SWARM + ["dtn", "recv", "ltp-it-status", "sat02", "--timeout", "60"],
                              capture_output=True, text=True, env=env)
         assert got.returncode == 0, got.stdout + got.stderr
