@@ -93,9 +93,20 @@ def iperf(swarm: Swarm, src: str, dst: str, *extra: str, seconds: int = 3, attem
     return flow
 
 
-def udp_loss(swarm: Swarm, src: str, dst: str, change=None, seconds: int = 5) -> float:
+def udp_rcvbuf_drops(swarm: Swarm, node: str) -> int:
+    """Datagrams `node`'s kernel dropped because a UDP socket's receive buffer was full (/proc/net/snmp
+    RcvbufErrors, per network namespace): losses of a starved receiver on a loaded host, not of the link."""
+    lines = [ln.split() for ln in swarm.exec(node, ["cat", "/proc/net/snmp"]).stdout.splitlines() if ln.startswith("Udp:")]
+    return int(dict(zip(lines[0][1:], lines[1][1:]))["RcvbufErrors"])
+
+
+def udp_loss(swarm: Swarm, src: str, dst: str, change=None, seconds: int = 8) -> float:
     """Loss % of a 5 Mbit/s UDP flow src -> dst. With `change` (a callable), the flow starts on the link as
-    it is, `change()` runs 1 s in, and the loss is counted over the receiver's intervals from 1.5 s on."""
+    it is, `change()` runs 1 s in, and the loss is counted over the receiver's intervals from 1.5 s on.
+
+    The link's loss is what the engine dropped; a receiver starved of CPU on a loaded host drops more at its
+    socket (a CI run measured 34.5 % for 30 %). Those drops are counted by the receiver's kernel and taken off
+    (all of them, as if all fell in the counted intervals: with drops before 1.5 s the figure is low by those)."""
     if change is None:
         flow = iperf(swarm, src, dst, "-u", "-b", "5M")
         assert flow.ok, flow.error
@@ -105,16 +116,20 @@ def udp_loss(swarm: Swarm, src: str, dst: str, change=None, seconds: int = 5) ->
     time.sleep(0.3)
     argv = ["iperf3", "-c", dst_ip, "-p", port, "-B", swarm.node(src).isl_ip, "-u", "-b", "5M", "-t", str(seconds),
             "-i", "0.5", "-J", "--get-server-output"]
+    drops_before = udp_rcvbuf_drops(swarm, dst)
     proc = subprocess.Popen(swarm.backend.exec_prefix(swarm.name, src) + argv, stdout=subprocess.PIPE, text=True)
     time.sleep(1.0)
     change()
     out, _ = proc.communicate(timeout=seconds + 60)
+    receiver_drops = udp_rcvbuf_drops(swarm, dst) - drops_before
     flow = parse_client_json(out)
     assert flow.ok and flow.intervals_from_receiver, flow.error
     after = [iv for iv in flow.intervals if iv.start >= 1.5]
     packets, lost = sum(iv.packets for iv in after), sum(iv.lost_packets for iv in after)
     assert packets > 1000, packets
-    return 100.0 * lost / packets
+    if receiver_drops:
+        print(f"udp_loss: {receiver_drops} datagrams dropped at {dst}'s full socket buffer, not by the link")
+    return 100.0 * max(lost - receiver_drops, 0) / packets if receiver_drops else 100.0 * lost / packets
 
 
 def tcp_rate(swarm: Swarm, src: str, dst: str) -> float:
@@ -345,7 +360,7 @@ def test_netem_commands_are_accepted_by_tcs_parser(need_netns):
 # ----------------------------------------------------------------------------------------- compose
 @pytest.mark.docker
 def test_compose_loss_and_restart_reapplies_conditions(need_docker, need_iperf3, need_nft):
-    swarm = make("imp-compose", "compose", 134)
+    swarm = make("imp-compose", "compose", 134, engine="nft")  # the nft table in the container (the compose default is now the host engine: test_hostengine_live)
     swarm.down()
     try:
         swarm.up()
