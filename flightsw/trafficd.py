@@ -37,6 +37,7 @@ import heapq
 import json
 import math
 import os
+import select
 import selectors
 import socket
 import struct
@@ -444,14 +445,26 @@ def _big_buffer(sock: socket.socket, option: int, force_option: int) -> None:
             continue
 
 
-def _read_line(deadline: float) -> str | None:
-    """Next line of stdin, or None at end of input or after `deadline` (epoch s)."""
-    sel = selectors.DefaultSelector()
-    sel.register(sys.stdin, selectors.EVENT_READ)
-    if not sel.select(max(0.0, deadline - time.time())):
-        return None
-    line = sys.stdin.readline()
-    return line if line else None
+class LineReader:
+    """Lines of a file descriptor, each returned by `next_line` with a deadline. Reads the descriptor itself
+    (os.read) and keeps what follows a newline: `sys.stdin.readline()` after `select` would leave a second line
+    of the same write in Python's buffer, where `select` cannot see it, until more input came."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buffer = fd, b""
+
+    def next_line(self, deadline: float) -> str | None:
+        """The next line (with its newline), or None at end of input or after `deadline` (epoch s)."""
+        while b"\n" not in self.buffer:
+            ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.time()))
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode() + "\n"
 
 
 def serve(pid_file: str | None = None) -> int:
@@ -460,13 +473,14 @@ def serve(pid_file: str | None = None) -> int:
         with open(pid_file, "a") as f:
             f.write(f"{os.getpid()}\n")
     give_up = time.time() + WATCHDOG_S
-    line = _read_line(give_up)
+    stdin = LineReader(sys.stdin.fileno())
+    line = stdin.next_line(give_up)
     if line is None:
         return 1
     engine = Engine(json.loads(line))
     emit({proto.LISTENING: engine.rx.getsockname()[1]})
     while True:
-        line = _read_line(give_up)
+        line = stdin.next_line(give_up)
         if line is None:
             return 1
         command, release, duration = proto.parse_mux_command(line)
