@@ -179,6 +179,25 @@ def isl_rtts(swarm, a: str, b: str) -> list[float]:
     return [float(m) for m in re.findall(r"time=([\d.]+) ms", res.stdout)]
 
 
+def reachable(swarm, a: str, b: str) -> bool:
+    """Whether node `a` reaches `b`'s ISL address (2 pings, 0.2 s apart)."""
+    return swarm.exec(a, ["ping", "-c", "2", "-i", "0.2", "-W", "1", "-q", swarm.node(b).isl_ip], check=False).ok
+
+
+def assert_links_in_plans_last_state(swarm, plan) -> list[tuple[str, str]]:
+    """Pings agree with an orbit plan's last state: its up pairs reach each other, its down pairs (and three
+    pairs never up) do not; returns the down pairs checked."""
+    end = plan.timeline[plan.timeline["t_end"] == plan.duration]
+    up_pairs = [(r.a, r.b) for r in end.itertuples() if r.up]
+    down_pairs = [(r.a, r.b) for r in end.itertuples() if not r.up] + plan.never_up()[:3]
+    assert up_pairs and down_pairs
+    for a, b in up_pairs:
+        assert reachable(swarm, a, b), f"{a}-{b} is up in the plan's last state"
+    for a, b in down_pairs:
+        assert not reachable(swarm, a, b), f"{a}-{b} is down in the plan's last state"
+    return down_pairs
+
+
 @contextmanager
 def swarm_up(doc: dict) -> Iterator:
     """The swarm of spec `doc` up (after a `down` of any leftover of the same name); down again on exit."""
