@@ -15,21 +15,28 @@ APT_PACKAGES := iperf3 iproute2 nftables fping iputils-ping traceroute procps ut
 APT_PACKAGES += tshark
 # openssh-server: sshd inside the second Docker Engine's namespace, so the multi-host backend's ssh:// endpoint is
 # tested for real (tests/hosts/ssh_host.py: its own config and throw-away keys). The tests start no ssh service on the
-# machine itself; on a machine booted with systemd, Debian's package enables one (`systemctl disable --now ssh`)
+# machine itself; on a machine booted with systemd, Debian's package enables and starts the system's sshd on port 22
+# (`systemctl disable --now ssh` to stop it; README and docs/RELIABILITY.md say so)
 APT_PACKAGES += openssh-server
 # python3-paramiko: Debian's docker-compose v1 (docker-py) imports it for any ssh:// host, though it then runs the
 # system's ssh client
 APT_PACKAGES += python3-paramiko
 
-.PHONY: setup linkd ltpcla trafficd linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn bench-dtn-delay wipe clean help lint lint-py lint-rust
+.PHONY: setup rust linkd ltpcla trafficd hardy linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn bench-dtn-delay wipe clean help lint lint-py lint-rust
 
 help:
 	@echo "make demo   - bring up a small swarm, status + ISL reachability, short TCP/UDP sweep, report, tear down"
 	@echo "make test   - unit and integration tests (real Docker / netns / iperf3 where present)"
 	@echo "make unit | integration | image | bench-up | bench-sweep | wipe | clean"
-	@echo "make lint   - ruff + mypy (pyproject.toml) on the five packages; cargo fmt --check + clippy -D warnings on the Rust crates"
+	@echo "make lint   - ruff + mypy (pyproject.toml) on the five packages and flightsw/; cargo fmt --check + clippy -D warnings on the Rust crates"
 
-setup: $(VENV)/.installed linkd dtn7 ltpcla trafficd
+# The Debian packages + venv and the Rust builds at once (make -j): apt and pip wait on the network and the disk,
+# cargo on the CPU, so on a cold machine the Rust builds (~5 min, dtn7 the longest) hide most of the Python install.
+# Each Rust build is cached outside the repository and returns at once when nothing changed.
+setup:
+	@$(MAKE) --no-print-directory -j4 $(VENV)/.installed rust
+
+rust: linkd dtn7 ltpcla trafficd hardy
 
 # The userspace link engine (netem/linkd, Rust): built with cargo from the Cargo registry into a cache
 # outside the repository; nothing binary is committed. Without cargo the `userspace` engine is unavailable
@@ -59,6 +66,16 @@ trafficd:
 	  CARGO_TARGET_DIR="$(TRAFFICD_TARGET)" nice -n 10 cargo build -q --release --locked --manifest-path flightsw/trafficd-rs/Cargo.toml \
 	  && echo "swarm-trafficd: $(TRAFFICD_TARGET)/release/swarm-trafficd"; \
 	else echo "cargo not found: the Rust traffic engine (swarm-trafficd) is not built; the Python engine runs instead"; fi
+
+# hardy: `dtn.agent: hardy` (flightsw/hardy-node, Rust): our node program on Hardy's crates from the Cargo registry
+# (hardy-bpa, hardy-tcpclv4), built by images/hardy/build.sh (`nice -n 10 cargo build -q --release --locked`) into a
+# cache outside the repository like swarm-linkd; the program is copied alone into <cache>/bin. First build ~6 min.
+HARDY_TARGET ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/swarm-emu/hardy-target
+hardy:
+	@if command -v cargo >/dev/null; then \
+	  SWARM_HARDY_CACHE="$(HARDY_TARGET)" bash images/hardy/build.sh >/dev/null \
+	  && echo "swarm-hardy: $(HARDY_TARGET)/bin/swarm-hardy"; \
+	else echo "cargo not found: dtn.agent hardy (swarm-hardy) is not built; install Rust (rustup) for it"; fi
 
 # linkd-static: a self-contained (static-pie, glibc) swarm-linkd for a guest or an image without Debian's libc,
 # e.g. the kernel-lab guest that cross-checks it against kernel NetEm: copy the file in and run it by hand.
@@ -104,14 +121,20 @@ kernel-lab: setup
 	@if [ "$$(id -u)" = 0 ] && command -v qemu-system-x86_64 >/dev/null; then $(PY) tests/kernel_lab/klab.py build; \
 	else echo "kernel lab not built (needs root and qemu-system-x86): its tests will skip, or fail under CI=true"; fi
 
+# The suite (docs/TESTING.md): test files side by side on TEST_WORKERS workers, a file whole on one worker, the
+# kernel lab and the serial files first and apart from the rest (tests/parallel.py); unit tests fill the gaps. The 30 slowest tests are printed at the end.
+# TEST_WORKERS=0 runs everything in one process, in collection order.
+TEST_WORKERS ?= 4
+TEST_REPORT ?= .pytest-report.xml  # JUnit: python tests/durations.py $(TEST_REPORT) [--write] gives the time per file
+PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: setup kernel-lab
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests $(PYTEST_PARALLEL) --durations=30 --junitxml=$(TEST_REPORT) $(PYTEST_ARGS)
 
 unit: setup
 	$(PY) -m pytest tests/unit
 
 integration: setup
-	$(PY) -m pytest tests/integration
+	$(PY) -m pytest tests/integration $(PYTEST_PARALLEL) --durations=30 $(PYTEST_ARGS)
 
 image: setup
 	$(PY) -c "from swarm.runtime.image import ensure_image; from swarm.runtime.runner import Runner; from swarm.runtime.swarm import default_workdir; print(ensure_image(Runner(), default_workdir(), progress=print))"
@@ -132,8 +155,8 @@ bench-dtn: setup
 bench-dtn-delay: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) bench/bench_dtn_delay.py
 
-# lint: the Python packages (ruff: pyflakes, pycodestyle, bugbear, mccabe <= 20; mypy with pydantic's plugin and
-# a baseline of modules still to clean, see pyproject.toml) and the Rust crate (rustfmt, clippy with warnings as
+# lint: the Python packages (ruff: pyflakes, pycodestyle, bugbear, mccabe <= 20; mypy with pydantic's plugin on every
+# module, none exempt, see pyproject.toml) and the Rust crate (rustfmt, clippy with warnings as
 # errors; its build dir under ~/.cache/swarm-emu like the release build's).
 lint: lint-py lint-rust
 
@@ -145,9 +168,11 @@ lint-rust:
 	cargo fmt --check --manifest-path netem/linkd/Cargo.toml
 	cargo fmt --check --manifest-path flightsw/ltpcla/Cargo.toml
 	cargo fmt --check --manifest-path flightsw/trafficd-rs/Cargo.toml
+	cargo fmt --check --manifest-path flightsw/hardy-node/Cargo.toml
 	CARGO_TARGET_DIR="$(LINKD_TARGET)-clippy" nice -n 10 cargo clippy -q --release --locked --manifest-path netem/linkd/Cargo.toml -- -D warnings
 	CARGO_TARGET_DIR="$(LTPCLA_TARGET)-clippy" nice -n 10 cargo clippy -q --release --locked --manifest-path flightsw/ltpcla/Cargo.toml -- -D warnings
 	CARGO_TARGET_DIR="$(TRAFFICD_TARGET)-clippy" nice -n 10 cargo clippy -q --release --locked --manifest-path flightsw/trafficd-rs/Cargo.toml -- -D warnings
+	CARGO_TARGET_DIR="$(HARDY_TARGET)-clippy" nice -n 10 cargo clippy -q --release --locked --manifest-path flightsw/hardy-node/Cargo.toml -- -D warnings
 
 wipe: setup
 	$(SWARM) wipe --yes

@@ -19,7 +19,20 @@ import pytest
 
 from swarm.runtime.probe import capabilities
 
+# tests/parallel.py: live files grouped per worker, ordered longest first, serial files alone
+from parallel import _live_file_lock, pytest_collection_modifyitems  # noqa: F401
+
 CI = os.environ.get("CI", "").lower() == "true"
+
+
+def pytest_configure(config):
+    """Ctrl-C (SIGINT) handled by Python in this process, and so at its default in every child a test starts: a
+    shell that starts the run in the background without job control (`make test &` in a script, as a CI runner
+    may) hands it down ignored, and children inherit that, so a test's SIGINT to `swarm events`, `capture` or
+    `view` would be ignored and the test would time out (seen: three observe tests in a backgrounded run)."""
+    import signal
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 REPO = Path(__file__).resolve().parents[1]
 KNOWN_ON_CI = {"docker", "root", "netns", "iperf3", "nftables", "kernel_lab"}
 
@@ -57,8 +70,15 @@ def need_iperf3(caps):
 @pytest.fixture
 def need_dtn7(need_netns):
     """dtn7-rs built by `make setup`; on CI its absence is a failure, not a skip."""
+    require_dtn7()
+
+
+def require_dtn7() -> None:
+    """Skip (fail under CI) unless dtn7-rs is built (`make setup`); for module-scoped fixtures, which cannot use
+    the function-scoped `need_dtn7`."""
+    from swarm.dtn.agents.dtn7 import Dtn7
     from swarm.runtime.dtn_image import _cache_root
-    if not any(_cache_root().glob("dtn7-*/.complete")):
+    if not any(_cache_root(Dtn7.install).glob("dtn7-*/.complete")):
         reason = "dtn7-rs not built (make setup builds it with cargo into ~/.cache/swarm-emu/dtn7)"
         if CI:
             pytest.fail(f"CI machine lacks dtn7: {reason}")
@@ -170,6 +190,24 @@ def require_netns_engine():
     return caps
 
 
+def wait_until(check, timeout: float, what: str, every: float = 0.2):
+    """Poll `check()` until it returns something truthy (returned) or `timeout` s pass (then fail naming `what`
+    and the last value): a wait for a state, never a fixed sleep that a loaded host can outrun."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s (last: {got!r})"
+        time.sleep(every)
+
+
+def listening(swarm, node: str, port: int) -> bool:
+    """Whether a TCP socket listens on `port` in `node` (e.g. an iperf3 server started with -D)."""
+    out = swarm.exec(node, ["ss", "-Hltn", f"sport = :{port}"], check=False).stdout
+    return bool(out.strip())
+
+
 def isl_rtts(swarm, a: str, b: str) -> list[float]:
     """Round-trip times (ms) of 3 pings, 0.2 s apart, from netns node `a` to `b`'s ISL address; [] when cut."""
     from swarm.runtime.backends.netns.backend import node_ns
@@ -211,3 +249,21 @@ def swarm_up(doc: dict) -> Iterator:
         yield swarm
     finally:
         swarm.down()
+
+
+def user_build(variable: str, program: str, skip_reason: str) -> str:
+    """The install prefix a test of a stack the user builds (ION, µD3TN) runs on: skipped with `skip_reason` when
+    `variable` is unset, failed when the prefix lacks `program` (a wrong path is no reason to skip)."""
+    prefix = os.environ.get(variable, "")
+    if not prefix:
+        pytest.skip(skip_reason)
+    if not (Path(prefix) / program).is_file():
+        pytest.fail(f"{variable}={prefix!r} has no {program}")
+    return prefix
+
+
+def swarm_containers(name: str) -> list[str]:
+    """Ids of every container (running or not) that carries swarm `name`'s label."""
+    res = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=io.swarm-emu.swarm={name}"],
+                         capture_output=True, text=True)
+    return res.stdout.split()

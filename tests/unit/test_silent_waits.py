@@ -129,14 +129,15 @@ def test_every_registered_engine_says_where_it_applies():
 
 
 def test_readme_impair_example_works_on_a_host_without_netem():
-    """The tour's first impair line must use parameters every engine applies (loss, rate)."""
+    """The links page's first impair line (docs/LINKS.md, moved from the README) must use parameters every
+    engine applies (loss, rate)."""
     import re
     import shlex
     from pathlib import Path
 
     from netem.spec.links import PARAMS
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "LINKS.md").read_text()
     first = next(line for line in readme.splitlines() if line.startswith("swarm impair my-swarm --between"))
     argv = shlex.split(first.split("#")[0])
     params = {a[2:] for a in argv if a.startswith("--") and a[2:] in PARAMS}
