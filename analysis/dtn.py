@@ -11,14 +11,17 @@ import json
 import math
 from pathlib import Path
 
+import matplotlib
+import matplotlib.patches
 import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
-from analysis.pages import write_report_pages
+from analysis.pages import format_value, write_report_pages
 from netem.spec.links import load_profiles
 from swarm.dtn.contacts import link_schedule, parse_contact_plan
-from swarm.spec.dtn import parse_size
+from swarm.dtn.agents import get_agent
+from swarm.spec.dtn import DtnSpec, parse_size
 from swarm.errors import SpecError
 from swarm.units import parse_time_ms
 
@@ -26,7 +29,13 @@ REFERENCE = Path(__file__).resolve().parent / "reference" / "dtn"
 SEED001 = REFERENCE / "seed001_hdtn_rpi4_table1.csv"
 SEED002 = REFERENCE / "seed002_hdtn_ltp_delay.csv"
 SEED004 = REFERENCE / "seed004_hdtn_segment_factors.csv"
-BUNDLE_OVERHEAD = 82  # BPv7 header bytes dtn7-rs's /send adds to a payload (experiments.dtn.run)
+BUNDLE_OVERHEAD = 87  # BPv7 header bytes dtn7-rs's /send adds to a payload (experiments.dtn.run)
+DEFAULT_AGENT: str = DtnSpec.model_fields["agent"].default
+
+
+def run_agent(exp: dict) -> str:
+    """The agent a stored experiment ran (its `dtn.agent`, else the spec's default)."""
+    return ((exp.get("dtn") or {}).get("agent")) or DEFAULT_AGENT
 
 
 def _read(run_dir: Path, name: str) -> pd.DataFrame:
@@ -51,7 +60,8 @@ def one_way_delay_s(profile: str) -> float:
 
 
 def test_table(tests: pd.DataFrame) -> pd.DataFrame:
-    cols = {"test_id": "test", "cla": "CLA", "routing": "routing", "profile": "links", "bundle_size": "bundle B",
+    cols = {"test_id": "test", "src_agent": "from agent", "dst_agent": "to agent", "cla": "CLA", "routing": "routing",
+            "profile": "links", "bundle_size": "bundle B",
             "rate": "rate /s", "bundles_sent": "sent", "bundles_delivered": "delivered", "delivery_ratio": "ratio",
             "latency_p50_s": "lat p50 s", "latency_p95_s": "lat p95 s", "latency_max_s": "lat max s",
             "goodput_bps": "goodput Mbit/s", "bundle_rate": "bundles/s", "store_peak_bundles": "store peak",
@@ -60,6 +70,21 @@ def test_table(tests: pd.DataFrame) -> pd.DataFrame:
     if "goodput Mbit/s" in t:
         t["goodput Mbit/s"] = t["goodput Mbit/s"] / 1e6
     return t
+
+
+# what a test was set to (the other columns are what it measured), as a line says a setting every test shares
+SETTINGS = {"CLA": "CLA {}", "routing": "routing {}", "links": "links {}", "bundle B": "bundles of {} B",
+            "rate /s": "{} bundles/s"}
+
+
+def shown_tests(t: pd.DataFrame) -> list[tuple[str, object]]:
+    """The tests table as the report shows it: a setting every test shares leaves the table for one line above
+    it, so that the measured columns fit the page (17 columns did not)."""
+    shared = [c for c in SETTINGS if c in t and t[c].nunique(dropna=False) == 1]
+    if not shared:
+        return [("table", t)]
+    said = ", ".join(SETTINGS[c].format(format_value(t[c].iloc[0])) for c in shared)
+    return [("text", f"Every test: {said}."), ("table", t.drop(columns=shared))]
 
 
 def rate_bins(bundles: pd.DataFrame, test_id: str) -> pd.Series:
@@ -75,7 +100,7 @@ def rate_bins(bundles: pd.DataFrame, test_id: str) -> pd.Series:
     return per.iloc[1:-1] if len(per) > 2 else per
 
 
-def table1(tests: pd.DataFrame, bundles: pd.DataFrame) -> pd.DataFrame:
+def table1(tests: pd.DataFrame, bundles: pd.DataFrame, agent: str = DEFAULT_AGENT) -> pd.DataFrame:
     """Seed 001's Table 1 shape, one column per CLA of this run (its fastest max-rate test, else its fastest
     test), beside seed 001's TCPCL / STCP / LTP columns."""
     ours = {}
@@ -84,7 +109,10 @@ def table1(tests: pd.DataFrame, bundles: pd.DataFrame) -> pd.DataFrame:
         pick = pick if len(pick) else group
         best = pick.sort_values("goodput_bps").iloc[-1]
         bins = rate_bins(bundles, best["test_id"])
-        ours[f"dtn7 {cla} (ours)"] = {
+        pair = (best.get("src_agent"), best.get("dst_agent"))  # a matrix run: the pair that ran it
+        who = f"{pair[0]}→{pair[1]}" if all(isinstance(x, str) and x for x in pair) and pair[0] != pair[1] else (
+            pair[0] if isinstance(pair[0], str) and pair[0] else agent)
+        ours[f"{who} {cla} (ours)"] = {
             "Payload Only Rate (Mbits/sec)": best["goodput_bps"] / 1e6,
             "Total Rate (Mbits/sec)": best["total_rate_bps"] / 1e6,
             "Highest Rate (Mbits/sec)": bins.max() if len(bins) else math.nan,
@@ -105,7 +133,7 @@ def table1(tests: pd.DataFrame, bundles: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
-def delay_figure(tests: pd.DataFrame, path: Path) -> tuple[Path, str]:
+def delay_figure(tests: pd.DataFrame, path: Path, agent: str = DEFAULT_AGENT) -> tuple[Path, str]:
     """Goodput (Mbit/s) against one-way delay (s), per CLA, with seed 002's HDTN-to-DTNME LTP figures."""
     fig = Figure(figsize=(7, 4.2))
     ax = fig.add_subplot()
@@ -113,7 +141,7 @@ def delay_figure(tests: pd.DataFrame, path: Path) -> tuple[Path, str]:
     t["delay_s"] = [one_way_delay_s(p) for p in t["profile"]]
     for cla, g in t.groupby("cla"):
         g = g.groupby("delay_s")["goodput_bps"].max().reset_index()
-        ax.plot(g["delay_s"], g["goodput_bps"] / 1e6, "o-", label=f"dtn7-rs {cla} (this run)")
+        ax.plot(g["delay_s"], g["goodput_bps"] / 1e6, "o-", label=f"{get_agent(agent).title} {cla} (this run)")
     seed = pd.read_csv(SEED002)
     s400 = seed[seed["ltp_sessions"] == 400]
     ax.errorbar(s400["one_way_delay_s"], s400["rate_mbps"], yerr=s400["plus_minus_mbps"], fmt="s--", color="grey",
@@ -257,6 +285,83 @@ def timeline_figure(run_dir: Path, test: pd.Series, bundles: pd.DataFrame, store
                   "of the contact plan down; dotted: faults and contact changes as applied.")
 
 
+MATRIX_COLUMNS = {"src_agent": "from", "dst_agent": "to", "cla": "CLA", "owlt_s": "one-way s", "bundle_size": "bundle B",
+                  "delivered": "delivered", "duplicates": "dups", "goodput_mbps": "goodput Mbit/s",
+                  "latency_p50_s": "lat p50 s", "latency_p95_s": "lat p95 s", "failure": "what failed (the peer's log)"}
+
+
+def matrix_table(tests: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell of an interop matrix (agents, CLA, one-way delay, bundle size): delivered of sent,
+    duplicates, goodput, latency p50/p95 and what failed, in the peer's own log line; cells not run (matrix_gaps)
+    with their reason. Repeats of a cell are summed (delivered, sent, duplicates) and averaged."""
+    t = tests[tests["src_agent"].fillna("").astype(str) != ""].copy()
+    t["owlt_s"] = t["profile"].map(one_way_delay_s)
+    rows = []
+    for key, g in t.groupby(["src_agent", "dst_agent", "cla", "owlt_s", "bundle_size"], sort=False):
+        failures = [f for f in (g["failure"] if "failure" in g else []) if isinstance(f, str) and f]
+        rows.append(dict(zip(["src_agent", "dst_agent", "cla", "owlt_s", "bundle_size"], key),
+                         delivered=f"{int(g['bundles_delivered'].sum())}/{int(g['bundles_sent'].sum())}",
+                         duplicates=int(g["duplicates"].sum()), goodput_mbps=g["goodput_bps"].mean() / 1e6,
+                         latency_p50_s=g["latency_p50_s"].mean(), latency_p95_s=g["latency_p95_s"].mean(),
+                         failure=failures[0] if failures else ""))
+    for g in gaps.to_dict("records") if not gaps.empty else []:
+        rows.append({"src_agent": g["src_agent"], "dst_agent": g["dst_agent"], "cla": g.get("cla", ""),
+                     "owlt_s": "", "bundle_size": g.get("bundle_size", ""), "delivered": "not run",
+                     "failure": g["reason"]})
+    return pd.DataFrame(rows, columns=list(MATRIX_COLUMNS)).rename(columns=MATRIX_COLUMNS)
+
+
+def matrix_figure(tests: pd.DataFrame, gaps: pd.DataFrame, path: Path) -> tuple[Path, str]:
+    """The matrix as a grid: a row per ordered pair of agents, a column per CLA x one-way delay x bundle size;
+    each cell coloured by the share delivered (red 0 .. green 1) and labelled delivered/sent (+ duplicates);
+    grey: not run (a bundle the CLA cannot carry, or no common CLA)."""
+    t = tests[tests["src_agent"].fillna("").astype(str) != ""].copy()
+    t["owlt_s"] = t["profile"].map(one_way_delay_s)
+    pairs = list(dict.fromkeys(zip(t["src_agent"], t["dst_agent"])))
+    for g in gaps.to_dict("records") if not gaps.empty else []:
+        pairs = list(dict.fromkeys(pairs + [(g["src_agent"], g["dst_agent"])]))
+    delays, sizes = sorted(t["owlt_s"].unique()), sorted(t["bundle_size"].unique())
+    clas = list(dict.fromkeys(list(t["cla"]) + ([str(c) for c in gaps["cla"] if str(c) not in ("", "nan")]
+                                                  if not gaps.empty else [])))
+    cols = [(c, d, b) for c in clas for d in delays for b in sizes]
+    gap_cells = {(g["src_agent"], g["dst_agent"], str(g["cla"]), float(g["bundle_size"]))
+                 for g in (gaps.to_dict("records") if not gaps.empty else []) if str(g["bundle_size"]) not in ("", "nan")}
+    fig = Figure(figsize=(max(6.0, 0.9 * len(cols) + 2), 0.7 * len(pairs) + 2.2))
+    ax = fig.subplots()
+    cmap = matplotlib.colormaps["RdYlGn"]
+    for i, (a, b) in enumerate(pairs):
+        for j, (c, d, size) in enumerate(cols):
+            g = t[(t["src_agent"] == a) & (t["dst_agent"] == b) & (t["cla"] == c) & (t["owlt_s"] == d)
+                  & (t["bundle_size"] == size)]
+            color, label = _cell(g, cmap, (a, b, c, size) in gap_cells)
+            ax.add_patch(matplotlib.patches.Rectangle((j, i), 1, 1, facecolor=color, edgecolor="white"))
+            ax.text(j + 0.5, i + 0.5, label, ha="center", va="center", fontsize=7)
+    ax.set_xlim(0, len(cols))
+    ax.set_ylim(len(pairs), 0)
+    ax.set_xticks([j + 0.5 for j in range(len(cols))])
+    ax.set_xticklabels([f"{c}\n{d:g} s\n{_size_label(size)}" for c, d, size in cols], fontsize=7)
+    ax.set_yticks([i + 0.5 for i in range(len(pairs))])
+    ax.set_yticklabels([f"{a} → {b}" for a, b in pairs], fontsize=8)
+    ax.set_title("Interop matrix: bundles delivered of sent (colour: share delivered)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path, ("Every ordered pair of agents (rows: source's agent → destination's) by CLA, one-way delay and "
+                  "bundle size (columns). Grey: not run: a CLA one of the pair does not carry, or a bundle larger "
+                  "than the CLA carries (the table says why).")
+
+
+def _cell(g: pd.DataFrame, cmap, too_large: bool) -> tuple[object, str]:
+    """A matrix cell's colour (share delivered) and label (delivered/sent, duplicates), grey when not run."""
+    if g.empty:
+        return "#d0d0d0", "too large" if too_large else "not carried"
+    sent, got, dups = int(g["bundles_sent"].sum()), int(g["bundles_delivered"].sum()), int(g["duplicates"].sum())
+    return cmap(got / sent if sent else 0.0), f"{got}/{sent}" + (f"\n+{dups} dup" if dups else "")
+
+
+def _size_label(size: float) -> str:
+    return f"{size / 1000:g} kB" if size >= 1000 else f"{size:g} B"
+
+
 def write_dtn_report(run_dir: Path) -> dict[str, Path]:
     run_dir = Path(run_dir)
     tests = _read(run_dir, "tests.csv")
@@ -270,11 +375,18 @@ def write_dtn_report(run_dir: Path) -> dict[str, Path]:
     out.mkdir(exist_ok=True)
     t = test_table(tests)
     t.to_csv(out / "tests.csv", index=False)
-    t1 = table1(tests, bundles)
+    agent = run_agent(exp)
+    t1 = table1(tests, bundles, agent)
     t1.to_csv(out / "table1.csv", index=False)
-    sections = [("Tests", [("table", t)]),
+    sections = [("Tests", shown_tests(t)),
                 ("Seed 001 Table 1 shape: payload and bundle rates per CLA", [("table", t1)]),
-                ("Goodput against one-way delay (seed 002 shape)", [("figure", delay_figure(tests, out / "goodput_vs_delay.png"))])]
+                ("Goodput against one-way delay (seed 002 shape)", [("figure", delay_figure(tests, out / "goodput_vs_delay.png", agent))])]
+    if exp.get("agents") and "src_agent" in tests.columns:
+        gaps = _read(run_dir, "matrix_gaps.csv")
+        matrix = matrix_table(tests, gaps)
+        matrix.to_csv(out / "matrix.csv", index=False)
+        sections.insert(0, ("Interop matrix: every ordered pair of agents x every CLA both carry",
+                            [("table", matrix), ("figure", matrix_figure(tests, gaps, out / "matrix.png"))]))
     if "ltp_segment" in tests.columns and tests["ltp_segment"].nunique() > 1:
         factors = segment_factors(tests, _read(run_dir, "ltp.csv"))
         factors.to_csv(out / "segment_factors.csv", index=False)
@@ -297,11 +409,13 @@ def write_dtn_report(run_dir: Path) -> dict[str, Path]:
         held = r.store_peak_bundles * (r.bundle_size + BUNDLE_OVERHEAD)
         if limit and held > parse_size(limit, "storage.limit"):
             warnings.append(f"{r.test_id}: a node's store held ~{held:,.0f} bytes ({r.store_peak_bundles} bundles), above "
-                            f"dtn.storage.limit {limit} (dtn7-rs enforces no quota: the limit is the framework's check)")
+                            f"dtn.storage.limit {limit} ({get_agent(agent).title} enforces no quota: the limit is the framework's check)")
         if isinstance(r.cpu_busy_max_pct, float) and r.cpu_busy_max_pct >= 95:
             warnings.append(f"{r.test_id}: host CPU saturated (max {r.cpu_busy_max_pct:.0f} %): rates measure this host")
-    intro = (f"Experiment `{exp.get('name')}`: pattern {exp.get('pattern')}, agent dtn7-rs (crate dtn7) on every "
-             f"node, {len(tests)} test(s). Latency: from the sender's request to its agent until the receiving "
+    agents = (f"agents {', '.join(exp['agents'])} in every ordered pair (the sources run the first, the other nodes "
+              "the second)") if exp.get("agents") else f"agent {get_agent(agent).title} on every node"
+    intro = (f"Experiment `{exp.get('name')}`: pattern {exp.get('pattern')}, {agents}, {len(tests)} test(s). "
+             "Latency: from the sender's request to its agent until the receiving "
              "program took the bundle from its agent (shared host clock). Goodput: payload bits delivered over the "
              "span from the first bundle created to the last delivered. Seed figures: analysis/reference/dtn/.")
     return write_report_pages(out, f"DTN run {run_dir.name}", intro, host, warnings, sections)

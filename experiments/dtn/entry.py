@@ -1,4 +1,4 @@
-"""The `dtn` experiment type: bundles through dtn7-rs agents over patterns, CLAs, routings, link profiles and
+"""The `dtn` experiment type: bundles through DTN agents (swarm.dtn.agents) over patterns, CLAs, routings, link profiles and
 contact plans (`swarm run`)."""
 from __future__ import annotations
 
@@ -8,6 +8,6 @@ from experiments.dtn.model import experiment_from_dict
 from experiments.kind import ExperimentType
 
 TYPE = ExperimentType(
-    name="dtn", summary="bundles through dtn7-rs agents: patterns x CLAs x routings x link profiles x contacts",
+    name="dtn", summary="bundles through DTN agents: patterns x CLAs x routings x link profiles x contacts",
     command="run", from_dict=experiment_from_dict, swarms=run.test_swarms, run=run.run,
-    report=write_dtn_report, unit="s")
+    report=write_dtn_report, unit="s", plan_check=run.plan_check)

@@ -24,7 +24,13 @@ contacts:                   # optional: a contact plan drives the link cuts (ION
 faults: []                  # the ordinary fault timeline, too (experiments.timeline)
 ip_probe: true              # a UDP probe beside every bundle flow: the IP traffic lost, for comparison
 swarm: {networks: {isl: {subnet: 10.210.0.0/24}, ground: {subnet: 10.211.0.0/24}}}
+agents: [dtn7, hardy]       # optional: an interop matrix (experiments/dtn/interop-matrix.yaml), see below
 ```
+
+With `agents`, every test runs once per ordered pair of those agents (the registry's names, swarm.dtn.agents) and
+per CLA both carry (the registry says which: `clas` narrows them; without `clas`, every CLA): the flows' source
+nodes run the pair's first agent, every other node (relays, the ground station) its second. A bundle size a CLA
+cannot carry (the udp CLA: one datagram) is left out of that CLA's tests and listed as such (`matrix_gaps`).
 """
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from experiments.timeline import FaultEvent, check_timeline
 from swarm.dtn.contacts import ContactPlan, LinkEvent, link_schedule, parse_contact_plan, periodic_plan, resolve_nodes
+from swarm.dtn.agents import check_agent, get_agent, REGISTRY
 from swarm.dtn.plan import plan_agents, spec_link_view
 from swarm.spec.dtn import CLAS, ROUTINGS, DtnSpec, parse_seconds, parse_size
 from swarm.errors import SpecError
@@ -121,6 +128,13 @@ class DtnTest:
     repeat: int
     segment: Optional[int] = None  # cla: ltp segment size of this test (`ltp_segments`), None: dtn.ltp's
     mtu: Optional[int] = None  # the ISL network's MTU of this test (`isl_mtus`), None: the swarm's
+    src_agent: Optional[str] = None  # `agents`: the agent of the flows' sources ...
+    dst_agent: Optional[str] = None  # ... and of every other node (None: the `dtn:` piece's)
+
+
+def _no_profile() -> list[Union[str, dict[str, Any]]]:
+    """`profiles:` unset: one test without a link profile."""
+    return ["none"]
 
 
 class DtnExperiment(ExperimentModel):
@@ -135,7 +149,7 @@ class DtnExperiment(ExperimentModel):
     rates: list[float] = Field(default_factory=lambda: [10.0], min_length=1)
     clas: list[str] = Field(default_factory=lambda: ["tcp"], min_length=1)
     routings: list[str] = Field(default_factory=lambda: ["epidemic"], min_length=1)
-    profiles: list[Union[str, dict[str, Any]]] = Field(default_factory=lambda: ["none"], min_length=1)
+    profiles: list[Union[str, dict[str, Any]]] = Field(default_factory=_no_profile, min_length=1)
     ltp_segments: list[int] = Field(default_factory=list)  # a sweep of dtn.ltp.segment (seed 004), bytes
     isl_mtus: list[int] = Field(default_factory=list)  # a sweep of swarm.networks.isl.mtu, bytes
     duration: float = 10.0
@@ -149,6 +163,17 @@ class DtnExperiment(ExperimentModel):
     ip_probe: Optional[bool] = None
     ip_probe_rate: float = Field(10.0, gt=0, le=10_000)
     swarm: dict[str, Any] = Field(default_factory=dict)
+    agents: list[str] = Field(default_factory=list)  # an interop matrix: every ordered pair x every CLA both carry
+
+    @field_validator("agents")
+    @classmethod
+    def _agents(cls, v: list[str]) -> list[str]:
+        for i, name in enumerate(v):
+            if name not in REGISTRY:
+                raise ValueError(f"agents {name!r}: unknown agent (known: {', '.join(REGISTRY)})")
+            if name in v[:i]:
+                raise ValueError(f"agents {name!r}: named twice")
+        return v
 
     @field_validator("pattern")
     @classmethod
@@ -246,16 +271,25 @@ class DtnExperiment(ExperimentModel):
             if key in self.dtn:
                 which = "clas" if key == "cla" else "routings" if key == "routing" else "pattern"
                 raise ValueError(f"dtn.{key}: set by the experiment ({which})")
+        if self.agents and "agent" in self.dtn:
+            raise ValueError("dtn.agent: set by the experiment (agents)")
         if self.ltp_segments and self.clas != ["ltp"]:
             raise ValueError(f"ltp_segments: sweeps the ltp CLA's segment size; clas must be [ltp], not {self.clas}")
 
     def _check_clas(self) -> None:
-        """Every DtnSpec field checked once per CLA, and the largest bundle against that CLA's limits."""
-        for cla in self.clas:  # every DtnSpec field checked once, and the largest bundle against the limits
+        """Every DtnSpec field checked once per CLA, and the largest bundle against that CLA's limits (a matrix
+        leaves such bundles out instead: matrix_gaps)."""
+        if self.agents and not self.tests():
+            raise ValueError(f"agents {self.agents}: no pair of them carries any of clas {self.matrix_clas()}")
+        for cla in self.clas if not self.agents else sorted({t.cla for t in self.tests()}):
             try:
-                piece = DtnSpec(**{**self.dtn, "cla": cla, "routing": self.routings[0]})
+                piece = DtnSpec(**self.dtn_piece(cla, self.routings[0]))
+                if not self.agents:
+                    check_agent(piece)  # every CLA of the run carried by the agent, not only the first test's
             except ValueError as exc:
                 raise ValueError(_first_error(exc)) from None
+            if self.agents:
+                continue
             limit = piece.max_bundle()
             if limit is not None and max(self.bundle_sizes) > limit:
                 why = (f"the storage limit ({limit} bytes)" if limit == piece.storage.limit
@@ -268,7 +302,7 @@ class DtnExperiment(ExperimentModel):
         for size in self.sizes:
             nodes = swarm_nodes(size)
             plan = self.contact_plan(nodes)
-            if plan is not None:
+            if plan is not None and self.contacts is not None:
                 link_schedule(plan, nodes, self.contacts.others)
             try:
                 check_timeline(list(self.faults), nodes, self.duration + self.drain, note=f" at size {size}")
@@ -295,6 +329,7 @@ class DtnExperiment(ExperimentModel):
             return None
         if c.text is not None:
             return c.source or "contacts.text", c.text
+        assert c.plan is not None  # one of text, plan, periodic (validated)
         try:
             return str(c.plan), read_text(c.plan, "contact plan", PLAN_LIMIT)
         except SpecError as exc:
@@ -313,7 +348,9 @@ class DtnExperiment(ExperimentModel):
                                  parse_seconds(p.get("stagger", 0), "contacts.periodic.stagger", allow_zero=True))
             source = "contacts.periodic"
         else:
-            source, text = self.contact_text()
+            given = self.contact_text()
+            assert given is not None  # contacts with text or a plan file (periodic is above)
+            source, text = given
         return resolve_nodes(parse_contact_plan(text, source), nodes, source)
 
     def probe_ip(self) -> bool:
@@ -334,42 +371,84 @@ class DtnExperiment(ExperimentModel):
             return {"default": {"profile": profile}}
         return {"default": dict(profile)}
 
+    # ------------------------------------------------------------------------------- interop matrix
+    def matrix_clas(self) -> list[str]:
+        """The CLAs a matrix tries: `clas` when given, else every CLA."""
+        return list(self.clas) if "clas" in self.model_fields_set else list(CLAS)
+
+    def pairs(self) -> list[tuple[Optional[str], Optional[str]]]:
+        """Every ordered pair of `agents` (source's, others'); [(None, None)] without `agents`."""
+        return [(a, b) for a in self.agents for b in self.agents] if self.agents else [(None, None)]
+
+    def pair_clas(self, src: Optional[str], dst: Optional[str]) -> list[str]:
+        """The CLAs a test pair runs: those both agents carry (asked of the registry), else `clas`."""
+        if src is None or dst is None:
+            return list(self.clas)
+        return [c for c in self.matrix_clas() if c in get_agent(src).clas and c in get_agent(dst).clas]
+
+    def _too_large(self, cla: str, bundle_size: int) -> Optional[str]:
+        """Why a CLA cannot carry bundles of `bundle_size` (None when it can)."""
+        piece = DtnSpec(**{k: v for k, v in self.dtn_piece(cla, self.routings[0]).items() if k != "tcpcl"})
+        limit = piece.max_bundle()
+        if limit is not None and bundle_size > limit:
+            return f"bundle {bundle_size} B larger than the {cla} CLA carries ({limit} B)"
+        return None
+
+    def matrix_gaps(self) -> list[dict[str, Any]]:
+        """The cells of a matrix that are not run, and why: a pair without a common CLA of `matrix_clas`, a bundle
+        size the CLA cannot carry."""
+        gaps: list[dict[str, Any]] = []
+        for src, dst in self.pairs() if self.agents else []:
+            clas = self.pair_clas(src, dst)
+            if not clas:
+                carried = lambda a: ",".join(get_agent(a).clas)  # noqa: E731
+                gaps.append({"src_agent": src, "dst_agent": dst, "cla": "", "bundle_size": "",
+                             "reason": f"no common CLA ({src}: {carried(src)}; {dst}: {carried(dst)})"})
+            for cla in clas:
+                for bsize in self.bundle_sizes:
+                    why = self._too_large(cla, bsize)
+                    if why:
+                        gaps.append({"src_agent": src, "dst_agent": dst, "cla": cla, "bundle_size": bsize,
+                                     "reason": why})
+        return gaps
+
     def tests(self) -> list[DtnTest]:
         """The sweep: every combination, in order; `isl_mtus` and `ltp_segments` (when given) vary fastest last,
-        so one MTU's segment sizes run back to back."""
+        so one MTU's segment sizes run back to back. With `agents`, every ordered pair first, then its CLAs."""
         out = []
-        for size, cla, routing, profile, bsize, rate, rep, mtu, seg in itertools.product(
-                self.sizes, self.clas, self.routings, self.profiles, self.bundle_sizes, self.rates,
-                range(1, self.repeats + 1), self.isl_mtus or [None], self.ltp_segments or [None]):
-            label = self.profile_label(profile)
-            rate_label = "max" if rate == MAX_RATE else f"{rate:g}"
-            extra = (f"-mtu{mtu}" if mtu else "") + (f"-seg{seg}" if seg else "")
-            test_id = f"n{size}-{cla}-{routing}-{_slug(label)}-{bsize}B-{rate_label}ps{extra}-r{rep}"
-            out.append(DtnTest(test_id, size, cla, routing, label, self.links_of(profile), bsize, rate, rep, seg, mtu))
+        for src, dst in self.pairs():
+            for size, cla, routing, profile, bsize, rate, rep, mtu, seg in itertools.product(
+                    self.sizes, self.pair_clas(src, dst), self.routings, self.profiles, self.bundle_sizes, self.rates,
+                    range(1, self.repeats + 1), _or_unset(self.isl_mtus), _or_unset(self.ltp_segments)):
+                if src is not None and self._too_large(cla, bsize):
+                    continue  # matrix_gaps lists it
+                label = self.profile_label(profile)
+                rate_label = "max" if rate == MAX_RATE else f"{rate:g}"
+                extra = (f"-mtu{mtu}" if mtu else "") + (f"-seg{seg}" if seg else "")
+                pair = f"{src}-{dst}-" if src is not None else ""
+                test_id = f"{pair}n{size}-{cla}-{routing}-{_slug(label)}-{bsize}B-{rate_label}ps{extra}-r{rep}"
+                out.append(DtnTest(test_id, size, cla, routing, label, self.links_of(profile), bsize, rate, rep, seg,
+                                   mtu, src, dst))
         return out
 
-    def dtn_piece(self, cla: str, routing: str, segment: Optional[int] = None) -> dict[str, Any]:
+    def dtn_piece(self, cla: str, routing: str, segment: Optional[int] = None,
+                  bundle_size: Optional[int] = None) -> dict[str, Any]:
+        """The tests' `dtn:` piece; `cla: tcp` sizes its TCPCL window for the test's bundles (unless `dtn.tcpcl`
+        says otherwise), and `dtn.tcpcl` is dropped for the other CLAs of the run."""
         piece = {**self.dtn, "cla": cla, "routing": routing}
         if segment is not None:
             piece["ltp"] = {**piece.get("ltp", {}), "segment": segment}
+        if cla != "tcp":
+            piece.pop("tcpcl", None)
+        elif bundle_size is not None:
+            piece["tcpcl"] = {"bundle": bundle_size, **piece.get("tcpcl", {})}
         return piece
 
     def swarm_data(self, test: DtnTest) -> dict[str, Any]:
         """The swarm spec document of `test` (validated by the caller with swarm_from_template)."""
         nodes = swarm_nodes(test.size)
-        piece = self.dtn_piece(test.cla, test.routing, test.segment)
-        peers = chain_neighbours(nodes) if self.pattern == "chain" else {}
-        node_list = []
-        for n in nodes:
-            entry: dict[str, Any] = {"name": n}
-            if n == GROUND:
-                entry["role"] = "ground"
-            if n in peers and piece.get("peers", "static") == "static":
-                entry["dtn"] = {**piece, "static_peers": peers[n]}
-            if self.pattern == "chain" and test.routing == "static" and n != GROUND:
-                nxt = nodes[nodes.index(n) + 1]  # static routing down the chain: everything else via the next hop
-                entry["dtn"] = {**entry.get("dtn", piece), "routes": [{"to": "*", "via": nxt}]}
-            node_list.append(entry)
+        piece = self.dtn_piece(test.cla, test.routing, test.segment, test.bundle_size)
+        node_list = self._node_list(test, nodes, piece)
         defaults = dict(self.swarm.get("defaults", {}))
         defaults["dtn"] = piece
         data = {k: v for k, v in self.swarm.items() if k != "defaults"}
@@ -387,19 +466,40 @@ class DtnExperiment(ExperimentModel):
         if plan is not None and plan.ranges:  # one-way light time per pair (the first range of each pair)
             seen: dict[tuple[str, str], float] = {}
             for r in plan.ranges:
-                seen.setdefault(tuple(sorted((r.a, r.b))), r.owlt)
+                a, b = sorted((r.a, r.b))
+                seen.setdefault((a, b), r.owlt)
             links["overrides"] = list(links.get("overrides", [])) + [
                 {"between": list(pair), "delay": f"{owlt:g}s"} for pair, owlt in seen.items() if owlt > 0]
         if links:
             data["links"] = links
         return data
 
+    def _node_list(self, test: DtnTest, nodes: list[str], piece: dict[str, Any]) -> list[dict[str, Any]]:
+        """The test's nodes with their `dtn:` pieces: the pair's agents (a matrix), the chain's static peers and
+        routes."""
+        peers = chain_neighbours(nodes) if self.pattern == "chain" else {}
+        sources = {s for s, _ in flows(self.pattern, nodes)}
+        node_list = []
+        for n in nodes:
+            entry: dict[str, Any] = {"name": n}
+            if n == GROUND:
+                entry["role"] = "ground"
+            if test.src_agent is not None:  # a matrix test: the pair's agents
+                entry["dtn"] = {**piece, "agent": test.src_agent if n in sources else test.dst_agent}
+            if n in peers and piece.get("peers", "static") == "static":
+                entry["dtn"] = {**entry.get("dtn", piece), "static_peers": peers[n]}
+            if self.pattern == "chain" and test.routing == "static" and n != GROUND:
+                nxt = nodes[nodes.index(n) + 1]  # static routing down the chain: everything else via the next hop
+                entry["dtn"] = {**entry.get("dtn", piece), "routes": [{"to": "*", "via": nxt}]}
+            node_list.append(entry)
+        return node_list
+
     def swarm_spec(self, test: DtnTest) -> SwarmSpec:
         return spec_from_dict(self.swarm_data(test), f"{self.name}: swarm")
 
     def contact_events(self, nodes: list[str]) -> list[LinkEvent]:
         plan = self.contact_plan(nodes)
-        return [] if plan is None else link_schedule(plan, nodes, self.contacts.others)
+        return [] if plan is None or self.contacts is None else link_schedule(plan, nodes, self.contacts.others)
 
     def flow_counts(self, test: DtnTest) -> Optional[int]:
         """Bundles each flow sends at a fixed rate (None for max)."""
@@ -462,3 +562,8 @@ def offered_bundles(exp: DtnExperiment, test: DtnTest) -> float:
     """Bundles the test offers (inf for `max`)."""
     n = len(flows(exp.pattern, swarm_nodes(test.size)))
     return math.inf if test.rate == MAX_RATE else n * test.rate * exp.duration
+
+
+def _or_unset(sweep: list[int]) -> list[Optional[int]]:
+    """A sweep's values, or one "not set" (None) when it sweeps nothing."""
+    return list(sweep) if sweep else [None]

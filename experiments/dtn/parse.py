@@ -2,7 +2,7 @@
 dtnd's own log, and the per-bundle and per-test figures made from them.
 
 - `read_events(text)`: the JSON-line events of one node's traffic program.
-- `parse_dtnd_log(text)`: dtnd's log lines (pretty_env_logger, millisecond UTC stamps) as events per bundle:
+- the agent's log as events per bundle (its adapter's log_events, e.g. dtn7's parse_dtnd_log):
   created, received, forwarded, failed, delivered, removed.
 - `bundle_rows(...)`: one row per bundle sent (delivered or not), joined on (source, destination, sequence);
   the delivery time is the moment the receiving program took the bundle from its agent; the agent's own
@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime, timezone
 from typing import Iterable, Optional
 
 from flightsw import protocol as proto
@@ -27,16 +26,6 @@ BUNDLE_COLUMNS = ["run_id", "test_id", "src", "dst", "seq", "bid", "size", "crea
                   "delivered_ts", "agent_delivered_ts", "latency_s", "hops", "delivered", "copies", "error"]
 STORE_COLUMNS = ["run_id", "test_id", "node", "t_s", "ts", "bundles", "entries", "forward_pending", "deleted"]
 
-_LOG_RE = re.compile(r"^\s*(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?)Z\s+(\w+)\s+(\S+)\s*>\s*(.*)$")
-_LOG_EVENTS = [
-    ("created", re.compile(r"^Transmission of bundle requested: (\S+)")),
-    ("received", re.compile(r"^Received new bundle: (\S+)")),
-    ("forwarded", re.compile(r"^Sending bundle succeeded: (\S+) (\S+) (\S+) in (.+)$")),
-    ("failed", re.compile(r"^Sending bundle (\S+) via (\S+) to (\S+) .* failed after (.+)$")),
-    ("delivered", re.compile(r"^Delivering (\S+)")),
-    ("removed", re.compile(r"^Removing bundle (\S+)")),
-    ("expired", re.compile(r"^Dropping bundle, age exceeds lifetime: (\S+)")),
-]
 _BID_RE = re.compile(r"^(.*/)-(\d+)-(\d+)(?:-\d+-\d+)?$")
 
 
@@ -70,40 +59,10 @@ def parse_bid(bid: str) -> tuple[str, int, int]:
     return node_of(m.group(1)), int(m.group(2)) + DTN_EPOCH * 1000, int(m.group(3))
 
 
-def log_time(stamp: str) -> float:
-    """'2026-11-22T21:14:16.287' (UTC) -> epoch seconds."""
-    date, _, frac = stamp.partition(".")
-    base = datetime.strptime(date, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-    return base + (float("0." + frac) if frac else 0.0)
-
-
-def parse_dtnd_log(text: str) -> list[dict]:
-    """dtnd's log as events {"t", "kind", "bid", ...}: created, received, forwarded (to, cla, took), failed,
-    delivered, removed, expired. Lines of other kinds are skipped."""
-    events = []
-    for line in text.splitlines():
-        m = _LOG_RE.match(line)
-        if not m:
-            continue
-        stamp, _level, _module, message = m.groups()
-        for kind, rx in _LOG_EVENTS:
-            hit = rx.match(message)
-            if not hit:
-                continue
-            ev = {"t": log_time(stamp), "kind": kind, "bid": hit.group(1)}
-            if kind == "forwarded":
-                ev.update(to=hit.group(2), cla=hit.group(3), took=hit.group(4))
-            elif kind == "failed":
-                ev.update(cla=hit.group(2), to=hit.group(3), took=hit.group(4))
-            events.append(ev)
-            break
-    return events
-
-
 def bundle_rows(sent: dict[str, list[dict]], received: dict[str, list[dict]],
                 agent_logs: Optional[dict[str, list[dict]]] = None, run_id: str = "", test_id: str = "") -> list[dict]:
     """One row per bundle sent. `sent`/`received`: node -> its traffic events; `agent_logs`: node -> its
-    parse_dtnd_log events (optional, for the agent's own delivery stamp). A bundle received more than once
+    log events (Agent.log_events; optional, for the agent's own delivery stamp). A bundle received more than once
     (epidemic copies, a retransmission) is one row with `copies` > 1 and the first delivery's time."""
     first, copies = _first_deliveries(received)
     agent_delivery: dict[tuple[str, str], float] = {}
@@ -116,7 +75,7 @@ def bundle_rows(sent: dict[str, list[dict]], received: dict[str, list[dict]],
         for ev in events:
             if ev.get(proto.EV) != proto.EV_SENT:
                 continue
-            dst = node_of(ev["dst"])
+            dst = ev.get("to") or node_of(ev["dst"])  # the node (an ipn EID names it by number)
             key = (node, dst, int(ev["seq"]))
             rows.append({"run_id": run_id, "test_id": test_id, "src": node, "dst": dst, "seq": int(ev["seq"]),
                          **_delivery(ev, first.get(key), agent_delivery, dst), "copies": copies.get(key, 0),
@@ -134,7 +93,7 @@ def _first_deliveries(received: dict[str, list[dict]]) -> tuple[dict[tuple[str, 
         for ev in events:
             if ev.get(proto.EV) != proto.EV_RECV or ev.get("seq") is None:
                 continue
-            key = (node_of(ev["src"]), node, int(ev["seq"]))
+            key = (ev.get("from") or node_of(ev["src"]), node, int(ev["seq"]))
             copies[key] = copies.get(key, 0) + 1
             if key not in first or ev["t"] < first[key]["t"]:
                 first[key] = ev
@@ -211,16 +170,6 @@ def figures(rows: list[dict], store: Iterable[dict] = (), overhead_bytes: int = 
     return out
 
 
-_LTP_HANDOVER_RE = re.compile(r"Sending bundle succeeded: \S+ \S+ ltp ")
-
-
-def ltp_handovers(dtnd_log: str) -> int:
-    """Bundles dtnd handed to its `ltp` module (cla: ltp). The published dtnd 0.21.0 counts a hand-over as sent
-    even when its 100-slot channel to the module was full and the bundle was dropped (images/dtn's patch makes
-    that a failed transfer, retried); the module's own count tells."""
-    return len(_LTP_HANDOVER_RE.findall(dtnd_log))
-
-
 IP_COLUMNS = ["run_id", "test_id", "src", "dst", "second", "sent", "received", "lost"]
 
 
@@ -240,3 +189,15 @@ def ip_rows(sent: dict[str, list[dict]], received: dict[str, list[dict]], releas
             b[1] += (node, ev["dst"], ev["seq"]) in got
     return [{"run_id": run_id, "test_id": test_id, "src": s, "dst": d, "second": sec, "sent": n, "received": r,
              "lost": n - r} for (s, d, sec), (n, r) in sorted(bins.items())]
+
+
+def first_failure(lines: dict[str, list[tuple[Optional[float], str]]], order: list[str], since: float,
+                  limit: int = 300) -> str:
+    """What failed, in a peer's own words (pure): the first of `lines` (node -> its agent's failure lines with
+    their time, Agent.failure_lines) at or after `since` (lines without a time count), taking the nodes in
+    `order` (the receivers first: the sender's peer); "<node>: <line>", or "" when no log says anything."""
+    for node in order:
+        for t, line in lines.get(node, []):
+            if t is None or t >= since:
+                return f"{node}: {line}"[:limit]
+    return ""

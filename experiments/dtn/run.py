@@ -23,19 +23,22 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from experiments.dtn.model import MAX_RATE, DtnExperiment, DtnTest, flows, swarm_nodes
-from experiments.dtn.parse import (IP_COLUMNS, ltp_handovers, BUNDLE_COLUMNS, STORE_COLUMNS, bundle_rows, figures,
-                                   ip_rows, parse_dtnd_log, read_events, store_rows)
+from experiments.dtn.parse import (IP_COLUMNS, BUNDLE_COLUMNS, STORE_COLUMNS, bundle_rows, figures, first_failure,
+                                   ip_rows, read_events, store_rows)
 from experiments.dtn.plan import traffic_plans
 from experiments.loop import RunContext, Loop, run_tests
 from experiments.store import HostSampler, ResultsStore, host_facts
+from experiments import fault_schedule
+from experiments.fault_schedule import hold_check, link_only, plan_instants, timeline_windows, window_size
 from experiments.timeline import FaultEvent, FaultTimeline
 from swarm.dtn.contacts import down_windows
 from swarm.dtn.plan import node_rtts
 from swarm.runtime.dtn import link_delays_ms
-from swarm.errors import RuntimeFailure
+from swarm.errors import RuntimeFailure, SpecError
 from flightsw import protocol as proto
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import SwarmSpec
+from netem.state import LinkState
 
 RELEASE_LEAD_S = 2.0  # between handing out the plans and the release: every program is running by then
 DTN_TEST_COLUMNS = ["run_id", "test_id", "pattern", "size", "nodes", "cla", "routing", "profile", "bundle_size",
@@ -43,10 +46,15 @@ DTN_TEST_COLUMNS = ["run_id", "test_id", "pattern", "size", "nodes", "cla", "rou
                     "delivery_ratio", "latency_p50_s", "latency_p95_s", "latency_max_s", "latency_min_s", "goodput_bps",
                     "total_rate_bps", "bundle_rate", "offered_bundle_rate", "span_s", "duplicates", "send_errors",
                     "store_peak_bundles", "hops_mean", "ip_sent", "ip_lost", "cpu_busy_pct", "cpu_busy_max_pct",
-                    "mem_used_peak_mib", "agents_ready_s", "setup_s", "wall_s", "ltp_segment", "isl_mtu"]
-#: BPv7 header bytes dtn7-rs's /send adds to a payload (primary block, payload and hop-count block headers,
-#: CRC none): measured as bundle length - payload length on recorded bundles (100,082 - 100,000).
-BUNDLE_OVERHEAD = 82
+                    "mem_used_peak_mib", "agents_ready_s", "setup_s", "wall_s", "ltp_segment", "isl_mtu", "src_agent",
+                    "dst_agent", "failure"]
+#: matrix_gaps.csv: the cells of an interop matrix (`agents`) that are not run, and why (DtnExperiment.matrix_gaps)
+MATRIX_GAPS = "matrix_gaps.csv"
+MATRIX_GAP_COLUMNS = ["src_agent", "dst_agent", "cla", "bundle_size", "reason"]
+#: BPv7 header bytes dtn7-rs's /send adds to a payload (primary block with its CRC-32C, payload and hop-count
+#: block headers): 100,082 - 100,000 measured on recorded bundles of the published crate, + 5 for the CRC the
+#: patch adds (images/dtn/dtn7-0.21.0.patch item 6).
+BUNDLE_OVERHEAD = 87
 
 
 #: ltp.csv: swarm-ltpcla's counters per node at the end of a test (cla: ltp)
@@ -76,11 +84,12 @@ class TrafficReader(threading.Thread):
 
 
 def start_program(swarm: Swarm, node: str, plan: dict, out: Path) -> tuple[Any, TrafficReader]:
-    """Start `node`'s traffic program with its plan on stdin; a reader copies its output to `out` as it arrives."""
+    """Start `node`'s traffic program with its plan on stdin, told how to talk to the node's agent (its adapter's
+    client); a reader copies its output to `out` as it arrives."""
     proc = swarm.runner.popen(swarm.dtn.traffic_argv(node, proto.DTN_RUN, proto.STDIN))
     stdin = proc.stdin
     assert stdin is not None  # the runner's popen opens stdin
-    stdin.write(proto.dumps(plan))
+    stdin.write(proto.dumps({**plan, **swarm.dtn.client(node)}))
     stdin.close()
     reader = TrafficReader(proc, out)
     reader.start()
@@ -108,7 +117,7 @@ def _record_ltp(agents, dtnd_logs: dict[str, str], raw: Path, store: ResultsStor
     for n in agents.nodes:
         (raw / f"{n.name}.ltp.csv").write_text(agents.ltp_record(n.name))
         counters = agents.ltp_status(n.name)
-        handed = ltp_handovers(dtnd_logs[n.name])
+        handed = agents.handovers(n.name, dtnd_logs[n.name], "ltp")
         queued = counters.get("blocks_queued")
         ltp_rows.append({"run_id": store.run_id, "test_id": test_id, "node": n.name,
                          **{k: counters.get(k, "") for k in LTP_COLUMNS[3:-3]}, "dtnd_handed_over": handed,
@@ -146,16 +155,15 @@ class DtnCase:
                 (store.dir / "swarm.json").write_text(json.dumps({"backend": swarm.backend.name}))
             nodes = swarm_nodes(test.size)
             contact = exp.contact_events(nodes)
-            initial = [e for e in contact if e.at == 0 and e.action == "down"]
-            later = [FaultEvent(at=e.at, **({"cut": [e.a, e.b]} if e.action == "down" else {"heal": [e.a, e.b]}))
-                     for e in contact if not (e.at == 0 and e.action == "down") and e.at < exp.duration + exp.drain]
+            initial, later = split_contacts(exp, contact)
             fault_rows = _cut_before_release(swarm.links, initial, store.run_id, test.test_id)
             setup = time.time() - self.wall
+            timeline = FaultTimeline(swarm.links, list(exp.faults) + later, test.test_id, store.run_id, self.ctx.message)
+            timeline.prepare()  # planned before the release is fixed: a long contact plan never eats its lead
             release = time.time() + RELEASE_LEAD_S
             if contact and swarm.dtn.ltp:  # cla: ltp: no sending and retransmission timers suspended while down
                 swarm.dtn.set_ltp_down(down_windows(contact, exp.duration + exp.drain), release)
             plans, readers = self._start_programs(swarm, test, release, raw, procs)
-            timeline = FaultTimeline(swarm.links, list(exp.faults) + later, test.test_id, store.run_id, self.ctx.message)
             timeline.start(release)
             with HostSampler() as sampler:
                 self._wait(test, plans, procs, readers, release, timeline)
@@ -177,9 +185,9 @@ class DtnCase:
         """Every node's traffic program with its plan (nodes with nothing to send, receive or sample get none)."""
         agents, nodes = swarm.dtn, swarm_nodes(test.size)
         isl = {n.name: n.isl_ip for n in swarm.nodes}
-        port = agents.piece(nodes[0]).web_port
+        port = int(agents.client(nodes[0]).get("port", 0))  # each program's own client is set at its start
         rtt = max(node_rtts(nodes, link_delays_ms(swarm.spec.links, nodes)).values(), default=0.0)
-        plans = traffic_plans(self.exp, test, isl, release, port, rtt)
+        plans = traffic_plans(self.exp, test, isl, release, port, rtt, {n: agents.app_eid(n) for n in nodes})
         readers = {}
         for node, plan in plans.items():
             if not plan["flows"] and not plan["receive"] and not self.exp.store_interval:
@@ -221,7 +229,7 @@ class DtnCase:
         for n in agents.nodes:
             text = texts[n.name] = agents.log(n.name)
             (raw / f"{n.name}.dtnd.log").write_text(text)
-            logs[n.name] = parse_dtnd_log(text)
+            logs[n.name] = agents.log_events(n.name, text)
         if agents.ltp:
             _record_ltp(agents, texts, raw, store, test.test_id, message)
         events = {n: read_events("".join(r.lines)) for n, r in readers.items()}
@@ -235,6 +243,12 @@ class DtnCase:
         if fault_rows:
             store.append_faults(fault_rows)
         m = figures(bundles, stores, BUNDLE_OVERHEAD)
+        pairs = flows(exp.pattern, nodes)
+        failure = ""
+        if m["bundles_delivered"] < m["bundles_sent"] or m.get("send_errors"):
+            failure = _failure(agents, pairs, texts, bundles, release) or (
+                f"{m['bundles_sent'] - m['bundles_delivered']} not delivered within the drain ({exp.drain:g} s); no "
+                "failure in the agents' logs")
         spec = exp.swarm_spec(test)  # the test's swarm as the experiment wrote it (segment, MTU)
         row = {"run_id": store.run_id, "test_id": test.test_id, "pattern": exp.pattern, "size": test.size,
                "nodes": len(nodes), "cla": test.cla, "routing": test.routing, "profile": test.profile,
@@ -245,9 +259,18 @@ class DtnCase:
                **host, "agents_ready_s": round(swarm.dtn_seconds or 0.0, 3),
                "setup_s": round(setup, 3), "wall_s": round(time.time() - self.wall, 3),
                "ltp_segment": (spec.defaults.dtn.ltp.segment if test.cla == "ltp" and spec.defaults.dtn else ""),
-               "isl_mtu": spec.networks.isl.mtu}
+               "isl_mtu": spec.networks.isl.mtu, "src_agent": agents.agent(pairs[0][0]).name,
+               "dst_agent": agents.agent(pairs[0][1]).name, "failure": failure}
         store.append("tests.csv", DTN_TEST_COLUMNS, [row])
         return row
+
+
+def _failure(agents, pairs: list[tuple[str, str]], texts: dict[str, str], bundles: list[dict], release: float) -> str:
+    """What went wrong in a test that lost bundles, in the peers' own words: the first failure line of the
+    receivers' agent logs since the release, then the senders', then the others'; else the first send error."""
+    order = list(dict.fromkeys([d for _, d in pairs] + [s for s, _ in pairs] + [n.name for n in agents.nodes]))
+    failure = first_failure({n: agents.failure_lines(n, texts[n]) for n in order if n in texts}, order, release)
+    return failure or next((f"{b['src']}: {b['error']}" for b in bundles if b["error"]), "")
 
 
 def _rounded(m: dict) -> dict:
@@ -272,10 +295,46 @@ def run(ctx: RunContext) -> Path:
         ctx.message(f"  delivered {row['bundles_delivered']}/{row['bundles_sent']} bundles, "
                     f"goodput {row['goodput_bps'] / 1e6:.1f} Mbit/s, latency p95 {row['latency_p95_s']} s")
 
+    gaps = exp.matrix_gaps()  # an interop matrix's cells that cannot run, and why: the report shows them
+    if gaps and not (ctx.store.dir / MATRIX_GAPS).exists():
+        ctx.store.append(MATRIX_GAPS, MATRIX_GAP_COLUMNS, gaps)
     done = ctx.store.completed_tests()  # `run --resume`: the tests an interrupted run finished are kept, not rerun
     run_tests(ctx, Loop(tests=[t for t in exp.tests() if t.test_id not in done], swarm_of=exp.swarm_spec,
                         run_test=case.run, resumable=False, starting=case.starting, after=after, announce_up=False))
     return ctx.store.dir
+
+
+def split_contacts(exp: DtnExperiment, contact: list) -> tuple[list, list[FaultEvent]]:
+    """(the links down at the release, cut before it; the later changes, as fault events of the timeline)."""
+    initial = [e for e in contact if e.at == 0 and e.action == "down"]
+    later = [FaultEvent(at=e.at, **({"cut": [e.a, e.b]} if e.action == "down" else {"heal": [e.a, e.b]}))
+             for e in contact if not (e.at == 0 and e.action == "down") and e.at < exp.duration + exp.drain]
+    return initial, later
+
+
+def plan_check(exp: DtnExperiment, schedules: bool = True) -> str:
+    """For `run --check`: how long the largest test's timeline (faults and contact changes) takes to plan for
+    the engine (experiments.fault_schedule.plan_instants), "" without one; on an engine that takes schedules
+    (`schedules`, the userspace one) also how many link changes it hands over and in how many windows, and a
+    SpecError when one engine could not hold them even in windows (its --max-sched bound). A run plans the
+    timeline before fixing its release instant (FaultTimeline.prepare)."""
+    nodes = swarm_nodes(max(exp.sizes))
+    _initial, later = split_contacts(exp, exp.contact_events(nodes))
+    events = sorted(enumerate(list(exp.faults) + later), key=lambda item: item[1].at)
+    if not events or not link_only([ev for _, ev in events]):
+        return ""
+    t = time.monotonic()
+    instants, _ = plan_instants(LinkState(), events, nodes)
+    said = f"timeline of {len(events)} events planned in {time.monotonic() - t:.2f} s"
+    if not schedules:
+        return said
+    bound = fault_schedule.MAX_SCHED
+    dues, bounds = timeline_windows(instants, window_size(bound))
+    why = hold_check(dues, bounds, bound)
+    if why:
+        raise SpecError(f"contacts/faults: the timeline of {len(events)} events: {why}")
+    return (f"{said}, {len(dues):,} link changes handed to the engine "
+            + (f"in {len(bounds)} windows of up to {window_size(bound):,}" if len(bounds) > 1 else "at once"))
 
 
 def test_swarms(exp: DtnExperiment) -> list[SwarmSpec]:
@@ -283,7 +342,7 @@ def test_swarms(exp: DtnExperiment) -> list[SwarmSpec]:
     and link profile, not on bundle size, rate or repeat, so each such combination is built once."""
     seen: dict[tuple, SwarmSpec] = {}
     for test in exp.tests():
-        key = (test.size, test.cla, test.routing, test.profile, test.segment, test.mtu)
+        key = (test.size, test.cla, test.routing, test.profile, test.segment, test.mtu, test.src_agent, test.dst_agent)
         if key not in seen:
             seen[key] = exp.swarm_spec(test)
     return list(seen.values())

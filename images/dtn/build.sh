@@ -55,6 +55,17 @@ if [ -f "$dest/.complete" ]; then
 fi
 
 mkdir -p "$CACHE"
+# One build of an entry at a time on this host (two checkouts' `make setup` at once): the second waits, then
+# finds the entry complete. Without it the two installs moved into one entry and broke it (seen 2026-11-26).
+exec 9>"$CACHE/.lock-$VERSION-$key"
+if ! flock -n 9; then
+    echo "dtn7 build: another build of $dest is running; waiting for it" >&2
+    flock 9
+fi
+if [ -f "$dest/.complete" ]; then
+    echo "$dest/bin"
+    exit 0
+fi
 tmp="$(mktemp -d "$CACHE/.build-$VERSION-XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 jobs="${CARGO_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"

@@ -3,9 +3,12 @@
     swarm dtn my-swarm [--json]                      # per node: endpoint, convergence layers, peers, bundles stored,
                                                      #   delivered, forwarded; cla ltp: LTP sessions open,
                                                      #   segments retransmitted, sessions cancelled
-    swarm dtn send my-swarm sat01 ground "hello"     # one bundle from sat01's agent to dtn://ground/in (or --file F)
-    swarm dtn recv my-swarm ground [--timeout 10]    # the next bundle delivered to dtn://ground/in, as JSON
+    swarm dtn send my-swarm sat01 ground "hello"     # one bundle from sat01's agent to dtn://ground/in (or --file F;
+                                                     #   eid ipn: ipn:<number>.1; DST may be an endpoint ID)
+    swarm dtn recv my-swarm ground [--timeout 10]    # the next bundle delivered to dtn://ground/in (ipn:N.1), as JSON
     swarm dtn log my-swarm sat02 [--tail 50]         # the agent's own log
+    swarm dtn config my-swarm sat02                  # what the framework generated for the node's agent: its
+                                                     #   command and files (ION: ionconfig, rc files, start.sh)
 
 Exit codes: 0 ok; 1 an agent does not answer / nothing received in time; 2 bad input (no such node, no agents).
 """
@@ -51,7 +54,7 @@ def dtn() -> None:
 
 
 def status_table(name: str, rows, width: int) -> Table:
-    """The status table, readable at `width` columns (issue 29 #12: at 80 every cell was cut to one letter and
+    """The status table, readable at `width` columns (at 80 columns a plain table cut every cell to one letter and
     "…"): below 120 columns the endpoint (dtn://<node>/) is dropped, a CLA or routing every node shares goes
     to the title, counts get short headers, the LTP counters share one column, and a cell that still does not
     fit wraps; node and peer names are never cut (peers one per line)."""
@@ -78,7 +81,8 @@ def _status_columns(name: str, rows, narrow: bool, ltp: bool) -> tuple[list[str]
     """The columns shown and the table's title (which takes a CLA or routing every node shares when narrow)."""
     cols = ["node", "endpoint", "cla", "routing", "peers", "stored", "delivered", "forwarded", "received", "failed",
             *(["ltp sessions", "rtx", "cancels"] if ltp else []), "state"]
-    title = f"DTN agents of {name} (dtn7-rs)"
+    titles = sorted({r.agent_title for r in rows if r.agent_title})
+    title = f"DTN agents of {name}" + (f" ({', '.join(titles)})" if titles else "")
     if not narrow:
         return cols, title
     cols.remove("endpoint")
@@ -129,12 +133,15 @@ def status(name: str, as_json: bool) -> None:
 @click.option("--file", "path", type=click.Path(exists=True, dir_okay=False), help="Send this file's bytes.")
 @click.option("--lifetime", type=float, default=3600.0, show_default=True, help="Bundle lifetime, seconds.")
 def send(name: str, src: str, dst: str, text: str | None, path: str | None, lifetime: float) -> None:
-    """Send one bundle from SRC's agent to DST's endpoint dtn://DST/in (TEXT, or --file)."""
+    """Send one bundle from SRC's agent to DST's applications (dtn://DST/in, or ipn:<number>.1 with
+    `dtn.eid: ipn`), or to DST given as an endpoint ID (e.g. ipn:77.1, a node outside the swarm) (TEXT, or
+    --file)."""
     if (text is None) == (path is None):
         raise SpecError("dtn send: give the payload as TEXT or --file (one of them)")
-    payload = Path(path).read_bytes() if path else text.encode()
-    bid = _agents(name).send(src, dst, payload, lifetime)
-    out.print(f"sent {len(payload)} bytes from {src} to dtn://{dst}/in: bundle {bid}")
+    payload = Path(path).read_bytes() if path else (text or "").encode()
+    agents = _agents(name)
+    bid = agents.send(src, dst, payload, lifetime)
+    out.print(f"sent {len(payload)} bytes from {src} to {agents.destination(dst)}: bundle {bid}")
 
 
 @dtn.command()
@@ -142,7 +149,7 @@ def send(name: str, src: str, dst: str, text: str | None, path: str | None, life
 @click.argument("node")
 @click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds to wait for a bundle.")
 def recv(name: str, node: str, timeout: float) -> None:
-    """Take the next bundle delivered to dtn://NODE/in and print it as JSON."""
+    """Take the next bundle delivered to NODE's applications (dtn://NODE/in or ipn:<number>.1) as JSON."""
     got = _agents(name).recv(node, timeout)
     click.echo(json.dumps(got))
     sys.exit(0 if "error" not in got else 1)
@@ -158,3 +165,25 @@ def log(name: str, node: str, tail: int) -> None:
     if node not in agents.by_name:
         raise SpecError(f"node {node!r}: no DTN agent in swarm {name!r}")
     click.echo(agents.log(node, tail))
+
+
+@dtn.command()
+@click.argument("name")
+@click.argument("node")
+def config(name: str, node: str) -> None:
+    """What the framework generated for NODE's agent: its command, then each file it was given."""
+    agents = _agents(name)
+    if node not in agents.by_name:
+        raise SpecError(f"node {node!r}: no DTN agent in swarm {name!r} (DTN nodes: {', '.join(agents.by_name)})")
+    plan = next(p for p in agents.plans() if p.node == node)
+    click.echo(config_text(plan))
+
+
+def config_text(plan) -> str:
+    """A plan as text (pure): `# command`, the argv, then `# <work folder>/<file>` and each file's text."""
+    parts = [f"# command ({plan.agent or 'agent'} of {plan.node})", " ".join(plan.argv)]
+    if plan.ltp_argv:
+        parts += ["# swarm-ltpcla", " ".join(plan.ltp_argv)]
+    for fname, text in plan.files.items():
+        parts += [f"# {plan.workdir.rstrip('/')}/{fname}", text.rstrip("\n")]
+    return "\n".join(parts)

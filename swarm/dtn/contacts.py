@@ -9,7 +9,8 @@ Accepted lines (ION's `ionadmin` commands, https://ion-dtn.sourceforge.io: ionad
 
 Times are `+<seconds>` (relative to the start of the run) or absolute `yyyy/mm/dd-hh:mm:ss[.fff]` (UTC; then
 relative to the earliest absolute time in the plan). Nodes are swarm node names or ION node numbers (ipn
-node N = the swarm's N-th node). A line that does not parse is a ValueError naming its line number.
+node N: the node whose `dtn.number` / LTP engine ID is N, else the swarm's N-th node; swarm.spec.dtn.node_numbers).
+A line that does not parse is a ValueError naming its line number.
 
 What the emulator does with a plan (`link_schedule`): a pair of nodes is connected while a contact in either
 direction is open (the emulated ISL is bidirectional: TCP-based CLAs need their acknowledgements to flow
@@ -70,14 +71,16 @@ class ContactPlan:
 
     def nodes(self) -> list[str]:
         seen: dict[str, None] = {}
-        for item in (*self.contacts, *self.ranges):
+        items: tuple[Union[Contact, Range], ...] = (*self.contacts, *self.ranges)
+        for item in items:
             seen.setdefault(item.a)
             seen.setdefault(item.b)
         return list(seen)
 
     def horizon(self) -> float:
         """The end of the last contact or range (s)."""
-        return max((x.end for x in (*self.contacts, *self.ranges)), default=0.0)
+        items: tuple[Union[Contact, Range], ...] = (*self.contacts, *self.ranges)
+        return max((x.end for x in items), default=0.0)
 
 
 def _time(token: str) -> tuple[str, float]:
@@ -178,15 +181,23 @@ def _contact_line(words: list[str]) -> tuple[str, tuple, tuple, str, str, float]
     return kind, t0, t1, a, b, value
 
 
-def resolve_nodes(plan: ContactPlan, swarm_nodes: Sequence[str], source: str = "contact plan") -> ContactPlan:
-    """Map ION node numbers to swarm node names (N -> the N-th node) and check every name exists."""
+def resolve_nodes(plan: ContactPlan, swarm_nodes: Sequence[str], source: str = "contact plan",
+                  numbers: Optional[dict[str, int]] = None) -> ContactPlan:
+    """Map ION node numbers to swarm node names and check every name exists. `numbers`: node name -> its ipn
+    node number (swarm.spec.dtn.node_numbers: `dtn.number`, the LTP engine ID, else the index), so a plan names
+    the nodes `ipn:N.0` names; default N -> the N-th node."""
+    by_number = {str(v): k for k, v in numbers.items()} if numbers else {
+        str(i): n for i, n in enumerate(swarm_nodes, start=1)}
+
     def name(token: str, line: int) -> str:
         if token in swarm_nodes:
             return token
-        if token.isdigit() and 1 <= int(token) <= len(swarm_nodes):
-            return swarm_nodes[int(token) - 1]
+        if token.isdigit() and token.lstrip("0") in by_number:
+            return by_number[token.lstrip("0")]
         span = ", ".join(swarm_nodes) if len(swarm_nodes) <= 5 else f"{swarm_nodes[0]}..{swarm_nodes[-1]}"
-        raise ValueError(f"{source} line {line}: node {token!r}: no such node (nodes: {span}, or 1..{len(swarm_nodes)})")
+        known = (f"1..{len(swarm_nodes)}" if not numbers else ", ".join(sorted(by_number, key=int))
+                 if len(by_number) <= 5 else f"{len(by_number)} node numbers")
+        raise ValueError(f"{source} line {line}: node {token!r}: no such node (nodes: {span}, or {known})")
 
     contacts = tuple(Contact(c.start, c.end, name(c.a, c.line), name(c.b, c.line), c.rate, c.line)
                      for c in plan.contacts)
@@ -279,7 +290,9 @@ def ion_load(plan: ContactPlan) -> IonLoad:
     ignored"); ranges are compared with strict inequality (touching ranges are kept)."""
     kept_c: dict[tuple[str, str], list[Contact]] = {}
     kept_r: dict[tuple[str, str], list[Range]] = {}
-    contacts, ranges, refused = [], [], []
+    contacts: list[Contact] = []
+    ranges: list[Range] = []
+    refused: list[tuple[Union[Contact, Range], str]] = []
 
     def invalid(x: Union[Contact, Range]) -> Optional[str]:
         for node in (x.a, x.b):

@@ -27,6 +27,9 @@ from swarm.runtime.runner import Runner
 from swarm.spec.model import gateway_address, spec_from_dict
 
 from conftest import REPO
+from alloc import octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 INSTALL = os.environ.get("SWARM_CFS_INSTALL", "")
@@ -58,7 +61,7 @@ def cfs_install():
 
 
 def test_real_cfs_on_four_nodes_commanded_over_ci_lab(need_docker, cfs_install):
-    swarm = make("cf-it", cfs_install, third=162)
+    swarm = make("cf-it", cfs_install, third=NET[0])
     try:
         swarm.up()
         for node in swarm.nodes:
@@ -118,7 +121,7 @@ def test_cfs_node_not_reaching_operational_fails_with_log_and_leaves_nothing(nee
               "never_operational": 'echo "CFE_ES_Main entering CORE_STARTUP state for $*"; exec sleep 600'}[case]
     install = stand_in_build(tmp_path / "cpu1", script)
     name = f"cf-it-{case.replace('_', '-')}"[:32]
-    swarm = make(name, install, third=164, n=2)
+    swarm = make(name, install, third=NET[2], n=2)
     built = ""
     try:
         with pytest.raises(NodeFailed) as exc:

@@ -2,6 +2,7 @@
 and once with compose); a CCSDS command to the CI_LAB port changes the app, seen in TO_LAB telemetry."""
 from __future__ import annotations
 
+import io
 import socket
 import time
 
@@ -15,6 +16,10 @@ from swarm.runtime.swarm import Swarm
 from swarm.spec.model import gateway_address, spec_from_dict
 
 from flightsw import ground_link as gl
+from alloc import nets, octets
+from conftest import wait_until
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -32,7 +37,7 @@ def app_experiment(backend: str, third: int):
 def test_partition_reduces_delivery_and_heal_restores_it(backend, request, tmp_path, need_netns):
     if backend == "compose":
         request.getfixturevalue("need_docker")
-    run_dir = run_app_experiment(app_experiment(backend, 150 if backend == "netns" else 152), tmp_path)
+    run_dir = run_app_experiment(app_experiment(backend, NET[0] if backend == "netns" else NET[2]), tmp_path)
     phases = phase_table(run_dir).set_index("phase")
     before, cut, healed = phases.iloc[0], phases.iloc[1], phases.iloc[2]
     assert phases.index[1].startswith("after partition") and phases.index[2] == "after heal all"
@@ -62,7 +67,7 @@ def test_partition_reduces_delivery_and_heal_restores_it(backend, request, tmp_p
 def test_ccsds_command_changes_the_app_seen_in_telemetry(need_netns):
     spec = spec_from_dict({"name": "dd-ccsds", "nodes": 2, "backend": "netns", "apps": ["swarm-app"],
                            "app": {"rate_hz": 10},
-                           "networks": {"isl": {"subnet": "10.154.0.0/24"}, "ground": {"subnet": "10.155.0.0/24"}}})
+                           "networks": nets(NET[4])})
     ground = gateway_address(spec.networks.ground.subnet)
     with Swarm(spec) as swarm:
         target = (swarm.node("sat01").ground_ip, gl.CI_LAB_PORT)
@@ -109,10 +114,19 @@ def test_ccsds_command_changes_the_app_seen_in_telemetry(need_netns):
         cmd.sendto(bytes(bad), target)
         hk = next_hk(lambda h: h["command_errors"] == 1)
         assert hk["command_count"] == base + 3
-        # the slower rate shows in the records: cycles 250 ms apart
-        time.sleep(2.0)
-        plans = pd.read_csv(swarm.backend.node_run_dir(swarm.name, "sat01") / "sat01.plans.csv")
-        assert plans["cycle_ts"].diff().iloc[-3:].round(3).tolist() == [0.25, 0.25, 0.25]
+        # the slower rate shows in the records: cycles 250 ms apart (polled: the file grows a row per cycle)
+        plans_csv = swarm.backend.node_run_dir(swarm.name, "sat01") / "sat01.plans.csv"
+
+        def last_gaps() -> list[float]:
+            lines = plans_csv.read_text().splitlines(keepends=True)
+            whole = "".join(ln for ln in lines if ln.endswith("\n"))  # a row being written is left for the next poll
+            return pd.read_csv(io.StringIO(whole))["cycle_ts"].diff().iloc[-3:].round(3).tolist()
+
+        gaps: list = []
+        try:
+            wait_until(lambda: gaps.append(last_gaps()) or gaps[-1] == [0.25, 0.25, 0.25], 20, "cycles 250 ms apart")
+        except AssertionError:
+            raise AssertionError(f"the last gaps seen: {gaps[-3:]}") from None
         tlm.close()
 
 
@@ -123,7 +137,7 @@ def test_app_keeps_delivering_over_the_mesh_when_a_link_is_cut(tmp_path, need_ne
         "type": "app", "name": "dd-app-mesh", "nodes": 4, "duration": "20s", "warmup": "4s", "backend": "netns",
         "app": {"rate_hz": 10, "multicast": False},
         "swarm": {"mesh": {"protocol": "batman", "ogm_interval": "200ms", "purge_timeout": "3s"},
-                  "networks": {"isl": {"subnet": "10.184.0.0/24"}, "ground": {"subnet": "10.185.0.0/24"}}},
+                  "networks": nets(NET[6])},
         "faults": [{"at": "6s", "cut": ["sat01", "sat03"]}, {"at": "16s", "heal": "all"}],
     })
     run_dir = run_app_experiment(exp, tmp_path)

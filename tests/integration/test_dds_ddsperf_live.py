@@ -11,6 +11,9 @@ from experiments.ddsperf.model import experiment_from_dict
 from experiments.ddsperf.run import run_ddsperf_sweep
 from analysis.ddsperf import write_ddsperf_report
 from experiments.store import ResultsStore, host_facts
+from alloc import nets, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -24,7 +27,7 @@ def test_small_ddsperf_sweep_rows_report_and_resume(tmp_path, need_netns, need_d
     exp = experiment_from_dict({
         "type": "ddsperf", "name": "dd-perf", "sizes": [2, 3], "sample_sizes": ["1k"], "rates": ["500Hz"],
         "measures": ["throughput", "latency"], "duration": 3, "settle": 0, "backend": "netns",
-        "swarm": {"networks": {"isl": {"subnet": "10.156.0.0/24"}, "ground": {"subnet": "10.157.0.0/24"}}}})
+        "swarm": {"networks": nets(NET[0])}})
     store = ResultsStore.create(tmp_path, exp, host_facts())
     written = run_ddsperf_sweep(exp, store)
     assert len(written) == 4

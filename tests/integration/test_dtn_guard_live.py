@@ -1,7 +1,7 @@
 """Who may inject bundles (issue 29, defect 13), live on the netns backend with real dtnd 0.21.0: a local user
 of the host reaches every node's ground address, so neither the agent's HTTP port (`/push` takes bundles from
 whoever reaches it) nor its convergence layer may answer there; the node's own programs (loopback) and its
-peers over the ISL still work, and bundles still flow. Swarm names `rel-guard-*`, subnets 10.188-189.x."""
+peers over the ISL still work, and bundles still flow. Swarm names `rel-guard-*`, subnets from tests/alloc.py."""
 from __future__ import annotations
 
 import json
@@ -13,6 +13,9 @@ import sys
 import pytest
 
 from conftest import REPO, swarm_namespaces
+from alloc import octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -36,7 +39,7 @@ def connects(host: str, port: int, netns: str | None = None) -> bool:
                           capture_output=True, timeout=30).returncode == 0
 
 
-@pytest.mark.parametrize("cla,sub", [("tcp", 188), ("http", 189)])
+@pytest.mark.parametrize("cla,sub", [("tcp", NET[0]), ("http", NET[1])])
 def test_host_users_reach_no_agent_port_and_bundles_still_flow(need_dtn7, cla, sub, tmp_path):
     name = f"rel-guard-{cla}"
     spec = tmp_path / "s.yaml"

@@ -1,6 +1,6 @@
 """DTN agents live (netns backend, real dtnd 0.21.0 from `make setup`): a 3-node relay chain delivers every
 bundle; a contact gap (cut, then heal) delays bundles but loses none; `swarm dtn` by hand; bad input stops
-before anything exists; nothing is left behind. Subnets 10.210-219.x, swarm names dtn-* (issue 13's range)."""
+before anything exists; nothing is left behind. Subnets from tests/alloc.py, swarm names dtn-* (issue 13's range)."""
 from __future__ import annotations
 
 import json
@@ -13,6 +13,9 @@ import pytest
 from netem.engines import choose_engine
 from swarm.runtime.probe import capabilities
 from conftest import REPO, assert_run_refused, csv_rows as _rows, run_dtn_doc as _run, swarm_namespaces as _namespaces
+from alloc import nets, nets_yaml, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 SWARM = [sys.executable, "-m", "swarm"]
@@ -21,7 +24,7 @@ SWARM = [sys.executable, "-m", "swarm"]
 def test_three_node_chain_delivers_every_bundle(need_dtn7, tmp_path):
     run = _run({"type": "dtn", "name": "dtn-it-chain", "backend": "netns", "pattern": "chain", "sizes": [2],
                 "bundle_sizes": ["10kB"], "rates": [10], "duration": "3s", "drain": "20s",
-                "swarm": {"networks": {"isl": {"subnet": "10.210.1.0/24"}, "ground": {"subnet": "10.211.1.0/24"}}}},
+                "swarm": {"networks": nets(NET[0])}},
                tmp_path)
     bundles = _rows(run / "bundles.csv")
     assert len(bundles) == 30
@@ -43,7 +46,7 @@ def test_contact_gap_delays_but_loses_nothing(need_dtn7, tmp_path):
     run = _run({"type": "dtn", "name": "dtn-it-gap", "backend": "netns", "pattern": "chain", "sizes": [2],
                 "bundle_sizes": ["5kB"], "rates": [5], "duration": "8s", "drain": "40s",
                 "contacts": {"text": plan, "others": "down"}, "ip_probe": True,
-                "swarm": {"networks": {"isl": {"subnet": "10.212.1.0/24"}, "ground": {"subnet": "10.213.1.0/24"}}}},
+                "swarm": {"networks": nets(NET[1])}},
                tmp_path)
     bundles = _rows(run / "bundles.csv")
     assert len(bundles) == 40 and all(b["delivered"] == "True" for b in bundles)
@@ -68,7 +71,7 @@ def test_lunar_link_latency_is_at_least_the_light_time(need_dtn7, tmp_path):
         pytest.skip(f"no impairment engine here can delay (chosen: {engine.name}; needs sch_netem or a userspace engine)")
     run = _run({"type": "dtn", "name": "dtn-it-lunar", "backend": "netns", "pattern": "all-to-ground", "sizes": [1],
                 "bundle_sizes": ["10kB"], "rates": [0.5], "duration": "6s", "drain": "60s", "profiles": ["lunar-relay"],
-                "swarm": {"networks": {"isl": {"subnet": "10.216.5.0/24"}, "ground": {"subnet": "10.217.5.0/24"}}}},
+                "swarm": {"networks": nets(NET[3])}},
                tmp_path)
     bundles = _rows(run / "bundles.csv")
     assert len(bundles) == 3 and all(b["delivered"] == "True" for b in bundles), bundles
@@ -79,7 +82,7 @@ def test_lunar_link_latency_is_at_least_the_light_time(need_dtn7, tmp_path):
 def test_compose_chain_delivers_every_bundle(need_docker, need_dtn7, tmp_path):
     run = _run({"type": "dtn", "name": "dtn-it-compose", "backend": "compose", "pattern": "chain", "sizes": [2],
                 "bundle_sizes": ["10kB"], "rates": [5], "duration": "2s", "drain": "20s",
-                "swarm": {"networks": {"isl": {"subnet": "10.218.5.0/24"}, "ground": {"subnet": "10.219.5.0/24"}}}},
+                "swarm": {"networks": nets(NET[4])}},
                tmp_path)
     bundles = _rows(run / "bundles.csv")
     assert len(bundles) == 10 and all(b["delivered"] == "True" and b["hops"] == "2" for b in bundles)
@@ -91,7 +94,7 @@ def test_compose_chain_delivers_every_bundle(need_docker, need_dtn7, tmp_path):
 def test_swarm_dtn_by_hand_and_down_leaves_nothing(need_dtn7, tmp_path):
     spec = tmp_path / "dtn-it-hand.yaml"
     spec.write_text("name: dtn-it-hand\nbackend: netns\nnodes: 3\n"
-                    "networks: {isl: {subnet: 10.214.1.0/24}, ground: {subnet: 10.215.1.0/24}}\n"
+                    f"{nets_yaml(NET[2])}\n"
                     "defaults: {dtn: {cla: mtcp, routing: epidemic}}\n")
     env = {**os.environ, "SWARM_WORKDIR": str(REPO)}
     try:
@@ -136,7 +139,7 @@ def test_swarm_dtn_by_hand_and_down_leaves_nothing(need_dtn7, tmp_path):
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_is_created(need_netns, tmp_path, doc, message):
     exp = {"type": "dtn", "name": "dtn-it-bad", "backend": "netns", "sizes": [2], "bundle_sizes": ["100kB"],
-           "swarm": {"networks": {"isl": {"subnet": "10.216.1.0/24"}, "ground": {"subnet": "10.217.1.0/24"}}}, **doc}
+           "swarm": {"networks": nets(NET[5])}, **doc}
     assert_run_refused(exp, tmp_path, message)
 
 
@@ -144,7 +147,7 @@ def test_bad_contact_plan_file_names_the_line(need_netns, tmp_path):
     (tmp_path / "plan.txt").write_text("# plan\na contact +0 +10 1 2 100\na contact +0 10 2 3 100\n")
     path = tmp_path / "exp.yaml"
     path.write_text("type: dtn\nname: dtn-it-badplan\nbackend: netns\nsizes: [2]\ncontacts: {plan: plan.txt}\n"
-                    "swarm: {networks: {isl: {subnet: 10.218.1.0/24}, ground: {subnet: 10.219.1.0/24}}}\n")
+                    f"swarm: {{{nets_yaml(NET[6])}}}\n")
     res = subprocess.run(SWARM + ["run", str(path), "--results", str(tmp_path / "results")], capture_output=True,
                          text=True, env={**os.environ, "SWARM_WORKDIR": str(REPO)}, timeout=120)
     assert res.returncode == 2

@@ -2,7 +2,7 @@
 host's link engine): a 3-node chain at 4 s one-way delivers every bundle and none sooner than the two hops'
 light time; a 1 % lossy link delivers everything with the retransmissions recorded; a link that goes down and up
 per a contact plan loses nothing and cancels nothing (timers suspended while down); bad input is one line.
-Subnets 10.190-199.x (and 10.150-151.x for the status test), swarm names ltp-* (issue 26's LTP range)."""
+Subnets from tests/alloc.py, swarm names ltp-* (issue 26's LTP range)."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, assert_run_refused, csv_rows as _rows, run_dtn_doc as _run, swarm_namespaces as _namespaces
+from conftest import REPO, wait_until, assert_run_refused, csv_rows as _rows, run_dtn_doc as _run, swarm_namespaces as _namespaces
+from alloc import nets, nets_yaml, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 SWARM = [sys.executable, "-m", "swarm"]
@@ -29,7 +32,7 @@ def test_chain_at_four_seconds_delivers_every_bundle_no_sooner_than_light(need_d
     run = _run({"type": "dtn", "name": "ltp-it-chain", "backend": "netns", "pattern": "chain", "sizes": [2],
                 "clas": ["ltp"], "bundle_sizes": ["10kB"], "rates": [5], "duration": "4s", "drain": "25s",
                 "profiles": [{"delay": "4s", "rate": "100Mbit"}],
-                "swarm": {"networks": {"isl": {"subnet": "10.190.1.0/24"}, "ground": {"subnet": "10.191.1.0/24"}}}},
+                "swarm": {"networks": nets(NET[0])}},
                tmp_path)
     bundles = _rows(run / "bundles.csv")
     assert len(bundles) == 20
@@ -49,7 +52,7 @@ def test_lossy_link_delivers_everything_with_retransmissions_recorded(need_dtn7,
     run = _run({"type": "dtn", "name": "ltp-it-loss", "backend": "netns", "pattern": "all-to-ground", "sizes": [1],
                 "clas": ["ltp"], "bundle_sizes": ["100kB"], "rates": [5], "duration": "4s", "drain": "30s",
                 "profiles": [{"delay": "1s", "rate": "100Mbit", "loss": "1%"}],
-                "swarm": {"networks": {"isl": {"subnet": "10.190.2.0/24"}, "ground": {"subnet": "10.191.2.0/24"}}}},
+                "swarm": {"networks": nets(NET[1])}},
                tmp_path)
     bundles = _rows(run / "bundles.csv")
     assert len(bundles) == 20 and all(b["delivered"] == "True" for b in bundles)
@@ -72,7 +75,7 @@ def test_contact_gap_suspends_timers_and_loses_nothing(need_dtn7, tmp_path):
     run = _run({"type": "dtn", "name": "ltp-it-gap", "backend": "netns", "pattern": "all-to-ground", "sizes": [1],
                 "clas": ["ltp"], "bundle_sizes": ["20kB"], "rates": [5], "duration": "8s", "drain": "25s",
                 "contacts": {"text": plan}, "dtn": {"ltp": {"rtx_limit": 1, "attempts": 1, "rate": "100Mbit"}},
-                "swarm": {"networks": {"isl": {"subnet": "10.190.3.0/24"}, "ground": {"subnet": "10.191.3.0/24"}}}},
+                "swarm": {"networks": nets(NET[2])}},
                tmp_path)
     bundles = _rows(run / "bundles.csv")
     assert len(bundles) == 40 and all(b["delivered"] == "True" for b in bundles), \
@@ -96,17 +99,20 @@ def test_contact_gap_suspends_timers_and_loses_nothing(need_dtn7, tmp_path):
     ({"clas": ["ltp"], "dtn": {"ltp": {"segment": 70000, "rate": "1Gbit"}}}, "dtn.ltp.segment 70000"),
     ({"clas": ["ltp"], "bundle_sizes": ["13MB"], "dtn": {"ltp": {"rate": "1Gbit"}}},
      "bundle_sizes 13000000: larger than what the ltp CLA hands dtnd in one WebSocket frame"),
+    ({"clas": ["ltp"], "dtn": {"ltp": {"rate": "1Gbit", "engine": 5}}}, "dtn.ltp.engine 5: used twice"),
+    ({"clas": ["ltp"], "dtn": {"ltp": {"rate": "1Gbit", "peers": [{"engine": 9, "address": "ion:1113"}]}}},
+     "dtn.ltp.peers.address 'ion:1113': expected IPv4:port"),
 ])
 def test_bad_ltp_input_is_one_line_exit_2_and_nothing_is_created(need_netns, tmp_path, doc, message):
     exp = {"type": "dtn", "name": "ltp-it-bad", "backend": "netns", "sizes": [1], "bundle_sizes": ["100kB"],
-           "swarm": {"networks": {"isl": {"subnet": "10.190.4.0/24"}, "ground": {"subnet": "10.191.4.0/24"}}}, **doc}
+           "swarm": {"networks": nets(NET[3])}, **doc}
     assert_run_refused(exp, tmp_path, message)
 
 
 def test_swarm_up_with_ltp_and_down_leaves_nothing(need_dtn7, tmp_path):
     spec = tmp_path / "ltp-it-hand.yaml"
     spec.write_text("name: ltp-it-hand\nbackend: netns\nnodes: 2\n"
-                    "networks: {isl: {subnet: 10.190.5.0/24}, ground: {subnet: 10.191.5.0/24}}\n"
+                    f"{nets_yaml(NET[4])}\n"
                     "links: {default: {delay: 2s, rate: 10Mbit}}\n"
                     "defaults: {dtn: {cla: ltp, routing: epidemic}}\n")
     env = {**os.environ, "SWARM_WORKDIR": str(REPO)}
@@ -120,12 +126,12 @@ def test_swarm_up_with_ltp_and_down_leaves_nothing(need_dtn7, tmp_path):
                              capture_output=True, text=True, env=env)
         assert got.returncode == 0, got.stdout + got.stderr
         assert json.loads(got.stdout)["payload"] == "over LTP"
-        assert subprocess.run(["pgrep", "-f", "swarm-ltpcla.*10.190.5."], capture_output=True).returncode == 0
+        assert subprocess.run(["pgrep", "-f", f"swarm-ltpcla.*10.{NET[4]}.0."], capture_output=True).returncode == 0
     finally:
         down = subprocess.run(SWARM + ["down", "ltp-it-hand"], capture_output=True, text=True, env=env, timeout=120)
     assert down.returncode == 0, down.stderr
     assert not _namespaces("ltp-it-hand")
-    assert subprocess.run(["pgrep", "-f", "swarm-ltpcla.*10.190.5."], capture_output=True).returncode == 1
+    assert subprocess.run(["pgrep", "-f", f"swarm-ltpcla.*10.{NET[4]}.0."], capture_output=True).returncode == 1
     assert not (REPO / ".swarm" / "ltp-it-hand").exists()
 
 
@@ -134,7 +140,7 @@ def test_swarm_dtn_status_shows_ltp_sessions_retransmissions_and_cancels(need_dt
     # which swarm-ltpcla retransmits; `swarm dtn` shows the open session while it is in flight and the counts.
     spec = tmp_path / "ltp-it-status.yaml"
     spec.write_text("name: ltp-it-status\nbackend: netns\nnodes: 2\n"
-                    "networks: {isl: {subnet: 10.150.5.0/24}, ground: {subnet: 10.151.5.0/24}}\n"
+                    f"{nets_yaml(NET[5])}\n"
                     "links: {default: {delay: 1s, rate: 10Mbit, loss: 10%}}\n"
                     "defaults: {dtn: {cla: ltp, routing: epidemic}}\n")
     payload = tmp_path / "payload.txt"
@@ -168,8 +174,10 @@ def test_swarm_dtn_status_shows_ltp_sessions_retransmissions_and_cancels(need_dt
                              capture_output=True, text=True, env=env)
         assert got.returncode == 0, got.stdout + got.stderr
         assert len(json.loads(got.stdout)["payload"]) == 100_000
-        time.sleep(1.5)
-        after = status()
+        # the sender's session closes once the receiver's report reaches it and its ack is sent; the status file
+        # is rewritten every second
+        after = wait_until(lambda: (lambda s: s if s["sat01"]["ltp"]["sessions_open"] == 0 else None)(status()), 30,
+                           "sat01's LTP session closed after delivery")
         s1, s2 = after["sat01"]["ltp"], after["sat02"]["ltp"]
         assert s1["blocks_sent"] == 1 and s2["blocks_received"] == 1 and s1["sessions_open"] == 0
         assert s1["retransmitted_segments"] > 0 and s1["cancels"] == 0 and s1["dropped"] == 0, s1
@@ -193,7 +201,7 @@ def test_burst_past_dtnds_ecla_channel_loses_nothing(need_dtn7, tmp_path):
     name, count = "ltp-it-burst", 250
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(f"name: {name}\nbackend: netns\nnodes: 2\n"
-                    "networks: {isl: {subnet: 10.190.6.0/24}, ground: {subnet: 10.191.6.0/24}}\n"
+                    f"{nets_yaml(NET[6])}\n"
                     "links: {default: {delay: 100ms, rate: 50Mbit}}\n"
                     "defaults: {dtn: {cla: ltp, routing: epidemic}}\n")
     env = {**os.environ, "SWARM_WORKDIR": str(REPO)}

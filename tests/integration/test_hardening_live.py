@@ -6,6 +6,9 @@ import sys
 import pytest
 
 from conftest import interruptible
+from alloc import nets_yaml, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 
 def swarm(args, tmp_path, input=None, **env):
@@ -75,7 +78,7 @@ def test_down_and_wipe_leave_a_namespace_the_framework_did_not_make(foreign_name
 @pytest.mark.root
 def test_wipe_named_swarm_removes_what_up_marked(need_netns, tmp_path):
     (tmp_path / "s.yaml").write_text("name: hd-wipe\nnodes: 2\nbackend: netns\ndefaults: {command: [sleep, \"600\"]}\n"
-                                     "networks: {isl: {subnet: 10.192.0.0/24}, ground: {subnet: 10.193.0.0/24}}\n")
+                                     f"{nets_yaml(NET[0])}\n")
     up = swarm(["up", "s.yaml"], tmp_path)
     try:
         assert up.returncode == 0, up.stderr
@@ -108,7 +111,7 @@ def test_interrupted_up_is_removed_by_down_with_markers(need_netns, tmp_path, si
     name = "hd-intr"
     swarm(["down", name], tmp_path)
     (tmp_path / "s.yaml").write_text(f"name: {name}\nnodes: 10\nbackend: netns\ndefaults: {{command: [sleep, \"600\"]}}\n"
-                                     "networks: {isl: {subnet: 10.192.0.0/24}, ground: {subnet: 10.193.0.0/24}}\n")
+                                     f"{nets_yaml(NET[0])}\n")
     proc = subprocess.Popen([sys.executable, "-m", "swarm", "up", "s.yaml"], cwd=tmp_path, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "SWARM_WORKDIR": str(tmp_path)}, preexec_fn=interruptible)

@@ -26,9 +26,9 @@ from swarm.runtime.backends.base import swarm_dir
 from swarm.runtime.backends.compose import hostengine as he
 from swarm.runtime.probe import capabilities
 
-from conftest import REPO, require
+from conftest import REPO, require, wait_until
 
-pytestmark = [pytest.mark.root, pytest.mark.slow]
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.serial]  # asserts on the host's whole mangle table
 
 
 @pytest.fixture
@@ -76,6 +76,24 @@ def filter_rules() -> list[str]:
     return subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout.splitlines()
 
 
+FIREWALL_COMMANDS = {"iptables", "iptables-nft", "iptables-restore", "iptables-nft-restore", "iptables-save",
+                     "ip6tables", "nft"}
+
+
+def firewall_commands_running() -> list[int]:
+    """Pids of iptables/nft processes on the host (read from /proc)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                comm = open(f"/proc/{pid}/comm").read().strip()
+            except OSError:
+                continue
+            if comm in FIREWALL_COMMANDS:
+                found.append(int(pid))
+    return found
+
+
 def wait_reachable(swarm: str, src: str, dst_ip: str, timeout: float = 20) -> None:
     deadline = time.monotonic() + timeout
     while not rtts(swarm, src, dst_ip, count=1, wait=1) and time.monotonic() < deadline:
@@ -98,7 +116,7 @@ def test_default_engine_delays_on_the_host_fails_closed_and_down_cleans(need_hos
         got = rtts(name, "sat01", sat02, count=10)
         assert len(got) >= 9 and all(198 <= r <= 240 for r in got), got
         got = rtts(name, "sat01", isl_ip(third, 3), count=3)  # an unimpaired link: no engine on its way
-        assert got and max(got) < 20, got
+        assert got and max(got) < 100, got  # undelayed: under half the 200 ms RTT, at any load
 
         # no binary in the node image: the engine is one process on the host, named by its swarm in `ps`
         assert subprocess.run(["docker", "exec", container_name(name, "sat02"), "test", "-e",
@@ -117,7 +135,7 @@ def test_default_engine_delays_on_the_host_fails_closed_and_down_cleans(need_hos
         engine = next(pid for pid, (_, loop) in engines.items() if not loop)
         os.kill(engine, signal.SIGKILL)
         assert rtts(name, "sat01", sat02, count=1, wait=0.3) == []
-        time.sleep(1.5)
+        wait_until(lambda: rtts(name, "sat01", sat02, count=1, wait=1), 30, "the restarted engine passing sat01 -> sat02")
         got = rtts(name, "sat01", sat02)
         assert got and all(198 <= r <= 240 for r in got), got
         notes = json.loads(cli("impair", name, "--show", "--json").stdout)["notes"]
@@ -197,7 +215,9 @@ def test_crash_during_up_then_wipe_without_state(need_host_engine, tmp_path):
         assert he.host_engines(name), "the engine never started"
         proc.kill()
         proc.wait()
-        time.sleep(1)  # let a jump rule being inserted land
+        # an iptables the killed `up` had started goes on as an orphan: wait for it to end (this file is `serial`,
+        # so no other test runs iptables meanwhile), then look
+        wait_until(lambda: not firewall_commands_running(), 30, "iptables/nft started by the killed up to end")
         shutil.rmtree(swarm_dir(REPO, name), ignore_errors=True)
         dry = cli("wipe", "--dry-run").stdout
         assert "host engine process" in dry and name in dry, dry

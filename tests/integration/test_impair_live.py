@@ -26,10 +26,13 @@ import pytest
 
 from swarm.runtime.swarm import Swarm
 from netem.spec.links import impairment
-from experiments.traffic.iperf3 import parse_client_json
+from experiments.traffic.tools.iperf3.parse import parse_client_json
 from swarm.spec.model import spec_from_dict
 
-from conftest import REPO, require
+from conftest import REPO, listening, require, wait_until
+from alloc import nets, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 LOSS_TOLERANCE_PP = 4.0
@@ -84,7 +87,7 @@ def iperf(swarm: Swarm, src: str, dst: str, *extra: str, seconds: int = 3, attem
     for _ in range(attempts):
         port = str(next(_port))
         swarm.exec(dst, ["iperf3", "-s", "-1", "-D", "-J", "-B", dst_ip, "-p", port])
-        time.sleep(0.3)
+        wait_until(lambda: listening(swarm, dst, int(port)), 30, f"iperf3 server on {dst}:{port}")
         res = swarm.exec(src, ["iperf3", "-c", dst_ip, "-p", port, "-B", swarm.node(src).isl_ip, "-t", str(seconds),
                                "-J", "--get-server-output", *extra], check=False, timeout=seconds + 60)
         flow = parse_client_json(res.stdout)
@@ -113,7 +116,7 @@ def udp_loss(swarm: Swarm, src: str, dst: str, change=None, seconds: int = 8) ->
         return flow.lost_percent
     dst_ip, port = swarm.node(dst).isl_ip, str(next(_port))
     swarm.exec(dst, ["iperf3", "-s", "-1", "-D", "-J", "-B", dst_ip, "-p", port])
-    time.sleep(0.3)
+    wait_until(lambda: listening(swarm, dst, int(port)), 30, f"iperf3 server on {dst}:{port}")
     argv = ["iperf3", "-c", dst_ip, "-p", port, "-B", swarm.node(src).isl_ip, "-u", "-b", "5M", "-t", str(seconds),
             "-i", "0.5", "-J", "--get-server-output"]
     drops_before = udp_rcvbuf_drops(swarm, dst)
@@ -163,7 +166,7 @@ def host_has_ours() -> bool:
 
 # ------------------------------------------------------------------------------------------ netns
 def test_loss_through_nft_measured_with_udp(netns_swarm):
-    swarm = netns_swarm("imp-loss", 120)
+    swarm = netns_swarm("imp-loss", NET[0])
     ctl = swarm.links
     assert ctl.engine.name in ("nft", "netem")
     measured = {}
@@ -185,7 +188,7 @@ def test_loss_through_nft_measured_with_udp(netns_swarm):
 
 
 def test_rate_through_htb_measured_with_tcp(netns_swarm):
-    swarm = netns_swarm("imp-rate", 122, links={"overrides": [{"between": ["sat01", "sat02"], "rate": "20Mbit"}]})
+    swarm = netns_swarm("imp-rate", NET[2], links={"overrides": [{"between": ["sat01", "sat02"], "rate": "20Mbit"}]})
     ratio = tcp_rate(swarm, "sat01", "sat02") / 20e6
     assert RATE_BOUNDS[0] <= ratio <= RATE_BOUNDS[1], ratio
     assert node_root_qdisc(swarm, "sat01")["handle"] == "5eed:"
@@ -201,7 +204,7 @@ def test_rate_through_htb_measured_with_tcp(netns_swarm):
 
 
 def test_cut_partition_and_heal_by_reachability(netns_swarm):
-    swarm = netns_swarm("imp-cut", 124, n=4)
+    swarm = netns_swarm("imp-cut", NET[4], n=4)
     ctl = swarm.links
     ctl.cut("sat01", "sat03")
     failing = {(s, d) for s, row in swarm.reachability().items() for d, ok in row.items() if not ok}
@@ -223,7 +226,7 @@ def test_a_frame_with_another_nodes_source_mac_does_not_redirect_its_traffic(net
     """A corrupting link can flip a bit of a frame's source MAC into another node's (sat03 ...:04 and sat04
     ...:05 differ by one bit). A learning switch would then send that node's frames to the wrong port until the
     entry aged out (CI, kernel NetEm corrupt 10 %: 93 % of pings lost); the switch's node ports do not learn."""
-    swarm = netns_swarm("imp-fdb", 128, n=4)
+    swarm = netns_swarm("imp-fdb", NET[8], n=4)
     n3, n4 = swarm.node("sat03"), swarm.node("sat04")
     for here, there in ((n3, n4), (n4, n3)):  # no ARP from sat04 that would re-teach a learning switch
         swarm.exec(here.name, ["ip", "neigh", "replace", there.isl_ip, "lladdr", there.isl_mac, "nud", "permanent",
@@ -241,7 +244,7 @@ def test_a_frame_with_another_nodes_source_mac_does_not_redirect_its_traffic(net
 
 
 def test_node_faults_and_restart(netns_swarm):
-    swarm = netns_swarm("imp-node", 126, links={"overrides": [{"node": "sat02", "loss": "1%"}]})
+    swarm = netns_swarm("imp-node", NET[6], links={"overrides": [{"node": "sat02", "loss": "1%"}]})
     ctl = swarm.links
     states = lambda: swarm.backend.node_states(swarm.name)  # noqa: E731
     pid = int(run(["ip", "netns", "pids", "swarm-emu_imp-node_sat02"]).split()[0])
@@ -276,7 +279,7 @@ def test_sweep_fault_timeline_recorded_and_plotted(need_netns, need_iperf3, need
     exp = experiment_from_dict({
         "name": "imp-tl", "sizes": [3], "protocols": ["udp"], "rates": ["2M"], "duration": "5s", "settle": 0,
         "backend": "netns", "pattern": "ring",
-        "swarm": {"networks": {"isl": {"subnet": "10.128.0.0/24"}, "ground": {"subnet": "10.129.0.0/24"}}},
+        "swarm": {"networks": nets(NET[8])},
         "links": {"default": {"loss": "0.5%"}, "engine": "nft"},
         "faults": [{"at": "1.5s", "cut": ["sat01", "sat02"]}, {"at": "3s", "heal": "all"},
                    {"at": "3.5s", "impair": {"between": ["sat02", "sat03"], "direction": "a->b", "loss": "50%"}}]})
@@ -304,7 +307,7 @@ def test_sweep_fault_timeline_recorded_and_plotted(need_netns, need_iperf3, need
 def test_cli_impair_and_fault(netns_swarm):
     import sys
 
-    swarm = netns_swarm("imp-cli", 130)
+    swarm = netns_swarm("imp-cli", NET[10])
 
     def cli(*args):
         return subprocess.run([sys.executable, "-m", "swarm", *args], capture_output=True, text=True, cwd=REPO,
@@ -360,7 +363,7 @@ def test_netem_commands_are_accepted_by_tcs_parser(need_netns):
 # ----------------------------------------------------------------------------------------- compose
 @pytest.mark.docker
 def test_compose_loss_and_restart_reapplies_conditions(need_docker, need_iperf3, need_nft):
-    swarm = make("imp-compose", "compose", 134, engine="nft")  # the nft table in the container (the compose default is now the host engine: test_hostengine_live)
+    swarm = make("imp-compose", "compose", NET[12], engine="nft")  # the nft table in the container (the compose default is now the host engine: test_hostengine_live)
     swarm.down()
     try:
         swarm.up()
@@ -370,7 +373,7 @@ def test_compose_loss_and_restart_reapplies_conditions(need_docker, need_iperf3,
         swarm.links.node_action("sat02", "restart")  # a new network namespace: the table must come back
         assert "sat01->sat02 loss 30%" in swarm.exec("sat02", ["nft", "list", "ruleset"]).stdout
         addrs = swarm.exec("sat02", ["ip", "-o", "-4", "addr"]).stdout
-        assert "10.134.0.3/24" in addrs and "10.135.0.3/24" in addrs
+        assert f"10.{NET[12]}.0.3/24" in addrs and f"10.{NET[13]}.0.3/24" in addrs
         swarm.links.impair(impairment(loss=0), between=["sat01", "sat02"])
         loss = udp_loss(swarm, "sat01", "sat02", set_loss)  # set again, live, after the restart
         assert abs(loss - 30) <= LOSS_TOLERANCE_PP, loss

@@ -17,6 +17,9 @@ from swarm.runtime.swarm import NodeFailed, Swarm
 from swarm.spec.model import spec_from_dict
 
 from conftest import REPO, interruptible
+from alloc import nets_yaml, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 BACKENDS = ["netns", pytest.param("compose", marks=pytest.mark.docker)]
@@ -42,7 +45,7 @@ def leftovers(name: str) -> list[str]:
     return found
 
 
-def make(name: str, backend: str, n: int = 4, third: int = 91, **extra) -> Swarm:
+def make(name: str, backend: str, n: int = 4, third: int = NET[0], **extra) -> Swarm:
     spec = spec_from_dict({"name": name, "networks": {"isl": {"subnet": f"10.{third}.0.0/24"},
                                                       "ground": {"subnet": f"10.{third + 1}.0.0/24"}},
                            **({"nodes": n} if "node_list" not in extra else {}), **extra})
@@ -70,7 +73,7 @@ def test_four_nodes_all_pairs_then_clean_down(backend_ready):
         matrix = swarm.reachability()
         assert all(all(row.values()) for row in matrix.values()) and sum(len(r) for r in matrix.values()) == 12
         addrs = swarm.exec("sat03", ["ip", "-o", "-4", "addr"]).stdout
-        assert "10.91.0.4/24" in addrs and "10.92.0.4/24" in addrs
+        assert f"10.{NET[0]}.0.4/24" in addrs and f"10.{NET[1]}.0.4/24" in addrs
         if backend_ready == "compose":
             for node in ("sat01", "sat04"):
                 host = json.loads(run(["docker", "inspect", f"{name}-{node}"]))[0]["HostConfig"]
@@ -89,7 +92,7 @@ def test_four_nodes_all_pairs_then_clean_down(backend_ready):
 def test_failing_node_shows_logs_and_rolls_back(backend_ready):
     name = f"it-{backend_ready}-fail"
     nodes = [{"name": "good1"}, {"name": "bad", "command": ["sh", "-c", "echo boom-from-bad; exit 3"]}, {"name": "good2"}]
-    swarm = make(name, backend_ready, third=93, node_list=nodes)
+    swarm = make(name, backend_ready, third=NET[2], node_list=nodes)
     with pytest.raises(NodeFailed) as exc:
         swarm.up(ready_timeout=60)
     assert exc.value.node == "bad" and "boom-from-bad" in exc.value.logs
@@ -103,7 +106,7 @@ def test_ctrl_c_during_up_leaves_nothing(backend_ready, tmp_path):
     assert leftovers(name) == []
     spec = tmp_path / "s.yaml"
     spec.write_text(f"name: {name}\nnodes: 12\nbackend: {backend_ready}\n"
-                    "networks: {isl: {subnet: 10.95.0.0/24}, ground: {subnet: 10.96.0.0/24}}\n")
+                    f"{nets_yaml(NET[4])}\n")
     proc = subprocess.Popen([sys.executable, "-m", "swarm", "up", str(spec)], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "SWARM_WORKDIR": str(REPO)},
                             preexec_fn=interruptible)

@@ -22,15 +22,18 @@ import pytest
 
 from compose.render import container_name
 from swarm.runtime.backends.compose import hostengine as he
-from netem.engines import LINKD_CHAIN
+from netem.engines.hold import LINKD_CHAIN
 from netem.spec.links import impairment
 from swarm.runtime.backends.netns.backend import node_ns, switch_ns
-from netem.runtime.linkd import KERNEL_HOLD_ENV
+from netem.engines.drivers.linkd import KERNEL_HOLD_ENV
 from swarm.runtime.probe import capabilities
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict
 
-from conftest import REPO, require
+from conftest import REPO, require, wait_until
+from alloc import nets, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 PROBE = REPO / "bench" / "udp_probe.py"
@@ -66,7 +69,7 @@ def make(name: str, third: int) -> Swarm:
 
 @pytest.fixture
 def demo(need_userspace):
-    swarm = make("le-live", 203)
+    swarm = make("le-live", NET[0])
     swarm.down()
     swarm.up()
     yield swarm
@@ -100,7 +103,7 @@ def test_lunar_delay_live_change_cut_fail_closed_clear(demo):
     pid = state.nodes["sat02"]["linkd_pid"]
     os.kill(pid, signal.SIGKILL)
     assert rtts(name, "sat01", ip2, count=1, wait=0.3) == []  # within the restart gap: dropped, not passed
-    time.sleep(1.5)
+    wait_until(lambda: rtts(name, "sat01", ip2, count=1, wait=1), 30, "the restarted engine passing sat01 -> sat02")
     got = rtts(name, "sat01", ip2)
     assert got and all(195 <= r <= 260 for r in got), got
     notes = json.loads(cli("impair", name, "--show", "--json").stdout)["notes"]
@@ -108,12 +111,12 @@ def test_lunar_delay_live_change_cut_fail_closed_clear(demo):
 
     # the unimpaired link sat01-sat03 never went through an engine
     got = rtts(name, "sat01", demo.node("sat03").isl_ip)
-    assert got and max(got) < 20, got
+    assert got and max(got) < 100, got  # undelayed: under half the 200 ms RTT, at any load
 
     # clear: no conditions, no rules left in the nodes nor at the switch
     cli("impair", name, "--clear")
     got = rtts(name, "sat01", ip2)
-    assert got and max(got) < 20, got
+    assert got and max(got) < 100, got  # undelayed: under half the 200 ms RTT, at any load
     for ns in (node_ns(name, "sat01"), node_ns(name, "sat02"), switch_ns(name)):
         rules = subprocess.run(["ip", "netns", "exec", ns, "iptables", "-t", "mangle", "-S"],
                                capture_output=True, text=True).stdout
@@ -124,7 +127,7 @@ def test_engines_hold_at_the_switch(need_userspace, caps):
     """With br_netfilter the swarm's engine runs in the switch namespace, one chain and queue per receiving node,
     the jump matching the node's bridge port, one process serving every queue; nothing of it is inside the nodes."""
     require("br_netfilter", caps.bridge_nf, "iptables does not see bridged frames (no br_netfilter / xt_physdev)")
-    swarm = make("le-hop", 207)
+    swarm = make("le-hop", NET[4])
     swarm.down()
     try:
         swarm.up()
@@ -168,7 +171,7 @@ def test_engine_keeps_packets_past_the_kernels_bound(need_userspace, monkeypatch
     keeps the packets' bytes itself, drops the kernel's copy and sends them when due: every datagram arrives
     once, with the link's delay, while the kernel never held more than about the bound."""
     monkeypatch.setenv(KERNEL_HOLD_ENV, "100")
-    swarm = make("le-keep", 211)
+    swarm = make("le-keep", NET[8])
     swarm.down()
     try:
         swarm.up()
@@ -213,7 +216,7 @@ def _running(pid: int) -> bool:
 
 
 def test_down_leaves_nothing(need_userspace):
-    swarm = make("le-audit", 205)
+    swarm = make("le-audit", NET[2])
     swarm.down()
     swarm.up()
     swarm.links.impair(impairment(delay="5ms"), all_links=True)
@@ -236,7 +239,7 @@ def test_compose_pinned_userspace_engine(need_docker_userspace):
     br_netfilter) it runs there, one process for the swarm, no binary copied into the containers (it used to run
     in each container, which remains the path where the host cannot hold the packets), and goes with `down`."""
     data = {"name": "le-compose", "nodes": 2, "backend": "compose",
-            "networks": {"isl": {"subnet": "10.208.0.0/24"}, "ground": {"subnet": "10.209.0.0/24"}},
+            "networks": nets(NET[6]),
             "links": {"engine": "userspace"}}
     swarm = Swarm(spec_from_dict(data), workdir=REPO)
     swarm.down()
@@ -253,7 +256,7 @@ def test_compose_pinned_userspace_engine(need_docker_userspace):
                              capture_output=True, text=True, timeout=60)
         got = [float(m) for m in re.findall(r"time=([\d.]+) ms", res.stdout)]
         assert got and all(395 <= r <= 470 for r in got), res.stdout + res.stderr
-        on_host = swarm.backend.hop_placement() is not None
+        on_host = swarm.backend.hop() is not None
         copied = subprocess.run(exec1 + ["test", "-e", "/usr/local/bin/swarm-linkd"]).returncode == 0
         assert copied != on_host
         assert bool(he.host_engines("le-compose")) == on_host

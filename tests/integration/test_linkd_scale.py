@@ -14,8 +14,11 @@ import pytest
 from conftest import REPO, require
 
 import os
+from alloc import nets, octets
 
-pytestmark = [pytest.mark.root, pytest.mark.slow,
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
+
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.serial,  # its ratio is the engine's CPU cost: alone
               # Opt-in until the goal holds: the fresh-clone CI run of 2026-11-25 measured 0.61 with the no-delay
               # mesh at full rate (862 per flow), after 0.995 and 0.67 in the engine's own runs; a goal the engine
               # does not meet reliably on this 2-core host is a benchmark figure (BENCHMARKS.md), not a CI gate.
@@ -37,7 +40,7 @@ def _sweep(tmp_path, name: str, links: dict | None) -> pd.DataFrame:
 
     raw = {"name": name, "sizes": [32], "protocols": ["udp"], "rates": ["1M"], "duration": "10s", "engine": "mux",
            "settle": 2, "backend": "netns",
-           "swarm": {"networks": {"isl": {"subnet": "10.172.0.0/24"}, "ground": {"subnet": "10.173.0.0/24"}}}}
+           "swarm": {"networks": nets(NET[0])}}
     if links:
         raw["links"] = links
     exp = experiment_from_dict(raw)

@@ -5,7 +5,7 @@ pairs at the planned delay), and a bad schedule is refused with one line naming 
 
 Goal for the lag: p99 <= 1 ms (BENCHMARKS.md). Asserted: p99 <= LAG_P99_BOUND_MS, what this shared 2-core host
 meets reliably (the engine wakes at each change's due time; its wake-up is what a busy host delays).
-Names lks-*, subnets 10.160-161.x (issue 27's helper range)."""
+Names lks-*, subnets from tests/alloc.py."""
 from __future__ import annotations
 
 import subprocess
@@ -14,13 +14,16 @@ import time
 import pandas as pd
 import pytest
 
-from netem.engines import LINKD_CONTROL
+from netem.engines.hold import LINKD_CONTROL
 from netem.orbits.planner import plan as make_plan
 from netem.spec.orbits import parse_orbits
 from netem.runtime.orbits import LinkTimelineDriver, links_csv_writer
 from swarm.errors import SpecError
 
 from conftest import isl_rtts, require, require_netns_engine, swarm_up
+from alloc import nets, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -37,7 +40,7 @@ def sched_swarm():
     require("br_netfilter", caps.bridge_nf, "no br_netfilter: one engine per node, not one per swarm")
     with swarm_up({"name": "lks-it", "backend": "netns",
                    "groups": [{"prefix": "sat", "count": 8}, {"prefix": "gs", "count": 1}],
-                   "networks": {"isl": {"subnet": "10.160.0.0/24"}, "ground": {"subnet": "10.161.0.0/24"}}}) as swarm:
+                   "networks": nets(NET[0])}) as swarm:
         yield swarm
 
 

@@ -3,7 +3,7 @@
 convergence rows of a sweep with a fault timeline, and a leftover audit after `down` (no batmand process, no
 namespace, no container). netns backend, and one compose case.
 
-Subnets 10.140.0.0/16 .. 10.149.0.0/16 and swarm names `mh-*` belong to these tests.
+Subnets from tests/alloc.py and swarm names `mh-*` belong to these tests.
 """
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict
 
 from conftest import REPO, require
+from alloc import octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 MESH = {"protocol": "batman", "ogm_interval": "200ms", "purge_timeout": "5s", "converge_timeout": 60}
@@ -103,9 +106,9 @@ def check_cut_and_heal(swarm: Swarm) -> None:
     assert via in relays, shown
     # sat02 and sat04 are equally good relays, and batmand may switch between them right after the cut (seen
     # in a fresh-clone CI run: table 66 via sat02, traceroute a moment later via sat04). So: every traceroute
-    # must take two hops through one of them, and whenever table 66 stays the same across a traceroute, the
-    # traceroute must follow it; within 30 s one such stable observation must be seen.
-    deadline, agreed = time.monotonic() + 30, False
+    # must take two hops through one of them, and within 30 s a traceroute must be seen to follow table 66 while
+    # the table stays the same across it.
+    deadline, agreed, disagreed = time.monotonic() + 30, False, []
     while time.monotonic() < deadline and not agreed:
         before = route(swarm, "sat01", "sat03")
         seen = hops(swarm, "sat01", "sat03", [via, ip["sat03"]])
@@ -116,9 +119,14 @@ def check_cut_and_heal(swarm: Swarm) -> None:
         assert len(seen) == 2 and seen[0] in relays and seen[1] == ip["sat03"], (before, seen)
         via_now = before.split(" via ")[1].split()[0] if " via " in before else ""
         if before == after:
-            assert seen == [via_now, ip["sat03"]], (before, seen)
-            agreed = True
-    assert agreed, "table 66 never stayed the same across a traceroute for 30 s after the cut"
+            # A stable table with a traceroute that took the other relay is a flip there and back between the two
+            # reads (seen once in a stress run: table via sat02 before and after, traceroute via sat04): look
+            # again. A data plane that ignores table 66 never agrees with it, and fails below.
+            if seen == [via_now, ip["sat03"]]:
+                agreed = True
+            else:
+                disagreed.append((before, seen))
+    assert agreed, f"table 66 and traceroute never agreed while the table held, for 30 s after the cut: {disagreed}"
 
     swarm.links.heal("sat01", "sat03")
     timing = mesh.wait_converged(time.time(), direct=frozenset({("sat01", "sat03"), ("sat03", "sat01")}))
@@ -126,22 +134,23 @@ def check_cut_and_heal(swarm: Swarm) -> None:
     # Right after a heal batmand may still switch between the direct link and a 2-hop route while the direct
     # link's quality window fills (seen twice in full CI runs: table 66 direct at convergence, via sat02 or
     # sat04 moments later; the convergence figure is the first direct snapshot, not a stable one). So:
-    # whenever table 66 stays the same across a traceroute, the traceroute must follow it, and within 30 s
-    # the direct route must be seen end to end.
-    deadline, seen = time.monotonic() + 30, []
-    while time.monotonic() < deadline:
+    # within 30 s the direct route must be seen end to end, in table 66 and in a traceroute while the table
+    # stays the same across it.
+    deadline, seen, disagreed, direct = time.monotonic() + 30, [], [], False
+    while time.monotonic() < deadline and not direct:
         before = route(swarm, "sat01", "sat03")
         out = swarm.exec("sat01", ["traceroute", "-n", "-w", "1", "-q", "1", "-m", "5", ip["sat03"]],
                          check=False, timeout=60).stdout
         after = route(swarm, "sat01", "sat03")
         seen = [line.split()[1] for line in out.splitlines()[1:] if len(line.split()) > 1]
-        if before == after and "*" not in seen:  # a stable route and a full answer: they must agree
+        if before == after and "*" not in seen:  # a stable route and a full answer: they should agree
             via_now = before.split(" via ")[1].split()[0] if " via " in before else ""
-            assert seen == ([via_now] if via_now else []) + [ip["sat03"]], (before, seen)
-            if not via_now:
-                break
+            if seen == ([via_now] if via_now else []) + [ip["sat03"]]:
+                direct = not via_now
+            else:  # a flip there and back between the two reads (as after the cut): look again
+                disagreed.append((before, seen))
         time.sleep(1)
-    assert seen == [ip["sat03"]], seen
+    assert direct and seen == [ip["sat03"]], (seen, disagreed)  # the direct route, table and traceroute agreeing
 
 
 @contextmanager
@@ -161,7 +170,7 @@ def meshed(swarm: Swarm):
 
 # ------------------------------------------------------------------------------------------------ netns
 def test_netns_mesh_cut_forces_two_hops_heal_restores_one(need_netns, need_batmand, need_traceroute, need_nft):
-    swarm = make("mh-live", "netns", 140)
+    swarm = make("mh-live", "netns", NET[0])
     with meshed(swarm) as pids:
         check_cut_and_heal(swarm)
 
@@ -203,7 +212,7 @@ def test_sweep_records_mesh_convergence_after_each_fault(need_netns, need_batman
     exp = experiment_from_dict({
         "name": "mh-tl", "sizes": [4], "protocols": ["udp"], "rates": ["1M"], "duration": "8s", "settle": 0,
         "backend": "netns", "pattern": "ring",
-        "swarm": {"mesh": MESH, "networks": {"isl": {"subnet": "10.142.0.0/24"}, "ground": {"subnet": "10.142.1.0/24"}}},
+        "swarm": {"mesh": MESH, "networks": {"isl": {"subnet": f"10.{NET[1]}.0.0/24"}, "ground": {"subnet": f"10.{NET[1]}.1.0/24"}}},
         "faults": [{"at": "1s", "cut": ["sat01", "sat02"]}, {"at": "4s", "heal": "all"}]})
     store = ResultsStore.create(tmp_path, exp, host_facts())
     try:
@@ -227,7 +236,7 @@ def test_sweep_records_mesh_convergence_after_each_fault(need_netns, need_batman
 # ---------------------------------------------------------------------------------------------- compose
 @pytest.mark.docker
 def test_compose_mesh_cut_forces_two_hops(need_docker, need_nft):
-    swarm = make("mh-compose-4", "compose", 186)
+    swarm = make("mh-compose-4", "compose", NET[2])
     with meshed(swarm):
         check_cut_and_heal(swarm)
     left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=io.swarm-emu.swarm=mh-compose-4"],

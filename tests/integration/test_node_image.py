@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -80,7 +79,7 @@ def test_second_ensure_is_instant(node_image: str):
             runner_calls.append(list(argv))
             return super().run(argv, **kw)
 
-    started = time.monotonic()
+    # "instant" is what it runs, not a wall-time bound a loaded host could break: one `docker image inspect`,
+    # no build
     assert image.ensure_image(Counting(), REPO) == node_image
-    assert time.monotonic() - started < 10
     assert len(runner_calls) == 1 and runner_calls[0][:3] == ["docker", "image", "inspect"]

@@ -19,7 +19,11 @@ from swarm.runtime.backends.netns.backend import node_ns
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict
 
-from conftest import REPO, require
+from conftest import REPO, require, wait_until
+from headless import HeadlessPage, PageWatch, chromium
+from alloc import nets, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -49,7 +53,7 @@ def lossy(caps, need_netns):
     require("nfqueue", caps.nfqueue, "iptables NFQUEUE target refused")
     require("dumpcap", bool(shutil.which("dumpcap") and shutil.which("tshark")), "wireshark-common/tshark missing")
     data = {"name": "obs-cap", "nodes": 2, "backend": "netns",
-            "networks": {"isl": {"subnet": "10.140.0.0/24"}, "ground": {"subnet": "10.141.0.0/24"}},
+            "networks": nets(NET[0]),
             "links": {"engine": "userspace", "default": {"loss": "10%"}}}
     swarm = Swarm(spec_from_dict(data), workdir=REPO)
     swarm.down()
@@ -72,12 +76,9 @@ def test_capture_of_a_lossy_link_both_ends_until_ctrl_c(lossy, tmp_path):
     out = tmp_path / "l12.pcapng"
     proc = subprocess.Popen([sys.executable, "-m", "swarm", "capture", "obs-cap", "--link", "sat01", "sat02", "-o",
                              str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while not dumpcaps_writing(out) or len(dumpcaps_writing(out)) < 2:
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline, "dumpcaps did not start"
-        time.sleep(0.1)
-    time.sleep(1.0)  # both opened their interface (the CLI says so on stderr once they have)
+    line = proc.stderr.readline()  # "capturing on ...": printed once both dumpcaps have opened their interface
+    assert "capturing on sat01 eth1, sat02 eth1" in line, line + (proc.stderr.read() if proc.poll() is not None else "")
+    assert len(dumpcaps_writing(out)) == 2
     dst = lossy.node("sat02").isl_ip
     ping = subprocess.run(["ip", "netns", "exec", node_ns("obs-cap", "sat01"), "ping", "-q", "-n", "-c", "1000",
                            "-i", "0.004", "-W", "1", dst], capture_output=True, text=True, timeout=120)
@@ -86,7 +87,6 @@ def test_capture_of_a_lossy_link_both_ends_until_ctrl_c(lossy, tmp_path):
     proc.send_signal(signal.SIGINT)  # Ctrl-C: the capture stops and leaves a readable file
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
-    assert "capturing on sat01 eth1, sat02 eth1" in stderr
     assert dumpcaps_writing(out) == []
     assert list(tmp_path.iterdir()) == [out]  # the two ends' temporary files are gone
     requests = per_interface(out, "icmp.type == 8")
@@ -122,6 +122,21 @@ def test_capture_bad_input_one_line_exit_2_nothing_left(lossy, tmp_path):
     res = cli("capture", "obs-nosuch", "--node", "sat01", "-o", str(tmp_path / "y.pcapng"))
     assert res.returncode == 2 and "obs-nosuch" in res.stderr
     assert list(tmp_path.iterdir()) == [] and dumpcaps_writing(tmp_path / "x") == []
+    # -o an existing name, a link to a victim, a dangling link: refused without --force and never opened; a FIFO
+    # (with --force too) and a duration dumpcap cannot keep: one line, nothing started (issue 40, items 3, 11)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / "old.pcapng").write_text("old")
+    (tmp_path / "link.pcapng").symlink_to(victim)
+    (tmp_path / "dangling.pcapng").symlink_to(tmp_path / "ab")
+    os.mkfifo(tmp_path / "fifo")
+    before = sorted(tmp_path.iterdir())
+    for out, extra in (("old.pcapng", []), ("link.pcapng", []), ("dangling.pcapng", []), ("fifo", ["--force"]),
+                       ("new.pcapng", ["--duration", "nan"]), ("new.pcapng", ["--duration", "0.2"])):
+        res = cli("capture", "obs-cap", "--node", "sat01", "-o", str(tmp_path / out), *extra, timeout=60)
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, (out, extra, res.stderr)
+    assert sorted(tmp_path.iterdir()) == before and victim.read_text() == "precious"
+    assert (tmp_path / "old.pcapng").read_text() == "old" and dumpcaps_writing(tmp_path / "x") == []
 
 
 def test_capture_of_one_node_for_a_duration(lossy, tmp_path):
@@ -147,6 +162,17 @@ def test_capture_of_one_node_for_a_duration(lossy, tmp_path):
     proc.communicate(timeout=30)
     assert dumpcaps_writing(out2) == [] and out2.stat().st_size > 0
     assert subprocess.run(["capinfos", str(out2)], capture_output=True, timeout=60).returncode == 0
+    # --force over a link to a victim: the link is replaced by the capture, the victim is untouched
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    out3 = tmp_path / "forced.pcapng"
+    out3.symlink_to(victim)
+    res = cli("capture", "obs-cap", "--node", "sat01", "--duration", "1", "--force", "-o", str(out3), timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert victim.read_text() == "precious" and not out3.is_symlink()
+    assert subprocess.run(["capinfos", str(out3)], capture_output=True, timeout=60).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forced.pcapng", "killed.pcapng", "sat01-ground.pcapng",
+                                                          "victim"]  # no temporary folder left
 
 
 # ------------------------------------------------------------------------------------------------ events
@@ -159,7 +185,7 @@ def four(request):
     require("netns", caps.netns and os.geteuid() == 0, "needs root and network namespaces")
     require("swarm-linkd", bool(caps.linkd), "swarm-linkd not built (make setup)")
     data = {"name": "obs-four", "nodes": 4, "backend": "netns",
-            "networks": {"isl": {"subnet": "10.142.0.0/24"}, "ground": {"subnet": "10.143.0.0/24"}},
+            "networks": nets(NET[1]),
             "links": {"engine": "userspace", "default": {"delay": "5ms"},
                       "overrides": [{"between": ["sat01", "sat02"], "loss": "2%"}]}}
     swarm = Swarm(spec_from_dict(data), workdir=REPO)
@@ -169,19 +195,48 @@ def four(request):
     swarm.down()
 
 
-def read_events(proc: subprocess.Popen) -> list[dict]:
-    import json
+class Follower:
+    """`swarm events NAME --json --no-history` in the background, its lines collected by a thread; `attach()`
+    returns once it follows the log: a marker event appended to the log (every 0.3 s) has come out of it."""
 
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 0, stderr
-    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    def __init__(self, swarm: Swarm):
+        import threading
+
+        self.state_dir = swarm.backend.state_dir(swarm.name)
+        self.proc = subprocess.Popen([sys.executable, "-m", "swarm", "events", swarm.name, "--json", "--no-history"],
+                                     cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")),
+                                       daemon=True)
+        self.reader.start()
+
+    def attach(self, timeout: float = 60) -> None:
+        from swarm.observe.events import emit
+
+        def marked() -> bool:
+            assert self.proc.poll() is None, self.proc.stderr.read()
+            if any('"test-marker"' in line for line in self.lines):
+                return True
+            emit(self.state_dir, "test-marker")
+            return False
+
+        wait_until(marked, timeout, "swarm events following the log", every=0.3)
+
+    def events(self) -> list[dict]:
+        """Stops it (Ctrl-C) and returns what it printed after the markers."""
+        import json
+
+        self.proc.send_signal(signal.SIGINT)
+        stderr = self.proc.communicate(timeout=30)[1]
+        self.reader.join(timeout=30)
+        assert self.proc.returncode == 0, stderr
+        events = [json.loads(line) for line in self.lines if line.strip()]
+        return [e for e in events if e["type"] != "test-marker"]
 
 
 def test_events_stream_a_cut_and_a_heal_in_order_with_their_times(four):
-    proc = subprocess.Popen([sys.executable, "-m", "swarm", "events", "obs-four", "--json", "--no-history"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)
+    follower = Follower(four)
+    follower.attach()
     t0 = time.time()
     assert cli("fault", "obs-four", "cut", "sat01", "sat03").returncode == 0
     t1 = time.time()
@@ -190,7 +245,7 @@ def test_events_stream_a_cut_and_a_heal_in_order_with_their_times(four):
     assert cli("fault", "obs-four", "heal", "sat01", "sat03").returncode == 0
     t3 = time.time()
     time.sleep(1.5)
-    events = read_events(proc)
+    events = follower.events()
     assert [e["t"] for e in events] == sorted(e["t"] for e in events)  # in the order they happened
     faults = [e for e in events if e["type"] == "fault"]
     assert [(e["kind"], e["args"]) for e in faults] == [("cut", ["sat01", "sat03"]), ("heal", ["sat01", "sat03"])]
@@ -216,43 +271,33 @@ def test_events_of_an_unknown_swarm_exit_2():
 
 
 # ------------------------------------------------------------------------------------------------ view
-def chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
+#: What the live view shows, read from its DOM in the page (the page ships no test hook): the nodes, every drawn
+#: link with its state, the events listed, and on the orbit map the plan second, positions, link traffic, bundles.
+SHOWN = """JSON.stringify((() => {
+  const mode = document.body.dataset.mode || "";
+  const shown = {
+    nodes: [...document.querySelectorAll("g.node")].map(g => g.dataset.node),
+    links: [...document.querySelectorAll("line.link")].map(l => [l.dataset.src, l.dataset.dst, l.dataset.state]),
+    events: document.querySelectorAll("#events li").length,
+    mode,
+  };
+  if (mode === "map") {
+    shown.t_plan = Number(document.body.dataset.tPlan);
+    shown.pos = Object.fromEntries([...document.querySelectorAll("g.node")].map(
+      g => [g.dataset.node, [Number(g.dataset.lat), Number(g.dataset.lon)]]));
+    shown.link_bps = Object.fromEntries([...document.querySelectorAll("text.link-rate")].map(
+      t => [t.dataset.src + "-" + t.dataset.dst, Number(t.dataset.bps)]));
+    shown.bundles = Object.fromEntries([...document.querySelectorAll("g.node text.bundles")].map(
+      t => [t.parentNode.dataset.node, parseInt(t.textContent)]));
+  }
+  return shown;
+})())"""
 
 
-class Collector:
-    """A local HTTP endpoint the page posts what it shows to (`?report=`), each post stamped on arrival."""
-
-    def __init__(self):
-        import json
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        seen = self.seen = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *_a):
-                pass
-
-            def do_POST(self):  # noqa: N802
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                seen.append((time.time(), json.loads(body)))
-                self.send_response(204)
-                self.send_header("Access-Control-Allow-Origin", "*")
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def wait(self, pred, timeout: float) -> tuple[float, dict] | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for t, shown in list(self.seen):
-                if pred(shown):
-                    return t, shown
-            time.sleep(0.05)
-        return None
+def watch_view(url: str, profile: Path) -> tuple[HeadlessPage, PageWatch]:
+    """The view at `url` in headless Chromium, what it shows read every 0.1 s (tests/integration/headless.py)."""
+    page = HeadlessPage(url, profile)
+    return page, PageWatch(page, SHOWN)
 
 
 def start_view(name: str) -> tuple[subprocess.Popen, str]:
@@ -273,11 +318,9 @@ def link_state(shown: dict, a: str, b: str) -> str | None:
 def test_the_live_view_in_headless_chromium_sees_a_cut_within_2_s(four, tmp_path):
     require("chromium", chromium() is not None, "chromium not installed (Debian package chromium)")
     view, url = start_view("obs-four")
-    collector = Collector()
-    browser = subprocess.Popen([chromium(), "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path}/c",
-                                "--window-size=1400,900", f"{url}?report={collector.url}"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    browser = collector = None
     try:
+        browser, collector = watch_view(url, tmp_path / "c")
         first = collector.wait(lambda s: len(s["nodes"]) == 4, 60)
         assert first, "the page never showed the swarm"
         shown = first[1]
@@ -292,7 +335,7 @@ def test_the_live_view_in_headless_chromium_sees_a_cut_within_2_s(four, tmp_path
         assert seen[0] - done <= 2.0, f"the cut showed {seen[0] - done:.2f} s after `swarm fault cut` returned"
         print(f"view: the cut showed {seen[0] - done:.2f} s after `swarm fault cut` returned")
         assert shown["events"] >= 1
-        # the screenshot the README shows: the cut link, the impaired one, the events, traffic sat01 -> sat03
+        # the screenshot docs/OBSERVE.md shows: the cut link, the impaired one, the events, traffic sat01 -> sat03
         traffic = subprocess.Popen(["ip", "netns", "exec", node_ns("obs-four", "sat01"), "ping", "-q", "-i", "0.002",
                                     "-s", "1200", "-w", "12", four.node("sat03").isl_ip],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -307,14 +350,12 @@ def test_the_live_view_in_headless_chromium_sees_a_cut_within_2_s(four, tmp_path
         healed = collector.wait(lambda s: link_state(s, "sat02", "sat04") == "impaired", 10)
         assert healed, "the page never showed the heal"
     finally:
-        browser.terminate()
-        try:
-            browser.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(browser.pid, signal.SIGKILL)
+        if collector is not None:
+            collector.stop()
+        if browser is not None:
+            browser.close()
         view.send_signal(signal.SIGINT)
         assert view.wait(timeout=20) == 0
-        collector.server.shutdown()
 
 
 def test_view_port_in_use_exits_2_one_line(four):
@@ -326,3 +367,42 @@ def test_view_port_in_use_exits_2_one_line(four):
         port = s.getsockname()[1]
         res = cli("view", "obs-four", "--port", str(port), timeout=60)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and str(port) in res.stderr, res.stderr
+
+
+def execs_of(pid: int, seconds: float, during=lambda: None) -> int:
+    """Processes the process `pid` and its children start (execve) over `seconds`, counted by strace while
+    `during()` runs."""
+    out = Path(f"/tmp/swarm-test-strace-{pid}.txt")
+    tracer = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(out), "-p", str(pid)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)  # attached to every thread
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            during()
+            time.sleep(0.5)
+    finally:
+        tracer.send_signal(signal.SIGINT)
+        tracer.wait(timeout=30)
+    text = out.read_text(errors="replace") if out.exists() else ""
+    out.unlink(missing_ok=True)
+    return text.count("execve(")
+
+
+def test_the_view_polls_the_swarm_only_while_watched(four):
+    """Nobody watching: the view starts no process (it used to start ~8 per second for 3 nodes); a page asking
+    for the state twice a second: it polls again (issue 40, item 9)."""
+    require("strace", shutil.which("strace") is not None, "strace missing (Debian package strace)")
+    import urllib.request
+
+    view, url = start_view("obs-four")
+    try:
+        time.sleep(2.0)
+        idle = execs_of(view.pid, 6.0)
+        watched = execs_of(view.pid, 6.0, during=lambda: urllib.request.urlopen(url + "api/state", timeout=10).read())
+        print(f"view of 4 nodes: {idle / 6.0:.1f} processes/s with nobody watching, {watched / 6.0:.1f} watched")
+        assert idle == 0, f"{idle} processes started in 6 s with nobody watching"
+        assert watched > 0
+    finally:
+        view.send_signal(signal.SIGINT)
+        assert view.wait(timeout=20) == 0

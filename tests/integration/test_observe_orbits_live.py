@@ -5,7 +5,7 @@ the run's link changes and progress as they happen, and `swarm capture` takes on
 tshark and capinfos read. The view's screenshot is docs/view-orbits.png (the README's tour).
 
 Real parts: netns nodes, the host's link engine, dtn7-rs agents, the orbit driver, Chromium, dumpcap, tshark.
-Names obs-walker-*, subnets 10.170-171.x (this work's range)."""
+Names obs-walker-*, subnets from tests/alloc.py."""
 from __future__ import annotations
 
 import csv
@@ -24,7 +24,11 @@ import pytest
 import yaml
 
 from conftest import REPO, assert_run_refused, require, swarm_namespaces
-from test_observe_live import Collector, chromium, per_interface, start_view
+from headless import chromium
+from test_observe_live import per_interface, start_view, watch_view
+from alloc import nets, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 NAME = "obs-walker"
@@ -104,7 +108,7 @@ def test_walker_dtn_run_watched_live_view_events_and_capture(need_dtn7, caps, tm
     doc = yaml.safe_load((REPO / "experiments/walker-dtn.yaml").read_text())
     doc.update(name=NAME, speedup=SPEEDUP)
     doc["orbits"]["duration"] = "6min"  # sat01's pass over gs01 opens at 110 s, sat01-sat10 is up at ~118-361 s
-    doc["swarm"]["networks"] = {"isl": {"subnet": "10.170.0.0/24"}, "ground": {"subnet": "10.171.0.0/24"}}
+    doc["swarm"]["networks"] = nets(NET[0])
     doc["capture"] = {"links": [["sat01", "sat10"]]}  # the whole run's sat01 -> sat10, kept in the run folder
     exp = tmp_path / "walker-dtn.yaml"
     exp.write_text(yaml.safe_dump(doc))
@@ -114,8 +118,7 @@ def test_walker_dtn_run_watched_live_view_events_and_capture(need_dtn7, caps, tm
     run = subprocess.Popen([sys.executable, "-m", "swarm", "run", str(exp), "--results", str(results)], cwd=REPO,
                            stdout=run_log, stderr=subprocess.STDOUT, text=True)
     state = REPO / ".swarm" / NAME
-    events = view = browser = None
-    collector = Collector()
+    events = view = browser = collector = None
     try:
         deadline = time.monotonic() + 240
         while not (state / "state.json").exists():  # the swarm is being brought up: it can be watched
@@ -127,10 +130,7 @@ def test_walker_dtn_run_watched_live_view_events_and_capture(need_dtn7, caps, tm
         stream = Lines(events)
         stream.start()
         view, url = start_view(NAME)
-        browser = subprocess.Popen([chromium(), "--headless", "--no-sandbox", "--disable-gpu",
-                                    f"--user-data-dir={tmp_path}/c", "--window-size=1400,900",
-                                    f"{url}?report={collector.url}"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        browser, collector = watch_view(url, tmp_path / "c")
         mapped = collector.wait(lambda s: s.get("mode") == "map", 240)
         assert mapped, "the page never showed the orbit map: " + (tmp_path / "run.out").read_text()[-2000:]
         assert len(mapped[1]["pos"]) == 13  # 12 satellites and gs01, each where the orbit puts it
@@ -159,14 +159,16 @@ def test_walker_dtn_run_watched_live_view_events_and_capture(need_dtn7, caps, tm
         events.wait(timeout=30)  # the stream ends by itself once the swarm is down
         stream.join(timeout=10)
     finally:
-        stop(browser, signal.SIGTERM)
+        if collector is not None:
+            collector.stop()
+        if browser is not None:
+            browser.close()
         stop(view)
         stop(events)
         if run.poll() is None:
             run.send_signal(signal.SIGINT)
             run.wait(timeout=120)
         run_log.close()
-        collector.server.shutdown()
         subprocess.run([sys.executable, "-m", "swarm", "down", NAME], cwd=REPO, capture_output=True, timeout=120)
     assert events.returncode == 0 and view.returncode == 0
     assert not swarm_namespaces(NAME), "the test's namespaces outlived it"
@@ -237,7 +239,7 @@ def test_walker_dtn_run_watched_live_view_events_and_capture(need_dtn7, caps, tm
 def test_a_capture_section_naming_an_unknown_node_is_refused(need_netns, tmp_path):
     doc = json.loads(json.dumps(yaml.safe_load((REPO / "experiments/walker-dtn.yaml").read_text()), default=str))
     doc.update(name="obs-walker-bad")
-    doc["swarm"]["networks"] = {"isl": {"subnet": "10.172.0.0/24"}, "ground": {"subnet": "10.173.0.0/24"}}
+    doc["swarm"]["networks"] = nets(NET[1])
     doc["capture"] = {"links": [["sat01", "sat99"]]}
     assert_run_refused(doc, tmp_path, "capture: node 'sat99' is not a node of the experiment's swarms")
     doc["capture"] = {"nodes": [{"node": "sat01", "iface": "eth7"}]}

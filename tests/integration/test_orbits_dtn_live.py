@@ -7,7 +7,7 @@ Bundles follow the contact plan exported from the same timeline the links follow
 2. a bundle created during the pass by the passing satellite arrives within the link's light time + the
    agents' overhead.
 
-Names orbdtn-*, subnets 10.238-239.x (this work's range)."""
+Names orbdtn-*, subnets from tests/alloc.py."""
 from __future__ import annotations
 
 import csv
@@ -21,6 +21,9 @@ import yaml
 
 from swarm.dtn.contacts import open_intervals, parse_contact_plan
 from conftest import REPO, swarm_namespaces as _namespaces
+from alloc import nets, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 OVERHEAD_S = 1.0  # agent + CLA + the engine's release, allowed for one bundle on a busy 2-core host
@@ -31,7 +34,7 @@ def test_bundles_wait_for_the_pass_and_cross_it_at_once(need_dtn7, tmp_path):
     doc = yaml.safe_load((REPO / "experiments/walker-dtn.yaml").read_text())
     doc.update(name="orbdtn-it", speedup=10, probes=[])
     doc["orbits"]["duration"] = "4min"  # sat01's pass over gs01 opens at 110 s
-    doc["swarm"]["networks"] = {"isl": {"subnet": "10.238.0.0/24"}, "ground": {"subnet": "10.239.0.0/24"}}
+    doc["swarm"]["networks"] = nets(NET[0])
     doc["dtn"]["flows"] = [{"from": "sat01", "to": "gs01", "rate": 2, "size": "1kB"}]
     doc["dtn"]["drain"] = "5s"
     exp = tmp_path / "walker-dtn-short.yaml"

@@ -2,7 +2,7 @@
 records every update's lag, and the swarm's reachability matches the plan at the end; restore heals.
 
 Runs with whichever engine the host picks (here nft: up/down and rate; delay where sch_netem exists).
-Names orb-*, subnets 10.230-231.x (issue 15's range)."""
+Names orb-*, subnets from tests/alloc.py."""
 from __future__ import annotations
 
 import pytest
@@ -12,6 +12,9 @@ from netem.spec.orbits import parse_orbits
 from netem.runtime.orbits import LinkTimelineDriver
 
 from conftest import assert_links_in_plans_last_state, reachable, require, swarm_up
+from alloc import nets, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -30,7 +33,7 @@ def need_nft(caps):
 def orbit_swarm(need_netns, need_nft):
     with swarm_up({"name": "orb-it", "backend": "netns",
                    "groups": [{"prefix": "sat", "count": 6}, {"prefix": "gs", "count": 1}],
-                   "networks": {"isl": {"subnet": "10.230.0.0/24"}, "ground": {"subnet": "10.231.0.0/24"}}}) as swarm:
+                   "networks": nets(NET[0])}) as swarm:
         yield swarm
 
 

@@ -1,6 +1,6 @@
 """Live regression tests of the reliability review (issue 29): races between swarms, one operation per swarm
 name at a time, dead engines, killed nodes. Real namespaces and a real Compose CLI; swarm names start `rel`,
-subnets in 10.160.0.0/24 .. 10.169.0.0/24."""
+subnets from tests/alloc.py."""
 import os
 import subprocess
 import sys
@@ -9,6 +9,9 @@ import time
 import pytest
 
 from conftest import interruptible
+from alloc import nets, nets_yaml, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 
 def swarm(args, tmp_path, timeout=180, **env):
@@ -22,7 +25,7 @@ def popen(args, tmp_path):
                             preexec_fn=interruptible)
 
 
-def netns_spec(tmp_path, name, isl="10.160.0.0/24", ground="10.161.0.0/24", nodes=2, extra=""):
+def netns_spec(tmp_path, name, isl=f"10.{NET[0]}.0.0/24", ground=f"10.{NET[1]}.0.0/24", nodes=2, extra=""):
     path = tmp_path / f"{name}.yaml"
     path.write_text(f"name: {name}\nnodes: {nodes}\nbackend: netns\n"
                     f"networks: {{isl: {{subnet: {isl}}}, ground: {{subnet: {ground}}}}}\n"
@@ -61,7 +64,7 @@ def test_two_swarms_with_the_same_subnets_started_at_once_only_one_comes_up(need
 def test_netns_status_reports_a_node_whose_main_process_was_killed(need_netns, tmp_path):
     import json
     import signal
-    spec = netns_spec(tmp_path, "rel-kill", isl="10.168.0.0/24", ground="10.169.0.0/24")
+    spec = netns_spec(tmp_path, "rel-kill", isl=f"10.{NET[8]}.0.0/24", ground=f"10.{NET[9]}.0.0/24")
     res = swarm(["up", str(spec)], tmp_path)
     assert res.returncode == 0, res.stderr
     lodger = None
@@ -112,7 +115,7 @@ def test_down_during_a_compose_up_cancels_it_and_leaves_nothing(need_docker, tmp
     name = "rel-cancel"
     spec = tmp_path / "s.yaml"
     spec.write_text(f"name: {name}\nnodes: 6\nbackend: compose\n"
-                    "networks: {isl: {subnet: 10.162.0.0/24}, ground: {subnet: 10.163.0.0/24}}\n")
+                    f"{nets_yaml(NET[2])}\n")
     repo_swarm(["down", name])
     try:
         up = repo_popen(["up", str(spec)])
@@ -136,7 +139,7 @@ def test_two_ups_of_one_compose_spec_one_comes_up_the_other_is_refused(need_dock
     name = "rel-twice"
     spec = tmp_path / "s.yaml"
     spec.write_text(f"name: {name}\nnodes: 3\nbackend: compose\n"
-                    "networks: {isl: {subnet: 10.164.0.0/24}, ground: {subnet: 10.165.0.0/24}}\n")
+                    f"{nets_yaml(NET[4])}\n")
     repo_swarm(["down", name])
     try:
         procs = [repo_popen(["up", str(spec)]), repo_popen(["up", str(spec)])]
@@ -156,10 +159,10 @@ def test_reapplying_the_same_impairment_revives_a_dead_engine(need_netns, tmp_pa
     import json
     import re
     import signal
-    from netem.runtime.linkd import linkd_binary
+    from netem.engines.drivers.linkd import linkd_binary
     if not linkd_binary():
         pytest.skip("swarm-linkd not built (make setup)")
-    spec = netns_spec(tmp_path, "rel-engine", isl="10.166.0.0/24", ground="10.167.0.0/24",
+    spec = netns_spec(tmp_path, "rel-engine", isl=f"10.{NET[6]}.0.0/24", ground=f"10.{NET[7]}.0.0/24",
                       extra="links: {engine: userspace}\n")
     assert swarm(["up", str(spec)], tmp_path).returncode == 0
 
@@ -197,7 +200,7 @@ def test_reapplying_the_same_impairment_revives_a_dead_engine(need_netns, tmp_pa
 @pytest.mark.root
 def test_ctrl_c_at_any_moment_of_an_early_up_is_one_line_and_leaves_nothing(need_netns, tmp_path):
     import signal
-    spec = netns_spec(tmp_path, "rel-ctrlc", isl="10.224.0.0/24", ground="10.225.0.0/24")
+    spec = netns_spec(tmp_path, "rel-ctrlc", isl=f"10.{NET[10]}.0.0/24", ground=f"10.{NET[11]}.0.0/24")
     seen = []
     try:
         for trial, delay in enumerate([0.04 * k for k in range(25)] + [1.2, 1.5, 2.0]):  # start-up (imports
@@ -272,7 +275,7 @@ def test_every_process_of_a_netns_swarm_names_its_swarm_in_ps(need_netns, need_d
     name = "rel-ps"
     dtn = {"cla": "ltp", "ltp": {"rate": "100Mbit"}}
     doc = {"name": name, "backend": "netns", "mesh": {"protocol": "batman"}, "apps": ["swarm-app"],
-           "networks": {"isl": {"subnet": "10.165.10.0/24"}, "ground": {"subnet": "10.165.11.0/24"}},
+           "networks": nets(NET[12]),
            "node_list": [{"name": "sat01", "dtn": dtn}, {"name": "sat02", "dtn": dtn, "env": {"SWARM_APPS": ""}},
                          {"name": "sat03"}]}  # sat02 runs the plain agent, the others the DDS app
     with swarm_up(doc) as swarm:
@@ -299,7 +302,7 @@ def test_every_process_of_a_compose_swarm_names_its_swarm_in_ps(need_docker, tmp
     from flightsw import protocol as proto
     name = "rel-psc"
     doc = {"name": name, "backend": "compose", "nodes": 2, "mesh": {"protocol": "batman"},
-           "networks": {"isl": {"subnet": "10.166.30.0/24"}, "ground": {"subnet": "10.166.31.0/24"}}}
+           "networks": {"isl": {"subnet": f"10.{NET[12]}.30.0/24"}, "ground": {"subnet": f"10.{NET[12]}.31.0/24"}}}
     with swarm_up(doc) as swarm:
         sat01 = swarm.node("sat01")
         served = subprocess.run(swarm.backend.agent_argv(name, "sat01", proto.SERVERS, "--bind", sat01.isl_ip,

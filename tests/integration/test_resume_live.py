@@ -1,7 +1,7 @@
 """Resume after a crash (issue 29, defect 10), live on the netns backend: a sweep or a dtn run killed with
 SIGKILL leaves its swarm up (its `down` never ran); `--resume` takes that swarm over instead of refusing with
 "already up", keeps every test already written and runs only the missing ones. Swarm names start `rel-res`,
-subnets 10.180.0.0/24 .. 10.183.0.0/24 (the rel range)."""
+subnets from tests/alloc.py."""
 from __future__ import annotations
 
 import os
@@ -15,6 +15,9 @@ from typing import Callable
 import pytest
 
 from conftest import REPO, csv_rows, interruptible, swarm_namespaces
+from alloc import nets_yaml, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -72,7 +75,7 @@ def test_a_killed_sweep_resumes_on_the_swarm_it_left_up(need_netns, need_iperf3,
     name = "rel-res-sweep"
     exp = tmp_path / "e.yaml"
     exp.write_text(f"name: {name}\nsizes: [2]\nprotocols: [udp]\nrates: [1M, 2M, 3M]\nduration: 2\n"
-                   "backend: netns\nswarm: {networks: {isl: {subnet: 10.180.0.0/24}, ground: {subnet: 10.181.0.0/24}}}\n")
+                   f"backend: netns\nswarm: {{{nets_yaml(NET[0])}}}\n")
     results = tmp_path / "results"
     try:
         run = kill_after_first_test(["sweep", str(exp), "--results", str(results), "--no-report"], results)
@@ -90,7 +93,7 @@ def test_a_second_resume_of_a_run_in_progress_is_refused(need_netns, need_iperf3
     name = "rel-res-busy"
     exp = tmp_path / "e.yaml"
     exp.write_text(f"name: {name}\nsizes: [2]\nprotocols: [udp]\nrates: [1M, 2M]\nduration: 3\n"
-                   "backend: netns\nswarm: {networks: {isl: {subnet: 10.182.0.0/24}, ground: {subnet: 10.183.0.0/24}}}\n")
+                   f"backend: netns\nswarm: {{{nets_yaml(NET[1])}}}\n")
     results = tmp_path / "results"
     proc = subprocess.Popen([sys.executable, "-m", "swarm", "sweep", str(exp), "--results", str(results), "--no-report"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
@@ -119,7 +122,7 @@ def test_a_killed_dtn_run_resumes(need_dtn7, tmp_path):
     exp = tmp_path / "e.yaml"
     exp.write_text(f"type: dtn\nname: {name}\nbackend: netns\npattern: chain\nsizes: [1]\nbundle_sizes: [5kB]\n"
                    "rates: [5, 10]\nduration: 2s\ndrain: 10s\n"
-                   "swarm: {networks: {isl: {subnet: 10.184.0.0/24}, ground: {subnet: 10.185.0.0/24}}}\n")
+                   f"swarm: {{{nets_yaml(NET[2])}}}\n")
     results = tmp_path / "results"
     try:
         # dtn brings up a swarm per test: the first test's swarm goes down right after its row, so the kill waits

@@ -19,7 +19,7 @@ from hosts.second_engine import SwarmPair
 from swarm.runtime.image import ensure_image
 from swarm.runtime.runner import Runner
 
-pytestmark = [pytest.mark.docker, pytest.mark.root, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.root, pytest.mark.slow, pytest.mark.serial]  # the main Engine's Swarm, the second engine
 REPO = Path(__file__).resolve().parents[2]
 NET = "mh2-t2e-isl"
 SUBNET, IP_RANGE = "10.241.7.0/24", "10.241.7.224/27"

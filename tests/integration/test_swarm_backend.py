@@ -21,7 +21,7 @@ from swarm.runtime.backends.multihost.backend import SwarmBackend
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict
 
-pytestmark = [pytest.mark.docker, pytest.mark.root, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.root, pytest.mark.slow, pytest.mark.serial]  # the main Engine's Swarm, the second engine
 REPO = Path(__file__).resolve().parents[2]
 MAIN_DOCKERD_LOG = Path("/var/log/dockerd.log")  # where this machine's main Engine logs (absent elsewhere: skipped)
 GOSSIP_WORDS = ("gossip", "memberlist", "networkdb", "bulk sync", "level=error", "level=warn")

@@ -7,6 +7,9 @@ import pytest
 from experiments.traffic.model import experiment_from_dict
 from experiments.store import ResultsStore, host_facts
 from experiments.traffic.run import run_sweep
+from alloc import nets, octets
+
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.docker]
 
@@ -17,7 +20,7 @@ def test_image_without_iperf3_gives_error_rows_and_the_sweep_continues(tmp_path,
         "name": "it-noiperf", "sizes": [2, 3], "protocols": ["udp"], "rates": ["1M"], "duration": "1s",
         "settle": 0, "backend": "compose",
         "swarm": {"defaults": {"image": "debian:bookworm-slim", "command": ["sleep", "infinity"]},
-                  "networks": {"isl": {"subnet": "10.105.0.0/24"}, "ground": {"subnet": "10.106.0.0/24"}}},
+                  "networks": nets(NET[0])},
     })
     store = ResultsStore.create(tmp_path, exp, host_facts())
     rows = run_sweep(exp, store)

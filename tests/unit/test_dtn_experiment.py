@@ -121,3 +121,13 @@ def test_swarms_lists_each_distinct_swarm_once():
     swarms = TYPE.swarms(exp)
     assert len(swarms) == 4
     assert sorted(len(s.resolved_nodes()) for s in swarms) == [3, 3, 4, 4]
+
+
+def test_dtn_durations_take_every_unit_swarm_units_knows():
+    """`duration: 30min` was refused though every other duration field takes `min` (issue 40, item 11): the DTN
+    fields read swarm.units' one table of duration units."""
+    e = exp(duration="30min", drain="1.5h", contacts={"periodic": {"period": "2min", "up": "1min"}})
+    assert (e.duration, e.drain) == (1800.0, 5400.0)
+    assert exp(duration="1d").duration == 86400.0
+    with pytest.raises(SpecError, match="duration '30 fortnights'"):
+        exp(duration="30 fortnights")

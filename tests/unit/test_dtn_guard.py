@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from swarm.dtn.plan import guard_rules, plan_agents
+from swarm.dtn.agents.dtn7.plan import guard_rules
+from swarm.dtn.plan import plan_agents
 from swarm.spec.dtn import DtnSpec
 
 ISL = "10.188.0.0/24"
@@ -45,3 +46,38 @@ def test_the_guard_rules_are_valid_nft(cla):
     res = subprocess.run(["nft", "-c", "-f", "-"], input=guard_rules(DtnSpec(cla=cla), ISL), capture_output=True,
                          text=True)
     assert res.returncode == 0, res.stderr
+
+
+def verdict(rules: str, saddr: str, proto: str, port: int) -> str:
+    """The verdict of the first rule of the guard's chain that a packet from `saddr` to `proto` `port` on the ISL
+    interface matches (a reading of the few forms guard_rules writes; an unknown form fails the test)."""
+    import ipaddress
+    import re
+    for line in rules.split("policy accept;\n", 1)[1].splitlines():
+        line = line.strip()
+        if line in ("}", 'iif "lo" accept'):
+            continue
+        m = re.fullmatch(r"(?:ip saddr (\S+) )?(tcp|udp) dport (\d+|\{ [\d, ]+ \}) (accept|drop|reject with tcp reset)",
+                         line)
+        assert m, f"a rule this reading does not know: {line!r}"
+        src, p, ports, action = m.groups()
+        if (src is None or ipaddress.ip_address(saddr) in ipaddress.ip_network(src)) and p == proto and \
+                port in {int(x) for x in re.findall(r"\d+", ports)}:
+            return action.split()[0]
+    return "accept"
+
+
+@pytest.mark.parametrize("cla", ["tcp", "mtcp", "udp", "http", "ltp"])
+def test_the_isl_gateway_held_by_the_host_on_compose_reaches_no_agent_port(cla):
+    """On compose the host holds the ISL bridge's gateway (the subnet's first host): every local user would
+    pass as a peer if the guard admitted the whole subnet. Peers still reach the convergence layer."""
+    piece = DtnSpec(cla=cla, **({"peers": "static"} if cla == "ltp" else {}))
+    rules = guard_rules(piece, ISL)
+    proto = "udp" if cla in ("udp", "ltp") else "tcp"
+    agent_ports = [("tcp", 3000), (proto, piece.cla_port()), ("udp", 3003)]
+    for p, port in agent_ports:
+        assert verdict(rules, "10.188.0.1", p, port) != "accept", (p, port)  # the host (compose's gateway)
+        assert verdict(rules, "172.17.0.1", p, port) != "accept", (p, port)  # the ground network
+    assert verdict(rules, "10.188.0.3", proto, piece.cla_port()) == "accept"  # a peer
+    assert verdict(rules, "10.188.0.3", "udp", 3003) == "accept"
+    assert verdict(rules, "10.188.0.3", "tcp", 3000) == ("accept" if cla == "http" else "reject")

@@ -3,7 +3,9 @@ import pytest
 from pydantic import ValidationError
 
 from swarm.dtn.contacts import LinkEvent, down_windows
-from swarm.dtn.plan import LinkView, ltp_down_windows, plan_agents
+from swarm.dtn.agents import LinkView
+from swarm.dtn.agents.ltp import ltp_down_windows
+from swarm.dtn.plan import plan_agents
 from swarm.spec.dtn import LTP_MAX_BUNDLE, DtnSpec, LtpSpec
 
 
@@ -92,11 +94,55 @@ def test_ltp_down_file_is_absolute_unix_per_engine():
 
 
 def test_ltp_handovers_counts_only_bundles_given_to_the_ltp_module():
-    from experiments.dtn.parse import ltp_handovers
+    from swarm.dtn.agents.dtn7.log import handovers
     log = (" 2026-11-25T09:53:31.116Z INFO  dtn7::core::processing      > Sending bundle succeeded: "
            "dtn://sat01/-848915611115-0 10.192.1.3:1113 ltp in 509.33µs\n"
            " 2026-11-25T09:53:31.117Z INFO  dtn7::core::processing      > Sending bundle succeeded: "
            "dtn://sat01/-848915611116-0 10.192.1.3:4556 tcp in 1ms\n"
            " 2026-11-25T09:53:31.119Z INFO  dtn7::core::processing      > Sending bundle succeeded: "
            "dtn://sat01/-848915611118-0 10.192.1.3:1113 ltp in 407.177µs\n")
-    assert ltp_handovers(log) == 2 and ltp_handovers("") == 0
+    assert handovers(log, "ltp") == 2 and handovers("", "ltp") == 0 and handovers(log, "tcp") == 1
+
+
+def test_engine_ids_settable_and_outside_peers_passed_to_ltpcla():
+    ion = {"engine": 9, "address": "192.0.2.7:1113", "rate": "10Mbit", "owlt": "1.5s"}
+    plans = plan_agents([("sat01", "10.190.0.1", DtnSpec(cla="ltp", ltp={"engine": 41, "peers": [ion]})),
+                         ("sat02", "10.190.0.2", DtnSpec(cla="ltp"))], "10.190.0.0/24", lambda n: f"/w/{n}",
+                        link_of=lambda a, b: LinkView(delay=0.5, rate=1_000_000))
+    a, b = plans[0].ltp_argv, plans[1].ltp_argv
+    assert a[a.index("--engine") + 1] == "41" and b[b.index("--engine") + 1] == "2"
+    assert [a[i + 1] for i, x in enumerate(a) if x == "--peer"] == ["2,10.190.0.2:1113,1000000,0.5",
+                                                                    "9,192.0.2.7:1113,10000000,1.5"]
+    assert [b[i + 1] for i, x in enumerate(b) if x == "--peer"] == ["41,10.190.0.1:1113,1000000,0.5"]
+    with pytest.raises(ValueError, match=r"dtn.ltp.peers\[0\].rate: peer 192.0.2.7:1113 has no rate"):
+        plan_agents([("s1", "10.190.0.1", DtnSpec(cla="ltp", ltp={"peers": [{**ion, "rate": None}]})),
+                     ("s2", "10.190.0.2", DtnSpec(cla="ltp"))], "10.190.0.0/24", lambda n: f"/w/{n}",
+                    link_of=lambda a, b: LinkView(rate=1))
+
+
+@pytest.mark.parametrize("address", ["ion:1113", "192.0.2.7", "192.0.2.7:0", "192.0.2.7:70000", "300.1.1.1:1113"])
+def test_outside_peer_with_a_bad_address_names_field_and_value(address):
+    with pytest.raises(ValidationError) as err:
+        LtpSpec(peers=[{"engine": 9, "address": address}])
+    assert f"dtn.ltp.peers.address {address!r}: expected IPv4:port" in str(err.value)
+
+
+@pytest.mark.parametrize("pieces, message", [
+    ({"sat01": {"engine": 2}, "sat02": {}}, "node 'sat02': dtn.ltp.engine 2: used twice (also node 'sat01')"),
+    ({"sat01": {"peers": [{"engine": 2, "address": "192.0.2.7:1113"}]}, "sat02": {}},
+     "node 'sat01': dtn.ltp.peers engine 2: used twice (also node 'sat02')"),
+    ({"sat01": {"peers": [{"engine": 9, "address": "192.0.2.7:1113"}]},
+      "sat02": {"peers": [{"engine": 9, "address": "192.0.2.8:1113"}]}},
+     "node 'sat02': dtn.ltp.peers engine 9: used twice (also peer 192.0.2.7:1113)"),
+])
+def test_an_engine_id_used_twice_is_refused(pieces, message):
+    from swarm.spec.dtn import check_dtn_nodes
+    with pytest.raises(ValueError) as err:
+        check_dtn_nodes({n: DtnSpec(cla="ltp", ltp=p) for n, p in pieces.items()})
+    assert str(err.value) == message
+
+
+def test_one_outside_peer_declared_on_every_node_is_one_engine():
+    from swarm.spec.dtn import check_dtn_nodes
+    ion = {"engine": 9, "address": "192.0.2.7:1113"}
+    check_dtn_nodes({n: DtnSpec(cla="ltp", ltp={"peers": [ion]}) for n in ("sat01", "sat02", "sat03")})

@@ -9,7 +9,8 @@ from rich.console import Console
 from analysis.dtn import segment_factors
 from experiments.dtn.model import experiment_from_dict
 from swarm.cli.dtn import status_table
-from swarm.dtn.plan import ltp_summary, peer_clas
+from swarm.dtn.agents.dtn7.plan import peer_clas
+from swarm.dtn.agents.ltp import ltp_summary
 from swarm.runtime.dtn import AgentStatus
 from swarm.errors import SpecError
 

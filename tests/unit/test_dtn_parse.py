@@ -8,16 +8,15 @@ import pytest
 
 from experiments.dtn.parse import (
     bundle_rows,
-    log_time,
     node_of,
     parse_bid,
-    parse_dtnd_log,
     percentile,
     read_events,
     store_rows,
     figures as metrics_of,
 )
 from flightsw import dtn_traffic
+from swarm.dtn.agents.dtn7.log import log_time, parse_dtnd_log
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "dtn"
 

@@ -2,7 +2,9 @@
 import pytest
 from pydantic import ValidationError
 
-from swarm.dtn.plan import Peer, plan_agent, plan_agents, readiness, static_routes
+from swarm.dtn.agents import Peer
+from swarm.dtn.agents.dtn7.plan import plan_agent, readiness, static_routes
+from swarm.dtn.plan import plan_agents
 from swarm.spec.dtn import DtnSpec, check_dtn_nodes, endpoint, parse_seconds, parse_size
 
 
@@ -16,7 +18,6 @@ def test_defaults_and_endpoint():
 @pytest.mark.parametrize("field, value, message", [
     ("cla", "bibe", "dtn.cla 'bibe': unknown cla (known: tcp, mtcp, udp, http, ltp)"),
     ("routing", "prophet", "dtn.routing 'prophet': unknown routing (known: epidemic, sprayandwait, flooding, static)"),
-    ("agent", "ion", "dtn.agent 'ion': unknown agent (known: dtn7)"),
     ("peers", "manual", "dtn.peers 'manual': unknown peers (known: auto, static)"),
     ("janitor", "soon", "dtn.janitor 'soon': expected a duration like 2s, 500ms or 1m"),
 ])

@@ -1,11 +1,13 @@
-"""dtnd's CLA timeouts sized from the links' delays (swarm.dtn.plan: cla_timeouts, node_rtts, timeout_args):
+"""dtnd's CLA timeouts sized from the links' delays (swarm.dtn.agents.dtn7.plan: cla_timeouts, timeout_args; swarm.dtn.plan: node_rtts):
 the patched dtn7's settings that let `cla: tcp` cross 2 s and 4 s one-way."""
 import pytest
 from pydantic import ValidationError
 
 from netem.spec.links import LinksSpec
-from swarm.dtn.plan import (DEFAULT_TIMEOUTS, ClaTimeouts, Peer, cla_timeouts, node_rtts, plan_agent, plan_agents,
-                            route_attributes, timeout_args)
+from swarm.dtn.agents import Peer
+from swarm.dtn.agents.dtn7.plan import (DEFAULT_TIMEOUTS, ClaTimeouts, cla_timeouts, plan_agent, route_attributes,
+                                        timeout_args)
+from swarm.dtn.plan import node_rtts, plan_agents
 from swarm.runtime.dtn import link_delays_ms
 from swarm.spec.dtn import DtnSpec
 
@@ -77,7 +79,8 @@ def test_dtnd_argv_carries_the_timeouts_of_its_links():
                         {("sat02", "ground"): 4000.0, ("ground", "sat02"): 4000.0})
     by = {p.node: _opts(p.argv) for p in plans}
     assert by["sat01"] == {}  # its links have no delay: dtnd as published
-    assert by["sat02"] == by["ground"] == {"tcp:connect-timeout": "24s", "tcp:keepalive": "42s"}
+    # and, an 8 s round trip on an unlimited link, the most TCPCL transfers in flight the framework sets itself
+    assert by["sat02"] == by["ground"] == {"tcp:connect-timeout": "24s", "tcp:keepalive": "42s", "tcp:window": "64"}
     # max_delay (one-way) replaces what the links say, e.g. for delays that grow after the start
     piece = DtnSpec(cla="http", max_delay="2s")
     argv = plan_agent("sat01", piece, [Peer("sat02", "10.180.0.3")], "/w", "10.180.0.0/24", rtt=0.0).argv

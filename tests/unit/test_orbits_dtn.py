@@ -12,7 +12,7 @@ from conftest import REPO
 from experiments.orbits.bundles import judge, last_hops, summary
 from experiments.orbits.model import experiment_from_dict
 from experiments.orbits.traffic import traffic_plans
-from experiments.dtn.parse import parse_dtnd_log
+from swarm.dtn.agents.dtn7.log import parse_dtnd_log
 from netem.orbits.export import to_ion_exact
 from netem.orbits.planner import plan as make_plan
 from swarm.dtn.contacts import earliest_arrival, parse_contact_plan

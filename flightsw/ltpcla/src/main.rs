@@ -8,6 +8,7 @@
 //! long-delay link needs: pacing at the link's rate (token bucket), socket buffers of the bandwidth-delay
 //! product, per-peer one-way light time, link-state cues from the contact plan (timers suspended while a link
 //! is down), and a CSV record of every block, retransmission, cancel and refusal (nothing dropped silently).
+mod bundles;
 mod pace;
 mod schedule;
 
@@ -22,7 +23,7 @@ use licklider_core::{
 };
 use pace::{socket_buffer, TokenBucket};
 use schedule::Schedule;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -256,6 +257,7 @@ struct Sending {
 #[derive(Default)]
 struct Partial {
     red: Option<Vec<u8>>,
+    red_handed: bool, // the red part ended at a bundle boundary and went to dtnd on its own
     green: BTreeMap<u64, Vec<u8>>,
     eob_end: Option<u64>,
     last: f64,
@@ -279,7 +281,12 @@ struct Counters {
     recv_cancels: u64,
     refused: u64,
     dropped: u64,
-    unknown_source: u64,
+    bundles_received: u64,
+    duplicates: u64,
+    unparsed_blocks: u64,
+    unknown_engine: u64,
+    unknown_session: u64,
+    malformed: u64,
     send_would_block: u64,
     send_sessions: usize,
     recv_sessions: usize,
@@ -305,6 +312,39 @@ struct State {
     t0: Instant,
     payload: usize,
     down_mtime: Option<SystemTime>,
+    /// The peer of each of our sending sessions (the newest TX_SESSIONS_KEPT): replies to them carry our engine
+    /// ID as originator, so this is how their sender is known.
+    tx_peer: HashMap<SessionId, u64>,
+    tx_order: VecDeque<SessionId>,
+    seen: bundles::Seen,
+    red_credit: f64,
+    told_unknown: HashSet<u64>,
+}
+
+/// Sending sessions whose peer is remembered for late reports and cancel acknowledgements.
+const TX_SESSIONS_KEPT: usize = 65_536;
+/// How long (s) and how many bundles handed to dtnd are remembered to refuse a re-sent copy.
+const SEEN_TTL: f64 = 3600.0;
+const SEEN_KEPT: usize = 200_000;
+
+/// The red length of a block of `len` bytes when a fraction `red` of the traffic is to be red: each block
+/// (one bundle, as dtnd hands them over) is wholly red or wholly green, and `credit` carries the rounding
+/// from block to block so that the red share of the bytes follows `red` (error diffusion). A bundle split
+/// across red and green is what ION refuses (`CBOR error: not array.`).
+fn red_share(credit: &mut f64, red: f64, len: u64) -> u64 {
+    if red >= 1.0 {
+        return len;
+    }
+    if red <= 0.0 {
+        return 0;
+    }
+    *credit += red * len as f64;
+    if *credit >= len as f64 / 2.0 {
+        *credit -= len as f64;
+        len
+    } else {
+        0
+    }
 }
 
 impl State {
@@ -373,11 +413,7 @@ impl State {
             }
             let p = self.queue.pop_front().unwrap();
             let len = p.data.len() as u64;
-            let red_len = if self.args.red >= 1.0 {
-                len
-            } else {
-                ((len as f64) * self.args.red).ceil() as u64
-            };
+            let red_len = red_share(&mut self.red_credit, self.args.red, len);
             let ts = self.ts();
             let req = TransmissionRequest {
                 destination: EngineId(p.peer),
@@ -388,6 +424,12 @@ impl State {
             match self.engine.request_transmission(ts, req) {
                 Ok(sid) => {
                     self.inflight += p.data.len();
+                    self.tx_peer.insert(sid, p.peer);
+                    self.tx_order.push_back(sid);
+                    if self.tx_order.len() > TX_SESSIONS_KEPT {
+                        let old = self.tx_order.pop_front().unwrap();
+                        self.tx_peer.remove(&old);
+                    }
                     self.c.blocks_sent += 1;
                     self.rec.ev(
                         "start",
@@ -622,9 +664,15 @@ impl State {
                     self.partial.remove(&session);
                     self.deliver(session, source.0, data);
                 } else {
+                    // ION ends the red part at a bundle boundary: its bundles need not wait for the green part
+                    let whole = matches!(bundles::split(&data), (b, None) if !b.is_empty());
+                    if whole {
+                        self.hand_over(session, source.0, &data);
+                    }
                     let now = self.mono();
                     let p = self.partial.entry(session).or_default();
                     p.red = Some(data);
+                    p.red_handed = whole;
                     p.last = now;
                     p.source = source.0;
                     self.try_complete(session);
@@ -670,6 +718,7 @@ impl State {
             return;
         }
         let p = self.partial.remove(&session).unwrap();
+        let red_len = p.red.as_ref().map_or(0, |r| r.len());
         let mut block = p.red.unwrap_or_default();
         for (off, d) in p.green {
             let off = off as usize;
@@ -678,7 +727,13 @@ impl State {
                 block.extend_from_slice(&d[skip..]);
             }
         }
-        self.deliver(session, p.source, block);
+        if p.red_handed {
+            self.c.blocks_received += 1;
+            self.c.bytes_received += block.len() as u64;
+            self.hand_over(session, p.source, &block[red_len..]);
+        } else {
+            self.deliver(session, p.source, block);
+        }
     }
 
     /// Green data lost for good: a partial block silent for its round trip plus margins is recorded, not kept.
@@ -704,7 +759,11 @@ impl State {
                 &s.to_string(),
                 "",
                 have,
-                "green part incomplete; block not delivered",
+                if p.red_handed {
+                    "green part incomplete; its bundles not delivered (the red part's were)"
+                } else {
+                    "green part incomplete; block not delivered"
+                },
             );
         }
     }
@@ -712,29 +771,78 @@ impl State {
     fn deliver(&mut self, session: SessionId, source: u64, data: Vec<u8>) {
         self.c.blocks_received += 1;
         self.c.bytes_received += data.len() as u64;
-        let encoded = BASE64_STANDARD.encode(&data);
+        self.hand_over(session, source, &data);
+    }
+
+    /// Hand each bundle of `data` (a block, or its red or green part) to dtnd once: the block is split into
+    /// its bundles by walking their CBOR, a bundle dtnd already had from us within SEEN_TTL is refused as a
+    /// duplicate, and bytes that are not bundles are counted and recorded (never dropped silently).
+    fn hand_over(&mut self, session: SessionId, source: u64, data: &[u8]) {
+        let (found, fault) = bundles::split(data);
+        let sid = session.to_string();
+        if let Some(why) = &fault {
+            self.c.unparsed_blocks += 1;
+            let what = if found.is_empty() {
+                "parses to no bundle"
+            } else {
+                "ends in bytes that are no bundle"
+            };
+            self.rec.ev(
+                "unparsed",
+                source,
+                &sid,
+                "",
+                data.len(),
+                &format!("{what}: {why}"),
+            );
+            eprintln!("swarm-ltpcla: block {sid} from engine {source} ({} bytes, {} bundles) {what}: {why}", data.len(), found.len());
+        }
+        self.rec.ev(
+            "recv",
+            source,
+            &sid,
+            "",
+            data.len(),
+            &format!("{} bundles", found.len()),
+        );
         let src = self
             .peers
             .get(&source)
             .map(|p| p.arg.addr.to_string())
             .unwrap_or_default();
-        if encoded.len() + 256 > WS_FRAME_LIMIT {
-            self.c.dropped += 1;
-            self.rec.ev(
-                "too-large",
-                source,
-                &session.to_string(),
-                "",
-                data.len(),
-                "over dtnd's 16 MiB WebSocket frame limit",
-            );
-            eprintln!("swarm-ltpcla: block {session} of {} bytes is over dtnd's 16 MiB WebSocket frame limit (base64); not delivered", data.len());
-            return;
+        let now = self.mono();
+        for bundle in found {
+            let key = bundles::primary_key(bundle).unwrap_or((0, 0));
+            if !self.seen.first(key, now) {
+                self.c.duplicates += 1;
+                self.rec.ev(
+                    "duplicate",
+                    source,
+                    &sid,
+                    "",
+                    bundle.len(),
+                    "bundle already handed to dtnd (same primary block); not again",
+                );
+                continue;
+            }
+            let encoded = BASE64_STANDARD.encode(bundle);
+            if encoded.len() + 256 > WS_FRAME_LIMIT {
+                self.c.dropped += 1;
+                self.rec.ev(
+                    "too-large",
+                    source,
+                    &sid,
+                    "",
+                    bundle.len(),
+                    "over dtnd's 16 MiB WebSocket frame limit",
+                );
+                eprintln!("swarm-ltpcla: a bundle of {} bytes in block {sid} is over dtnd's 16 MiB WebSocket frame limit (base64); not delivered", bundle.len());
+                continue;
+            }
+            self.c.bundles_received += 1;
+            let msg = serde_json::json!({"type": "ForwardData", "src": src, "dst": "", "bundle_id": "", "data": encoded});
+            self.to_dtnd.push(msg.to_string());
         }
-        self.rec
-            .ev("recv", source, &session.to_string(), "", data.len(), "");
-        let msg = serde_json::json!({"type": "ForwardData", "src": src, "dst": "", "bundle_id": "", "data": encoded});
-        self.to_dtnd.push(msg.to_string());
     }
 
     /// The down file is rewritten by the framework when a contact plan's clock starts: re-read it on change.
@@ -825,6 +933,77 @@ fn main() {
     rt.block_on(run(args, schedule));
 }
 
+impl State {
+    /// The engine, its peers and the bookkeeping for `args` (no socket: `run` owns those).
+    fn new(args: Args, schedule: Schedule, sndbuf: usize, rcvbuf: usize) -> State {
+        let mut cfg = Config::new(
+            EngineId(args.engine),
+            args.engine.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ unix_now() as u64,
+        );
+        let margin = LDur::from_micros((args.margin * 1e6) as u64);
+        cfg.local_delay = margin;
+        cfg.checkpoint_rtx_limit = args.rtx_limit;
+        cfg.report_rtx_limit = args.rtx_limit;
+        cfg.max_send_sessions = 1 << 20;
+        cfg.max_recv_sessions = 1 << 20;
+        cfg.max_block_size = args.max_block as u64;
+        let mut engine = Engine::new(cfg).unwrap();
+        engine.register_client_service(BP_SERVICE);
+        let payload = args.segment.min(65_507) - HEADER_ALLOWANCE;
+        let mut peers = BTreeMap::new();
+        let mut by_addr = HashMap::new();
+        for p in &args.peers {
+            let owlt = LDur::from_micros((p.owlt * 1e6) as u64);
+            let mut pc = PeerConfig::new(EngineId(p.engine));
+            pc.owlt_out = owlt;
+            pc.owlt_in = owlt;
+            pc.remote_delay = margin;
+            pc.max_segment_len = payload;
+            engine
+                .add_peer(pc)
+                .unwrap_or_else(|e| die(&format!("--peer {}: {e:?}", p.engine)));
+            let burst = (p.rate * 0.002).max(4.0 * (args.segment + IP_UDP) as f64);
+            peers.insert(
+                p.engine,
+                Peer {
+                    arg: p.clone(),
+                    bucket: TokenBucket::new(p.rate, burst, 0.0),
+                    tx_on: true,
+                    down: false,
+                },
+            );
+            by_addr.insert(p.addr, p.engine);
+        }
+        let rec = Record::open(&args.log);
+        State {
+            args,
+            engine,
+            peers,
+            by_addr,
+            schedule,
+            queue: VecDeque::new(),
+            sending: HashMap::new(),
+            partial: HashMap::new(),
+            inflight: 0,
+            to_dtnd: vec![],
+            rec,
+            c: Counters {
+                sndbuf,
+                rcvbuf,
+                ..Default::default()
+            },
+            t0: Instant::now(),
+            payload,
+            down_mtime: None,
+            tx_peer: HashMap::new(),
+            tx_order: VecDeque::new(),
+            seen: bundles::Seen::new(SEEN_TTL, SEEN_KEPT),
+            red_credit: 0.0,
+            told_unknown: HashSet::new(),
+        }
+    }
+}
+
 async fn run(args: Args, schedule: Schedule) {
     let std_sock = std::net::UdpSocket::bind(args.bind)
         .unwrap_or_else(|e| die(&format!("--bind {}: {e}", args.bind)));
@@ -839,66 +1018,7 @@ async fn run(args: Args, schedule: Schedule) {
     let send_sock = std_sock.try_clone().unwrap();
     let sock = tokio::net::UdpSocket::from_std(std_sock).unwrap();
 
-    let mut cfg = Config::new(
-        EngineId(args.engine),
-        args.engine.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ unix_now() as u64,
-    );
-    let margin = LDur::from_micros((args.margin * 1e6) as u64);
-    cfg.local_delay = margin;
-    cfg.checkpoint_rtx_limit = args.rtx_limit;
-    cfg.report_rtx_limit = args.rtx_limit;
-    cfg.max_send_sessions = 1 << 20;
-    cfg.max_recv_sessions = 1 << 20;
-    cfg.max_block_size = args.max_block as u64;
-    let mut engine = Engine::new(cfg).unwrap();
-    engine.register_client_service(BP_SERVICE);
-    let payload = args.segment.min(65_507) - HEADER_ALLOWANCE;
-    let mut peers = BTreeMap::new();
-    let mut by_addr = HashMap::new();
-    for p in &args.peers {
-        let owlt = LDur::from_micros((p.owlt * 1e6) as u64);
-        let mut pc = PeerConfig::new(EngineId(p.engine));
-        pc.owlt_out = owlt;
-        pc.owlt_in = owlt;
-        pc.remote_delay = margin;
-        pc.max_segment_len = payload;
-        engine
-            .add_peer(pc)
-            .unwrap_or_else(|e| die(&format!("--peer {}: {e:?}", p.engine)));
-        let burst = (p.rate * 0.002).max(4.0 * (args.segment + IP_UDP) as f64);
-        peers.insert(
-            p.engine,
-            Peer {
-                arg: p.clone(),
-                bucket: TokenBucket::new(p.rate, burst, 0.0),
-                tx_on: true,
-                down: false,
-            },
-        );
-        by_addr.insert(p.addr, p.engine);
-    }
-    let rec = Record::open(&args.log);
-    let mut st = State {
-        args,
-        engine,
-        peers,
-        by_addr,
-        schedule,
-        queue: VecDeque::new(),
-        sending: HashMap::new(),
-        partial: HashMap::new(),
-        inflight: 0,
-        to_dtnd: vec![],
-        rec,
-        c: Counters {
-            sndbuf,
-            rcvbuf,
-            ..Default::default()
-        },
-        t0: Instant::now(),
-        payload,
-        down_mtime: None,
-    };
+    let mut st = State::new(args, schedule, sndbuf, rcvbuf);
     st.reload_down();
     eprintln!("swarm-ltpcla: engine {} on {} ({} peers), segment {} B (payload {} B), red {}, socket buffers snd {} rcv {}",
               st.args.engine, st.args.bind, st.peers.len(), st.args.segment, st.payload, st.args.red, sndbuf, rcvbuf);
@@ -1142,12 +1262,61 @@ fn from_dtnd(st: &mut State, m: FromDtnd) {
     }
 }
 
+/// A datagram from the LTP socket. Its sender is the engine named in the segment header (RFC 5326 §3.1: the
+/// session originator; for replies to our own sessions, the peer that session went to), never the datagram's
+/// source address: ION's udplso sends from an ephemeral port. Replies go to the peer's configured address.
 fn input(st: &mut State, data: &[u8], from: SocketAddr) {
     st.c.segments_in += 1;
-    let Some(&peer) = st.by_addr.get(&from) else {
-        st.c.unknown_source += 1;
-        return;
+    let session = match Segment::parse(data) {
+        Ok((seg, _)) => seg.session,
+        Err(e) => {
+            st.c.malformed += 1;
+            st.rec.ev(
+                "malformed",
+                0,
+                "",
+                "",
+                data.len(),
+                &format!("from {from}: {e:?}"),
+            );
+            return;
+        }
     };
+    let originator = session.originator.0;
+    let peer = if originator == st.args.engine {
+        match st.tx_peer.get(&session) {
+            Some(&p) => p,
+            None => {
+                st.c.unknown_session += 1;
+                st.rec.ev(
+                    "unknown-session",
+                    0,
+                    &session.to_string(),
+                    "",
+                    data.len(),
+                    &format!("from {from}: a session of ours not (or no longer) known"),
+                );
+                return;
+            }
+        }
+    } else {
+        originator
+    };
+    if !st.peers.contains_key(&peer) {
+        st.c.unknown_engine += 1;
+        st.rec.ev(
+            "unknown-engine",
+            peer,
+            &session.to_string(),
+            "",
+            data.len(),
+            &format!("from {from}: no LTP peer with this engine ID"),
+        );
+        if st.told_unknown.insert(peer) {
+            eprintln!("swarm-ltpcla: segments from engine {peer} (at {from}): not a configured LTP peer; discarded (counted as unknown_engine)");
+        }
+        return;
+    }
     let ts = st.ts();
     st.engine.handle_input(
         ts,
@@ -1207,6 +1376,226 @@ mod tests {
             .contains("this engine"));
         assert!(with(&["--red", "2"]).is_err());
         assert!(parse_args(&s(&["--ws", "ws://x"])).is_err());
+    }
+
+    fn node(engine: u64, peer: u64, red: f64) -> State {
+        let args = parse_args(&s(&[
+            "--ws",
+            "ws://x",
+            "--engine",
+            &engine.to_string(),
+            "--bind",
+            "127.0.0.1:0",
+            "--peer",
+            &format!("{peer},127.0.0.{peer}:1113,1e9,0"),
+            "--red",
+            &red.to_string(),
+            "--margin",
+            "0.05",
+            "--rtx-limit",
+            "1",
+        ]))
+        .unwrap();
+        State::new(args, Schedule::default(), 0, 0)
+    }
+
+    /// What `st`'s engine transmits now (its notices handled as in `drain`).
+    fn out(st: &mut State) -> Vec<Vec<u8>> {
+        let ts = st.ts();
+        st.engine.handle_timeout(ts);
+        st.start_sessions();
+        let mut v = vec![];
+        while let Some(o) = st.engine.poll_output(st.ts()) {
+            match o {
+                Output::Transmit { segment, .. } => {
+                    st.note_transmit(&segment);
+                    v.push(segment)
+                }
+                Output::Notice(n) => st.notice(n),
+            }
+        }
+        v
+    }
+
+    /// Run `a` and `b` against each other over a lossless channel (b -> a cut while `cut_b_to_a` says so),
+    /// each datagram arriving from a new ephemeral port, until `done` or 20 s.
+    fn exchange(
+        a: &mut State,
+        b: &mut State,
+        mut cut_b_to_a: impl FnMut(&State, &State) -> bool,
+        done: impl Fn(&State, &State) -> bool,
+    ) {
+        let mut port = 32_768u16;
+        let t = Instant::now();
+        while !done(a, b) && t.elapsed().as_secs() < 20 {
+            for seg in out(a) {
+                port += 1;
+                input(b, &seg, format!("10.9.9.9:{port}").parse().unwrap());
+            }
+            let cut = cut_b_to_a(a, b);
+            for seg in out(b) {
+                port += 1;
+                if !cut {
+                    input(a, &seg, format!("10.9.9.8:{port}").parse().unwrap());
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    /// The bundles `st` handed to dtnd.
+    fn handed(st: &State) -> Vec<Vec<u8>> {
+        st.to_dtnd
+            .iter()
+            .map(|m| {
+                let v: serde_json::Value = serde_json::from_str(m).unwrap();
+                BASE64_STANDARD.decode(v["data"].as_str().unwrap()).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn peers_are_known_by_engine_id_not_by_source_port() {
+        let (mut a, mut b) = (node(1, 2, 1.0), node(2, 1, 1.0));
+        let three: Vec<Vec<u8>> = (1..=3)
+            .map(|i| crate::bundles::tests::bundle(i, &vec![i; 900 * i as usize]))
+            .collect();
+        a.offer("127.0.0.2:1113", "agg".into(), three.concat());
+        exchange(&mut a, &mut b, |_, _| false, |a, _| a.c.blocks_done == 1);
+        // every datagram came from a port never configured, and the reports reached their session
+        assert_eq!(
+            (a.c.blocks_done, a.c.cancels, a.c.unknown_session),
+            (1, 0, 0)
+        );
+        assert_eq!(b.c.unknown_engine, 0);
+        assert_eq!(b.c.blocks_received, 1);
+        assert_eq!(handed(&b), three); // one block, three bundles, each handed on by itself
+        assert_eq!(b.c.bundles_received, 3);
+    }
+
+    #[test]
+    fn an_unknown_engine_or_garbage_is_counted_and_recorded() {
+        let path = std::env::temp_dir().join(format!("ltpcla-unknown-{}.csv", std::process::id()));
+        let (mut c, mut b) = (node(7, 2, 1.0), node(2, 1, 1.0));
+        b.rec = Record::open(&Some(path.to_string_lossy().into()));
+        c.offer(
+            "127.0.0.2:1113",
+            "x".into(),
+            crate::bundles::tests::bundle(1, b"hi"),
+        );
+        for seg in out(&mut c) {
+            input(&mut b, &seg, "10.0.0.7:1113".parse().unwrap());
+        }
+        input(&mut b, b"\xff not LTP", "10.0.0.7:1113".parse().unwrap());
+        assert!(b.c.unknown_engine >= 1 && b.c.malformed == 1);
+        assert!(b.to_dtnd.is_empty());
+        b.rec.flush();
+        let log = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(log.contains(",unknown-engine,7,7/"), "{log}");
+        assert!(log.contains("no LTP peer with this engine ID") && log.contains(",malformed,"));
+    }
+
+    #[test]
+    fn a_block_of_no_bundles_is_counted_never_silently_dropped() {
+        let (mut a, mut b) = (node(1, 2, 1.0), node(2, 1, 1.0));
+        let good = crate::bundles::tests::bundle(9, b"fine");
+        a.offer("127.0.0.2:1113", "junk".into(), b"not a bundle".to_vec());
+        a.offer(
+            "127.0.0.2:1113",
+            "tail".into(),
+            [&good[..], b"\x9f\x88"].concat(),
+        );
+        exchange(&mut a, &mut b, |_, _| false, |a, _| a.c.blocks_done == 2);
+        assert_eq!(b.c.blocks_received, 2);
+        assert_eq!(b.c.unparsed_blocks, 2);
+        assert_eq!(handed(&b), vec![good]); // what parsed before the fault still goes on
+    }
+
+    #[test]
+    fn red_bundles_go_on_before_the_green_part_and_green_bundles_after() {
+        let (mut a, mut b) = (node(1, 2, 1.0), node(2, 1, 1.0));
+        let (r1, r2, g) = (
+            crate::bundles::tests::bundle(1, &[1; 2000]),
+            crate::bundles::tests::bundle(2, &[2; 10]),
+            crate::bundles::tests::bundle(3, &[3; 3000]),
+        );
+        let block = [r1.clone(), r2.clone(), g.clone()].concat();
+        // ION's way: the red part ends at a bundle boundary
+        let ts = a.ts();
+        let sid = a
+            .engine
+            .request_transmission(
+                ts,
+                TransmissionRequest {
+                    destination: EngineId(2),
+                    client_service: BP_SERVICE,
+                    data: Bytes::from(block),
+                    red_len: (r1.len() + r2.len()) as u64,
+                },
+            )
+            .unwrap();
+        a.tx_peer.insert(sid, 2);
+        exchange(
+            &mut a,
+            &mut b,
+            |_, _| false,
+            |_, b| b.c.bundles_received == 3,
+        );
+        assert_eq!(handed(&b), vec![r1, r2, g]);
+        assert_eq!((b.c.blocks_received, b.c.unparsed_blocks), (1, 0));
+        // and an all-green block (red 0) of one bundle
+        let (mut a, mut b) = (node(1, 2, 0.0), node(2, 1, 1.0));
+        let one = crate::bundles::tests::bundle(4, &[4; 5000]);
+        a.offer("127.0.0.2:1113", "green".into(), one.clone());
+        exchange(
+            &mut a,
+            &mut b,
+            |_, _| false,
+            |_, b| b.c.bundles_received == 1,
+        );
+        assert_eq!(handed(&b), vec![one]);
+    }
+
+    #[test]
+    fn each_block_is_wholly_red_or_wholly_green_in_the_asked_share() {
+        let mut credit = 0.0;
+        let (mut red, mut all) = (0u64, 0u64);
+        for i in 0..1000u64 {
+            let len = 500 + (i * 7919) % 1500;
+            let r = red_share(&mut credit, 0.3, len);
+            assert!(r == 0 || r == len);
+            red += r;
+            all += len;
+        }
+        assert!(
+            (red as f64 / all as f64 - 0.3).abs() < 0.01,
+            "{red} of {all}"
+        );
+        assert_eq!(red_share(&mut credit, 1.0, 10), 10);
+        assert_eq!(red_share(&mut credit, 0.0, 10), 0);
+    }
+
+    #[test]
+    fn no_duplicate_after_a_cancelled_session_the_receiver_had_completed() {
+        // Every report from b is lost until a has cancelled the session (one checkpoint retransmission) and
+        // b has refused the block a sent again in a new session; then the retry completes.
+        let (mut a, mut b) = (node(1, 2, 1.0), node(2, 1, 1.0));
+        let x = crate::bundles::tests::bundle(5, &[5; 4000]);
+        a.offer("127.0.0.2:1113", "x".into(), x.clone());
+        exchange(
+            &mut a,
+            &mut b,
+            |_, b| b.c.duplicates == 0,
+            |a, _| a.c.blocks_done == 1,
+        );
+        assert!(
+            a.c.cancels >= 1 && a.c.blocks_done == 1,
+            "{:?}",
+            a.c.cancels
+        );
+        assert!(b.c.blocks_received >= 2 && b.c.duplicates >= 1);
+        assert_eq!(handed(&b), vec![x]);
     }
 
     /// The measurement behind using licklider-core: two engines in memory, 100 x 100 kB blocks over a 1 %

@@ -1,5 +1,5 @@
 //! Token-bucket pacing (pure): segments leave at the link's rate so that a long-delay link's queue never
-//! overflows. Unpaced LTP over a 4 s, 100 Mbit/s link took 84 s for a 10 MiB block (issue 26); paced, 5 s.
+//! overflows. Unpaced LTP over a 4 s, 100 Mbit/s link took 84 s for a 10 MiB block; paced, 5 s.
 
 /// A token bucket in bytes. `rate` bytes/s, `burst` bytes of depth. A send is allowed while the bucket is
 /// positive and may drive it negative by one segment (deficit), so no segment is ever split or held back

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Bundle rate between two different DTN agents (netns backend): sat01 runs dtn7, sat02 runs Hardy, over TCPCLv4;
+N bundles of SIZE bytes each way in turn, sent as fast as the sender's agent takes them, by the framework's traffic
+program (flightsw/dtn_traffic.py) inside each node. The rate is bundles over the span from the first sent to the
+last received (distinct bundles only; duplicates counted apart).
+
+    bench/bench_dtn_mixed.py [--count 300] [--size 100000] [--delay 0]   # --delay: one-way ms on the ISL link
+
+The `dtn` experiment type gives every node one agent, hence this script. It brings up swarm bench-mix (10.205.x) and
+takes it down afterwards.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = "bench-mix"
+SWARM = [sys.executable, "-m", "swarm"]
+ENV = {**os.environ, "SWARM_WORKDIR": str(REPO)}
+AGENTS = {"sat01": ("dtn7", "dtn7-http"), "sat02": ("hardy", "hardy-http")}
+
+
+def swarm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(SWARM + list(args), capture_output=True, text=True, env=ENV, timeout=timeout)
+
+
+def traffic(node: str, plan: dict, tmp: Path) -> subprocess.Popen:
+    path = tmp / f"{node}.json"
+    path.write_text(json.dumps({"node": node, "client": AGENTS[node][1], "port": 3000, "service": "in", **plan}))
+    return subprocess.Popen(SWARM + ["exec", NAME, node, sys.executable, str(REPO / "flightsw" / "dtn_traffic.py"),
+                                     "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV)
+
+
+def events(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def one_way(src: str, dst: str, count: int, size: int, tmp: Path) -> dict:
+    release = time.time() + 3
+    recv = traffic(dst, {"flows": [], "release": release, "duration": 1, "drain": 120, "expect": count}, tmp)
+    send = traffic(src, {"flows": [{"dst": dst, "size": size, "rate": 0, "count": count}], "release": release,
+                         "duration": 120, "receive": False}, tmp)
+    out_s, err_s = send.communicate(timeout=300)
+    out_r, err_r = recv.communicate(timeout=300)
+    sent = [e for e in events(out_s) if e.get("ev") == "sent" and e.get("ok")]
+    got = [e for e in events(out_r) if e.get("ev") == "recv"]
+    fresh = [g for g in got if not g["dup"]]
+    if not sent or not fresh:
+        raise SystemExit(f"{src} -> {dst}: sent {len(sent)}, received {len(fresh)}; {err_s[-300:]} {out_s[-300:]} {err_r[-300:]}")
+    span = max(g["t"] for g in fresh) - min(s["t"] for s in sent)
+    return {"from": f"{src} ({AGENTS[src][0]})", "to": f"{dst} ({AGENTS[dst][0]})", "sent": len(sent),
+            "delivered": len(fresh), "duplicates": len(got) - len(fresh), "span_s": round(span, 3),
+            "bundles_per_s": round(len(fresh) / span, 1),
+            "send_ms": round(1000 * sum(s["t_ack"] - s["t"] for s in sent) / len(sent), 2),  # agent's API
+            "mbit_per_s": round(len(fresh) * size * 8 / span / 1e6, 1)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--count", type=int, default=300)
+    ap.add_argument("--size", type=int, default=100_000)
+    ap.add_argument("--delay", type=float, default=0.0, help="one-way delay on the ISL link, ms")
+    args = ap.parse_args()
+    links = f"links: {{default: {{delay: {args.delay:g}ms}}}}\n" if args.delay else ""
+    with tempfile.TemporaryDirectory(prefix="bench-mix-") as t:
+        tmp = Path(t)
+        spec = tmp / "spec.yaml"
+        spec.write_text(f"name: {NAME}\nbackend: netns\n"
+                        "node_list: [{name: sat01, dtn: {}}, {name: sat02, dtn: {agent: hardy}}]\n"
+                        "networks: {isl: {subnet: 10.205.0.0/25}, ground: {subnet: 10.205.0.128/25}}\n" + links)
+        swarm("down", NAME)
+        up = swarm("up", str(spec))
+        if up.returncode != 0:
+            print(up.stderr, file=sys.stderr)
+            return 1
+        try:
+            rows = [one_way("sat01", "sat02", args.count, args.size, tmp),
+                    one_way("sat02", "sat01", args.count, args.size, tmp)]
+        finally:
+            swarm("down", NAME)
+    for r in rows:
+        print(json.dumps({**r, "size": args.size, "one_way_ms": args.delay}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

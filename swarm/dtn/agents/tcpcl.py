@@ -1,0 +1,29 @@
+"""TCPCL (RFC 9174) transfers in flight per session, sized from a link's bandwidth-delay product (pure), for
+any agent that pipelines transfers (dtn7 as patched: `-O tcp:window=N`).
+
+With one transfer in flight a session carries at most one bundle per round trip whatever the link's rate
+(9.6 bundles/s of 100 kB at 100 ms round trip). To fill the link the sender needs rate x RTT bytes in flight,
+i.e. that many bundles of the size it sends, and one more so that the next transfer is already queued when
+an acknowledgement comes back.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+#: The most transfers in flight the framework sets by itself: an unlimited link (no rate) gets this many; a user
+#: may set up to MAX_WINDOW in `dtn.tcpcl.window`.
+AUTO_MAX_WINDOW = 64
+
+
+def tcp_window(rate_bps: Optional[float], rtt: float, bundle_bytes: int, most: int = AUTO_MAX_WINDOW) -> int:
+    """Transfers in flight that keep a link of `rate_bps` (None or 0: unlimited) busy over a round trip of `rtt`
+    s with bundles of `bundle_bytes`: ceil(rate x RTT / bundle bits) + 1, clamped to [1, most]. No round trip
+    (rtt 0): 1, the agents' published behaviour, which suffices there."""
+    if rtt < 0 or bundle_bytes <= 0:
+        raise ValueError(f"tcp window: round trip {rtt} s, bundle {bundle_bytes} bytes: must be >= 0 and > 0")
+    if rtt == 0:
+        return 1
+    if not rate_bps:
+        return most
+    return max(1, min(most, math.ceil(rate_bps * rtt / (8 * bundle_bytes)) + 1))
