@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from netem.engines import NodeCommands
+from netem.engines.base import KernelPlan
 from netem.spec.links import NONE, DirectedLinks, Impairment
 from swarm.errors import SpecError
 
@@ -36,19 +36,77 @@ class LinkState:
         out = dict(self.base)
         for pair in self.cuts:
             out[pair] = out.get(pair, NONE).merge(Impairment(up=False))
-        return {p: imp for p, imp in out.items() if not imp.empty}
+        empty: dict[int, bool] = {}  # per distinct condition object (a default is one on every pair)
+        for imp in out.values():
+            if id(imp) not in empty:
+                empty[id(imp)] = imp.empty
+        if not any(empty.values()):
+            return out
+        return {p: imp for p, imp in out.items() if not empty[id(imp)]}
 
     def to_json(self) -> dict:
-        return {"engine": self.engine, "changed": self.changed,
-                "links": [{"src": s, "dst": d, **imp.values()} for (s, d), imp in sorted(self.base.items())],
-                "cuts": sorted([list(p) for p in self.cuts]), "node_faults": self.node_faults, "nodes": self.nodes}
+        """The links as rows, or (where one condition is on most pairs of the nodes named, see shared_default)
+        as that default, the nodes it spans, the pairs without it (`default_except`) and rows for the rest."""
+        default = shared_default(self.base)
+        doc: dict[str, Any] = {"engine": self.engine, "changed": self.changed}
+        rows = self.base
+        if default is not None:
+            imp, names = default
+            rows = {p: v for p, v in self.base.items() if not _same(v, imp)}
+            every = len(names) * (len(names) - 1)
+            doc["default"] = {"values": imp.values(), "nodes": names,
+                              "except": [] if len(self.base) - len(rows) == every else  # on every pair: none to name
+                              sorted([s, d] for s in names for d in names
+                                     if s != d and not _same(self.base.get((s, d)), imp))}
+        doc["links"] = [{"src": s, "dst": d, **imp.values()} for (s, d), imp in sorted(rows.items())]
+        return {**doc, "cuts": sorted([list(p) for p in self.cuts]), "node_faults": self.node_faults,
+                "nodes": self.nodes}
 
     @classmethod
     def from_json(cls, doc: dict) -> "LinkState":
-        base = {(r["src"], r["dst"]): Impairment.model_validate({k: v for k, v in r.items() if k not in ("src", "dst")})
-                for r in doc.get("links", [])}
+        base: DirectedLinks = {}
+        if doc.get("default"):
+            imp = Impairment.model_validate(doc["default"]["values"])
+            names = doc["default"]["nodes"]
+            skip = {(s, d) for s, d in doc["default"]["except"]}
+            base = {(s, d): imp for s in names for d in names if s != d and (s, d) not in skip}
+        parsed: dict[tuple, Impairment] = {}  # one model per distinct row (an orbit's `down` on most pairs)
+        for r in doc.get("links", []):
+            values = tuple(sorted((k, v) for k, v in r.items() if k not in ("src", "dst")))
+            if values not in parsed:
+                parsed[values] = Impairment.model_validate(dict(values))
+            base[(r["src"], r["dst"])] = parsed[values]
         return cls(engine=doc.get("engine", ""), base=base, cuts={tuple(p) for p in doc.get("cuts", [])},
                    nodes=doc.get("nodes", {}), node_faults=doc.get("node_faults", {}), changed=doc.get("changed", 0.0))
+
+
+def _same(a: Impairment | None, b: Impairment) -> bool:
+    return a is b or a == b
+
+
+#: pairs one condition must be on before links.json keeps it as a default rather than a row per pair
+DEFAULT_MIN_PAIRS = 1024
+
+
+def shared_default(base: DirectedLinks) -> tuple[Impairment, list[str]] | None:
+    """(the condition on most pairs, the nodes of those pairs) when it is on at least DEFAULT_MIN_PAIRS pairs and
+    on more than half of all pairs of those nodes (pure): then links.json holds it once and names the pairs
+    without it, so a 1,000-node swarm's default delay is one entry, not 999,000 rows."""
+    if len(base) < DEFAULT_MIN_PAIRS:
+        return None
+    counts: dict[int, int] = {}
+    by_id: dict[int, Impairment] = {}
+    for imp in base.values():  # by identity first: a spec's default is one object on every pair
+        counts[id(imp)] = counts.get(id(imp), 0) + 1
+        by_id[id(imp)] = imp
+    merged: dict[Impairment, int] = {}
+    for key, n in counts.items():
+        merged[by_id[key]] = merged.get(by_id[key], 0) + n
+    imp, shared = max(merged.items(), key=lambda kv: kv[1])
+    names = sorted({n for pair in base for n in pair})
+    if shared < DEFAULT_MIN_PAIRS or 2 * shared <= len(names) * (len(names) - 1):
+        return None
+    return imp, names
 
 
 def signature(value: Any) -> str:
@@ -97,6 +155,16 @@ def span(nodes: list[str]) -> str:
     return ", ".join(nodes) if len(nodes) <= 4 else f"{nodes[0]}..{nodes[-1]}"
 
 
+def by_node(eff: DirectedLinks) -> dict[str, DirectedLinks]:
+    """The directed links touching each node (pure), in one pass: each node's share is then found without
+    scanning every pair of the swarm again (N nodes x N(N-1) pairs at 1,000 nodes is 10^9 lookups)."""
+    out: dict[str, DirectedLinks] = {}
+    for pair, imp in eff.items():
+        out.setdefault(pair[0], {})[pair] = imp
+        out.setdefault(pair[1], {})[pair] = imp
+    return out
+
+
 def node_links(eff: DirectedLinks, node: str, by_mac: dict[str, str]) -> tuple[dict, dict, dict]:
     """One node's share of the effective conditions, keyed by the peer's MAC (links are selected by
     link-layer address): what it sends (egress), what it receives (ingress), and a label per ingress peer."""
@@ -118,14 +186,14 @@ def node_needs_visit(rec: dict, has_conditions: bool, clearing: bool) -> bool:
     return has_conditions or had_tc or had_nft or clearing or "gso_saved" in rec or bool(rec.get("linkd_links"))
 
 
-def parts_to_apply(rec: dict, cmds: NodeCommands, engine: str, force: bool, clearing: bool) -> tuple[bool, bool]:
+def parts_to_apply(rec: dict, cmds: KernelPlan, owns_nft_table: bool, force: bool, clearing: bool) -> tuple[bool, bool]:
     """(apply tc?, apply nft?) for one node: a part runs when it has something planned, had something
-    before, or its state is unknown while clearing (no record: state lost in a crash) -- and only when its
-    plan changed, unless `force` or `clearing`."""
+    before, or its state is unknown while clearing (no record: state lost in a crash; nft only for an engine that
+    `owns_nft_table`) -- and only when its plan changed, unless `force` or `clearing`."""
     had_tc, had_nft = had_parts(rec)
     unknown = clearing and "tc" not in rec
     rerun = force or clearing
     do_tc = bool(cmds.tc or had_tc or unknown) and (rerun or rec.get("tc") != signature(cmds.tc))
-    do_nft = (cmds.nft is not None or had_nft or (unknown and engine == "nft")) and \
+    do_nft = (cmds.nft is not None or had_nft or (unknown and owns_nft_table)) and \
         (rerun or rec.get("nft") != signature(cmds.nft))
     return do_tc, do_nft

@@ -126,6 +126,7 @@ def _rates(model: Optional[RateModel], dist_km: np.ndarray) -> tuple[np.ndarray,
         return np.zeros(dist_km.shape, dtype=np.int64), None
     if not model.is_budget:
         return np.full(dist_km.shape, model.fixed, dtype=np.int64), None
+    assert model.snr is not None and model.at is not None and model.bandwidth is not None  # a budget has all three
     snr = 10 ** (model.snr / 10) * (model.at / np.maximum(dist_km, 1e-3)) ** 2  # free space: SNR ~ 1/d^2
     cap = model.bandwidth * np.log2(1 + snr)  # Shannon
     if model.max:

@@ -45,12 +45,14 @@ def satrecs(spec: OrbitsSpec) -> list[tuple[str, Satrec]]:
     epoch = spec.start()
     out: list[tuple[str, Satrec]] = []
     for entry in spec.satellites:
+        name = entry.name or ""  # set wherever there is no generator (validated)
         if entry.tle:
-            out.append((entry.name, Satrec.twoline2rv(entry.tle[0], entry.tle[1])))
+            out.append((name, Satrec.twoline2rv(entry.tle[0], entry.tle[1])))
         elif entry.elements is not None:
-            out.append((entry.name, satrec_from_elements(entry.elements, epoch, len(out) + 1)))
+            out.append((name, satrec_from_elements(entry.elements, epoch, len(out) + 1)))
         else:
             gen = entry.walker or entry.formation
+            assert gen is not None  # one of tle, elements, walker, formation (validated)
             for name, el in zip(gen.names(), gen.elements()):
                 out.append((name, satrec_from_elements(el, epoch, len(out) + 1)))
     return out

@@ -26,7 +26,7 @@ Units (strings as in the spec and CLI; bare numbers are the unit in brackets):
         - {node: sat04, direction: out, rate: 1Mbit}                 # only what sat04 sends
       engine: nft                           # optional: pin an engine (default: picked by the capability probe)
       tcp_buffers: bdp                      # optional: TCP buffers of each node sized from its links' BDP
-                                            # (netem.engines.tcp_buffer_sysctls), for TCP over seconds of delay
+                                            # (netem.engines.base.tcp_buffer_sysctls), for TCP over seconds of delay
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from swarm.units import format_rate, format_time, parse_link_rate, parse_percent
 PARAMS = ("delay", "jitter", "jitter_distribution", "jitter_correlation", "loss", "loss_correlation", "loss_gemodel",
           "rate", "corrupt", "duplicate", "reorder", "up")
 DISTRIBUTIONS = ("uniform", "normal", "pareto", "paretonormal")
-# The engines of the registry in netem/engines.py (which plans from this model, so the model names them
+# The engines of the registry in netem/engines/ (which plans from this model, so the model names them
 # instead of importing it); a unit test checks that the two agree.
 ENGINE_NAMES = ("netem", "userspace", "nft")
 _PERCENT_FIELDS = ("jitter_correlation", "loss", "loss_correlation", "corrupt", "duplicate", "reorder")
@@ -91,7 +91,8 @@ class Impairment(Strict):
         vals = [parse_percent(x, "loss_gemodel") for x in parts]
         p = vals[0]
         defaults = [p, 100.0 - p, 100.0, 0.0]
-        return tuple(vals + defaults[len(vals):])
+        full = vals + defaults[len(vals):]
+        return (full[0], full[1], full[2], full[3])
 
     @field_validator("rate", mode="before")
     @classmethod
@@ -164,6 +165,9 @@ class Impairment(Strict):
 
     def describe(self) -> str:
         """'delay 250ms jitter 10ms loss 1% rate 10Mbit' / 'down' / '-' (nothing)."""
+        return _describe(self)
+
+    def _describe(self) -> str:
         eff = self.effective()
         if eff.down:
             return "down"
@@ -255,12 +259,16 @@ class LinkOverride(LinkValues):
             a, b = self.between
             return {"both": [(a, b), (b, a)], "a->b": [(a, b)], "b->a": [(b, a)]}[self.direction]
         n = self.node
+        assert n is not None  # an override names `between` or `node` (validated)
         out = [(n, d) for d in nodes if d != n] if self.direction in ("both", "out") else []
         inn = [(s, n) for s in nodes if s != n] if self.direction in ("both", "in") else []
         return out + inn
 
     def named_nodes(self) -> list[str]:
-        return list(self.between) if self.between is not None else [self.node]
+        if self.between is not None:
+            return list(self.between)
+        assert self.node is not None  # an override names `between` or `node` (validated)
+        return [self.node]
 
 
 class LinksSpec(Strict):
@@ -321,9 +329,14 @@ def resolve_links(links: Optional[LinksSpec], nodes: list[str], profiles: dict[s
         imp = _with_where(lambda ov=ov: ov.impairment(profiles), f"{where}.overrides[{i}]")
         for pair in ov.targets(nodes):
             out[pair] = out.get(pair, NONE).merge(imp)
+    checked: dict[int, bool] = {}  # each distinct condition checked once (a default is one object on every pair)
     for (s, d), imp in out.items():
-        imp.check_consistent(f"{where}: link {s}->{d}")
-    return {pair: imp for pair, imp in out.items() if imp.values()}
+        if id(imp) not in checked:
+            imp.check_consistent(f"{where}: link {s}->{d}")
+            checked[id(imp)] = bool(imp.values())
+    if all(checked.values()):
+        return out
+    return {pair: imp for pair, imp in out.items() if checked[id(imp)]}
 
 
 def _with_where(fn, where: str):
@@ -399,6 +412,11 @@ def round_trip_ms(links: DirectedLinks, a: str, b: str) -> float:
 @lru_cache(maxsize=8192)
 def _effective(imp: Impairment) -> Impairment:
     return imp._effective()
+
+
+@lru_cache(maxsize=8192)
+def _describe(imp: Impairment) -> str:
+    return imp._describe()
 
 
 @lru_cache(maxsize=8192)

@@ -45,7 +45,7 @@ DEFAULT_EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 TLE_WARN_DAYS = 14.0  # SGP4 drifts ~1-3 km/day from a TLE's epoch: beyond two weeks the geometry is a guess
 MAX_SAMPLES = 20_000_000  # steps x nodes: beyond this a plan is a typo (100 nodes x 2 days at 1 s)
 # The planner holds every node pair's index (16 bytes a pair) and computes pairs x steps distances: 10,000
-# satellites (5e7 pairs) passed 6 GB for one step (issue 29). Bounds, checked before any computing:
+# satellites (5e7 pairs) passed 6 GB for one step. Bounds, checked before any computing:
 MAX_PAIRS = 2_000_000  # 2,000 satellites; ~32 MB of pair indices plus one 16 MB chunk at a time
 MAX_PAIR_SAMPLES = 2_000_000_000  # pairs x steps; measured ~13 M pair-samples/s here: ~2.5 min of planning
 
@@ -97,6 +97,7 @@ class RateModel(Strict):
     def quantum(self) -> int:
         if self.step:
             return self.step
+        assert self.bandwidth is not None and self.snr is not None  # a budget has all three (_complete)
         ref = self.max or self.bandwidth * math.log2(1 + 10 ** (self.snr / 10))  # the rate at `at`
         return max(1, int(ref // 100))
 
@@ -216,7 +217,11 @@ class OrbitsSpec(Strict):
         out: list[str] = []
         for s in self.satellites:
             gen = s.walker or s.formation
-            out += gen.names() if gen else [s.name]
+            if gen is None:
+                assert s.name is not None  # a satellite without a generator is named (validated)
+                out.append(s.name)
+            else:
+                out += gen.names()
         return out
 
     def node_names(self) -> list[str]:

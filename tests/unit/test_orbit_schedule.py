@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from netem.engines import linkd_line
+from netem.engines.userspace import linkd_line
 from netem.spec.links import NONE, Impairment
-from netem.runtime.linkd import ctl_body, ctl_socket, instance_spec, linkd_binary, parse_kv
+from netem.engines.drivers.linkd import ctl_body, ctl_socket, instance_spec, linkd_binary, parse_kv
 from netem.runtime.orbit_schedule import Change, entry_line, link_rows, step_summary
 
 A, B = "02:00:00:00:00:01", "02:00:00:00:00:02"
