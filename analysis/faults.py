@@ -1,7 +1,7 @@
 """Fault time series for the report: per-interval throughput and UDP loss across a test's flows, against
 time since the traffic's release, with a vertical line where each fault of the timeline took effect.
 
-Inputs are the run folder's raw iperf3 JSON (raw/<test>/<src>__<dst>.json, receiver intervals), flows.csv
+Inputs are the run folder's raw flow records (raw/<test>/<src>__<dst>.json, receiver intervals), flows.csv
 (each flow's release instant, or its data start, which places its intervals in time),
 tests.csv (release instant), faults.csv
 (experiments.timeline.FaultTimeline: planned `at_s` and actual `offset_s` of each fault) and, for a swarm with a mesh,
@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Sequence
 
 import pandas as pd
 from matplotlib.figure import Figure
 
-from experiments.traffic.iperf3 import parse_client_json
+from analysis.links import run_lengths
+from experiments.traffic.tools import read_flow
 
 
 def interval_table(run_dir: Path, test_id: str, flows: pd.DataFrame, release: float) -> pd.DataFrame:
@@ -30,13 +32,14 @@ def interval_table(run_dir: Path, test_id: str, flows: pd.DataFrame, release: fl
     # when its data starts; else the inferred data start (start_ts: exit less the test length, late by the
     # end-of-test exchange, which a lossy link stretches by up to seconds); else spawn_ts (older runs).
     start_col = next((c for c in ("release_ts", "start_ts", "spawn_ts") if c in flows), "spawn_ts")
+    duration, interval = run_lengths(run_dir)
     for flow in flows[flows["test_id"] == test_id].itertuples(index=False):
         path = Path(run_dir) / "raw" / test_id / f"{flow.src}__{flow.dst}.json"
         if not path.exists():
             continue
         start = getattr(flow, start_col)
         start = None if pd.isna(start) or start == "" else float(start)
-        result = parse_client_json(path.read_text(), start)
+        result = read_flow(path.read_text(), flow.protocol, start, duration, interval)
         if math.isnan(result.origin):
             continue
         offered = float(flow.rate_bps) if flow.protocol == "udp" and not pd.isna(flow.rate_bps) and flow.rate_bps != "" else math.nan
@@ -140,7 +143,7 @@ def fault_table(run_dir: Path) -> pd.DataFrame:
 
 
 def _plot(path: Path, title: str, intervals: pd.DataFrame, bins: pd.DataFrame, faults: pd.DataFrame,
-          mesh_marks: list[tuple[float, str]] = ()) -> None:
+          mesh_marks: Sequence[tuple[float, str]] = ()) -> None:
     fig = Figure(figsize=(8, 5.2), dpi=110)
     ax_bw, ax_loss = fig.subplots(2, 1, sharex=True)
     for flow, group in intervals.groupby("flow"):

@@ -9,12 +9,12 @@ from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from experiments.fault_schedule import POLL_S, EngineFaults, link_only, states_after
+from experiments.fault_schedule import POLL_S, EngineFaults, link_only
+from experiments.fault_schedule import apply_event as plan_event
 from netem.spec.links import LinkOverride
-from netem.state import check_partition, span
+from netem.state import LinkState, check_partition, span
 from swarm.errors import RuntimeFailure, SpecError
 from swarm.mesh.plan import healed_pairs
-from swarm.observe.events import caused_by
 from netem.runtime.links import LinkController
 from swarm.units import parse_duration
 
@@ -72,6 +72,7 @@ class FaultEvent(BaseModel):
         if self.partition is not None:
             return " | ".join(",".join(g) for g in self.partition)
         ov = self.impair
+        assert ov is not None  # exactly one action per event (validated)
         target = f"between {' '.join(ov.between)} ({ov.direction})" if ov.between else f"node {ov.node} ({ov.direction})"
         return f"{target}: {ov.impairment().describe()}"
 
@@ -107,8 +108,7 @@ def check_timeline(events: list[FaultEvent], nodes: list[str], duration: float, 
 
 def apply_event(ctl: LinkController, ev: FaultEvent) -> None:
     """Apply one timeline entry now (its events in the swarm's log say the fault timeline caused them)."""
-    with caused_by("fault timeline"):
-        _apply_event(ctl, ev)
+    _apply_event(ctl.caused_by("fault timeline"), ev)
 
 
 def _apply_event(ctl: LinkController, ev: FaultEvent) -> None:
@@ -118,10 +118,11 @@ def _apply_event(ctl: LinkController, ev: FaultEvent) -> None:
         ctl.heal(*(ev.heal if isinstance(ev.heal, list) else []))
     elif ev.partition is not None:
         ctl.partition(ev.partition)
-    elif ev.node is not None:
+    elif ev.node is not None and ev.action is not None:
         ctl.node_action(ev.node, ev.action)
     else:
         ov = ev.impair
+        assert ov is not None  # exactly one action per event (validated)
         ctl.impair(ov.impairment(), between=ov.between, node=ov.node, direction=ov.direction)
 
 
@@ -150,39 +151,72 @@ class FaultTimeline:
         self.watcher: Any = None  # a swarm.runtime.mesh.MeshWatcher: convergence after each fault, when the swarm has a mesh
         self._pending: tuple[dict, float, dict] | None = None  # (row, command time, {node: engine generation})
         self.engine_faults: EngineFaults | None = None  # the engines apply the timeline (start() decides)
+        self._prepared = False
+        self._planned: tuple[EngineFaults, int] | None = None  # planned by prepare() for the engines: (plan, pre-armed)
+        self._why = ""  # why the driver applies the timeline, not the engines
+        self.failure = ""  # why the engines stopped applying it before its end (a later window refused)
+        self.plan_s: float | None = None  # how long planning it for the engines took (prepare)
+
+    def prepare(self) -> None:
+        """Decide who applies the timeline and, for the engines, plan it from instant 0, before the run fixes
+        its release instant (start() shifts the plan there): a long contact plan takes a while to plan, and
+        planned after the release its first changes would be late. Links the timeline changes that have no
+        conditions are pre-armed here. Called by start() when the run did not."""
+        if self._prepared:
+            return
+        self._prepared = True
+        if not self.events:
+            return
+        if not getattr(getattr(self.ctl, "engine", None), "schedules", False):
+            self._why = f"link engine {getattr(getattr(self.ctl, 'engine', None), 'name', '?')!r}"
+            return
+        if not link_only([ev for _, ev in self.events]):
+            self._why = "a node action is in the timeline (the engine changes links only)"
+            return
+        began = time.monotonic()
+        ef = EngineFaults(self.ctl, self.events)
+        why = ef.usable()
+        if not why:
+            ef.build()
+            why = ef.holds()
+        self.plan_s = time.monotonic() - began
+        armed = 0
+        if not why:
+            try:
+                armed = ef.arm()
+            except RuntimeFailure as exc:
+                why = f"pre-arming the links with no conditions failed: {exc}"
+        if why:
+            self._why = why
+        else:
+            self._planned = (ef, armed)
 
     def start(self, t0: float) -> None:
         """Start the timeline relative to epoch `t0` (e.g. the traffic's release instant). A timeline of link
-        events only, on the userspace engine, is handed to the engines ahead of time (experiments.fault_schedule;
-        a schedule they refuse is a SpecError naming the entry, nothing of it kept); else this driver's thread
-        applies each event. The run's output says which."""
+        events only, on the userspace engine, is handed to the engines ahead of time, planned by prepare()
+        (experiments.fault_schedule; a schedule they refuse is a SpecError naming the entry, nothing of it kept);
+        else this driver's thread applies each event. The run's output says which."""
         self.t0 = t0
+        self.prepare()
         target = self._run
-        if self.events and getattr(getattr(self.ctl, "engine", None), "name", "") == "userspace":
-            why = "a node action is in the timeline (the engine changes links only)"
-            if link_only([ev for _, ev in self.events]):
-                ef = EngineFaults(self.ctl, self.events, t0)
-                why = ef.usable()
-                armed = 0
-                if not why:
-                    try:
-                        armed = ef.arm()
-                    except RuntimeFailure as exc:
-                        why = f"pre-arming the links with no conditions failed: {exc}"
-                    why = why or ef.too_soon()
-                if not why:
-                    n = ef.hand_over()
-                    self.engine_faults, target = ef, self._run_engine
-                    pre = (f"; {armed} link(s) with no conditions at the start pre-armed as pass-through (every packet "
-                           "of those links, and only those, now crosses the engine's NFQUEUE)" if armed else "")
-                    self.message(f"fault timeline: {len(self.events)} event(s) handed to the userspace link engine "
-                                 f"ahead of time ({n} link change(s)); it applies each at its instant (applied_by=engine)"
-                                 + pre)
-            if why:
-                self.message(f"fault timeline: the driver applies each event ({why})")
-        elif self.events:
-            self.message("fault timeline: the driver applies each event (link engine "
-                         f"{getattr(getattr(self.ctl, 'engine', None), 'name', '?')!r})")
+        if self._planned is not None:
+            ef, armed = self._planned
+            self._planned = None
+            ef.shift_to(t0)
+            self._why = ef.too_soon()
+            if not self._why:
+                n = ef.hand_over()
+                self.engine_faults, target = ef, self._run_engine
+                windows = ef.windows_total()
+                pre = (f"; {armed} link(s) with no conditions at the start pre-armed as pass-through (every packet "
+                       "of those links, and only those, now crosses the engine's NFQUEUE)" if armed else "")
+                win = (f", handed over in {windows} windows of up to {ef.window:,} changes" if windows > len(ef.windows)
+                       else "")
+                self.message(f"fault timeline: {len(self.events)} event(s) handed to the userspace link engine "
+                             f"ahead of time ({n} link change(s){win}, planned in {self.plan_s or 0:.2f} s before "
+                             "the release); it applies each at its instant (applied_by=engine)" + pre)
+        if self._why:
+            self.message(f"fault timeline: the driver applies each event ({self._why})")
         self._thread = threading.Thread(target=target, name="fault-timeline", daemon=True)
         self._thread.start()
 
@@ -193,8 +227,7 @@ class FaultTimeline:
         assert ef is not None and self.t0 is not None
         end = self.t0 + ef.instants[-1].at if ef.instants else self.t0
         done_instants = 0
-        states = dict(zip([i for i, _ in self.events], states_after(ef.start_state, [e for _, e in self.events], ef.names)))
-        cuts_before = ef.start_state.cuts
+        planned_cuts = LinkState(cuts=set(ef.start_state.cuts), base=dict(ef.start_state.base))  # replayed as rows come
         by_index = dict(self.events)
         try:
             while True:
@@ -211,10 +244,17 @@ class FaultTimeline:
                         row = self._row(index, ev, planned, applied, (applied or planned) - planned, True, "")
                         row["applied_by"] = "engine" if not note else "engine (nothing to change)"
                         self.rows.append(row)
+                        cuts_before = set(planned_cuts.cuts)
+                        plan_event(planned_cuts, ev, ef.names)  # instants hold the events in timeline order
                         if self.watcher:
-                            self.watcher.event(ev.kind, ev.args, applied, healed_pairs(cuts_before, states[index].cuts))
-                        cuts_before = states[index].cuts
+                            self.watcher.event(ev.kind, ev.args, applied, healed_pairs(cuts_before, planned_cuts.cuts))
                     done_instants += 1
+                try:
+                    ef.send_windows()
+                except (SpecError, RuntimeFailure) as exc:
+                    self.failure = f"a later window of the timeline was refused: {exc}"
+                    self.message(f"fault timeline: {self.failure}")
+                    break
                 if done_instants == len(ef.instants) or stopped or (pending == 0 and time.time() > end + 1.0):
                     break
         finally:
@@ -222,6 +262,7 @@ class FaultTimeline:
             ef.save_final(done_instants)
 
     def _run(self) -> None:
+        assert self.t0 is not None  # start() sets it before the thread runs
         for index, ev in self.events:
             planned = self.t0 + ev.at
             if self._stop.wait(max(0.0, planned - time.time())):
@@ -246,7 +287,7 @@ class FaultTimeline:
 
     def _gens(self) -> dict[str, int]:
         """Per node, the userspace engine's configuration generation (empty for other engines)."""
-        if getattr(getattr(self.ctl, "engine", None), "name", "") != "userspace":
+        if not getattr(getattr(self.ctl, "engine", None), "schedules", False):
             return {}
         return {n: c["gen"] for n, c in self.ctl.last_change().items()}
 
@@ -280,7 +321,8 @@ class FaultTimeline:
                 self._thread.join()
         self._settle()
         done = {r["index"] for r in self.rows}
-        reason = "the test's traffic never started" if self.t0 is None else "not reached: the test ended first"
+        reason = ("the test's traffic never started" if self.t0 is None
+                  else self.failure or "not reached: the test ended first")
         for index, ev in self.events:
             if index not in done:
                 self.rows.append(self._row(index, ev, (self.t0 or 0) + ev.at if self.t0 else None, None, None, False, reason))

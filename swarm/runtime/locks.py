@@ -1,10 +1,12 @@
 """Host-wide locks: one for "check the subnets, then claim them", one per swarm name for its lifecycle.
 
 Why: two `up`s started at the same moment both passed the overlap check before either had written its state,
-so two swarms with the same subnets came up (issue 29, defect 3); a `down` during a compose `up` raced the
-`up`'s own container creation and both failed, leaving containers (defect 7). flock(2) locks are released by
+so two swarms with the same subnets came up; a `down` during a compose `up` raced the
+`up`'s own container creation and both failed, leaving containers. flock(2) locks are released by
 the kernel when their holder dies, so a crashed `up` never leaves a lock behind. The lock files live in one
-host-wide directory (not the workdir): namespaces and bridges are host-wide, whatever workdir made them.
+host-wide directory (not the workdir): namespaces and bridges are host-wide, whatever workdir made them. That
+directory is checked before use and its files opened without following links (swarm.runtime.private): root
+writes there, often under the world-writable /run/lock.
 """
 from __future__ import annotations
 
@@ -19,22 +21,24 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from swarm.errors import RuntimeFailure, SpecError
+from swarm.runtime.private import open_private, private_dir
 
 #: How long `down` waits for a cancelled `up` to roll back (a 100-node compose rollback takes about a minute).
 CANCEL_WAIT_S = 600.0
+RUN_LOCK = Path("/run/lock")  # world-writable (1777) on most hosts: where root keeps its swarm-emu folder
 _held: dict[str, int] = {}  # lock path -> depth, so the same process may nest (an `up` rolling back calls down)
 
 
 def lock_dir() -> Path:
-    """$SWARM_LOCK_DIR, else /run/lock/swarm-emu (root), else a per-user directory under the temp directory."""
+    """$SWARM_LOCK_DIR, else /run/lock/swarm-emu (root), else a per-user directory under the temp directory;
+    made 0700, and refused unless it is ours and private (swarm.runtime.private.private_dir)."""
     if os.environ.get("SWARM_LOCK_DIR"):
         d = Path(os.environ["SWARM_LOCK_DIR"])
-    elif os.access("/run/lock", os.W_OK):
-        d = Path("/run/lock/swarm-emu")
+    elif os.access(RUN_LOCK, os.W_OK):
+        d = RUN_LOCK / "swarm-emu"
     else:
         d = Path(tempfile.gettempdir()) / f"swarm-emu-locks-{os.getuid()}"
-    d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return d
+    return private_dir(d, "lock folder")
 
 
 @contextmanager
@@ -49,7 +53,7 @@ def _flock(path: Path, *, blocking: bool) -> Iterator[int | None]:
         finally:
             _held[key] -= 1
         return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = open_private(path, os.O_RDWR | os.O_CREAT)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
@@ -71,6 +75,14 @@ def host_lock() -> Iterator[None]:
     """Held while an `up` checks its subnets against the host and the other swarms and records its state: the
     check and the claim are one step for every `up` on this host."""
     with _flock(lock_dir() / "host.lock", blocking=True):
+        yield
+
+
+@contextmanager
+def build_lock(what: str) -> Iterator[None]:
+    """Held while this process builds `what` (the node image): `up`s started at once on a cold host (or a test
+    suite's parallel workers) build it once, the others wait for it and then find it built."""
+    with _flock(lock_dir() / f"build-{what}.lock", blocking=True):
         yield
 
 

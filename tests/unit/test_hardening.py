@@ -77,6 +77,20 @@ def test_corrupt_state_is_one_line_and_skipped(text, tmp_path):
     assert not bad.exists() and (tmp_path / ".swarm" / "hd-good" / "state.json").exists()
 
 
+def test_a_state_copied_from_another_swarm_is_refused(tmp_path):
+    """Seen: hd-t2's state.json copied into hd-t1's folder made `swarm fault hd-t1 cut` cut hd-t2's link."""
+    t2 = fake_state(tmp_path, "hd-t2")
+    t1 = tmp_path / ".swarm" / "hd-t1"
+    t1.mkdir()
+    (t1 / "state.json").write_text((t2 / "state.json").read_text())
+    for args in (["fault", "hd-t1", "cut", "hd-t201", "hd-t202"], ["status", "hd-t1"]):
+        res = swarm(args, tmp_path)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert "the state of swarm 'hd-t2', not of 'hd-t1'" in one_error_line(res)
+    assert "hd-t1" not in swarm(["list"], tmp_path).stdout.replace(str(t1), "")
+    assert swarm(["down", "hd-t1"], tmp_path).returncode == 0 and not t1.exists() and (t2 / "state.json").exists()
+
+
 def test_state_is_written_atomically(tmp_path):
     from swarm.runtime.state import read_state, write_state
 

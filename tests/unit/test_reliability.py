@@ -87,14 +87,21 @@ import sys  # noqa: E402
 MEMORY_LIMIT = 1 << 30  # bytes of address space for the whole CLI process
 
 
-def _limit() -> None:
-    import resource
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+def _limits(cpu_s: float):
+    """preexec_fn: the address-space limit and a CPU-time limit of `cpu_s` seconds (SIGXCPU past it)."""
+    def apply() -> None:
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+        resource.setrlimit(resource.RLIMIT_CPU, (int(cpu_s), int(cpu_s) + 1))
+    return apply
 
 
 def bounded(*argv: str, cwd, timeout: float = 40, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI under the memory limit and `timeout` seconds of CPU time: the bound the property is about (a bad
+    input must not eat the machine), which a busy host does not move. Wall time is only a hang guard, 10x wider,
+    since on a loaded 2-core host a process may wait for a core longer than it runs on one."""
     return subprocess.run([sys.executable, "-m", "swarm", *argv], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout, preexec_fn=_limit,
+                          timeout=10 * timeout, preexec_fn=_limits(timeout),
                           env={**(env or {}), **os.environ, "SWARM_WORKDIR": str(cwd)})  # `env` first in environ
 
 
@@ -358,7 +365,7 @@ def test_the_dtn_status_table_with_ltp_keeps_every_name_whole_at_80_columns():
     from rich.console import Console
 
     from swarm.cli.dtn import status_table
-    from swarm.dtn.plan import ltp_summary
+    from swarm.dtn.agents.ltp import ltp_summary
     from swarm.runtime.dtn import AgentStatus
 
     ltp = ltp_summary({"registered": True, "send_sessions": 2, "retransmitted_segments": 5, "cancels": 1})
