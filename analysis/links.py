@@ -5,11 +5,10 @@ are slow.
   as two heatmaps per test (`write_link_heatmaps`); a link without a figure is hatched and says why.
 - `worst_links`: the links of a test with the highest loss (UDP) or the lowest bandwidth (TCP), whose
   per-interval throughput is drawn against time since the release (`write_worst_link_series`), from the
-  raw records under raw/<test>/ (iperf3 JSON or the mux engine's records).
+  raw records under raw/<test>/ (each tool's, read by experiments.traffic.tools.read_flow).
 """
 from __future__ import annotations
 
-import json
 import math
 import textwrap
 from pathlib import Path
@@ -19,8 +18,7 @@ import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
-from experiments.traffic.iperf3 import FlowResult, parse_client_json
-from experiments.traffic.muxresult import flow_result
+from experiments.traffic.tools import FlowResult, read_flow
 from swarm.units import rate_label
 
 MAX_TESTS = 24  # heatmaps and series for at most this many tests (the largest sizes first)
@@ -110,29 +108,25 @@ def worst_links(flows: pd.DataFrame, count: int = WORST) -> pd.DataFrame:
 
 
 def flow_intervals(path: Path, flow, duration: float, interval: float) -> tuple[FlowResult, float]:
-    """(result with intervals, origin epoch) of one flow's raw record (iperf3 JSON or the mux engine's)."""
-    text = path.read_text(errors="replace")
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        doc = None
-    if isinstance(doc, dict) and doc.get("engine") == "mux":
-        result = flow_result(flow.protocol, doc.get("send"), doc.get("recv"), float(doc.get("release") or 0),
-                             duration, interval)
-        return result, result.origin
+    """(result with intervals, origin epoch) of one flow's raw record, whichever tool wrote it; `flow` is its
+    flows.csv row (its release or inferred start places the intervals where the record does not)."""
     start = next((getattr(flow, c) for c in ("release_ts", "start_ts", "spawn_ts") if hasattr(flow, c)), None)
     start = None if start is None or pd.isna(start) or start == "" else float(start)
-    result = parse_client_json(text, start)
+    result = read_flow(path.read_text(errors="replace"), flow.protocol, start, duration, interval)
     return result, result.origin
+
+
+def run_lengths(run_dir: Path) -> tuple[float, float]:
+    """(test duration, reporting interval) in seconds from the run's experiment.yaml (10 and 1 without it)."""
+    exp_path = Path(run_dir) / "experiment.yaml"
+    exp = yaml.safe_load(exp_path.read_text()) if exp_path.exists() else {}
+    return float(exp.get("duration", 10) or 10), float((exp.get("iperf3") or {}).get("interval", 1.0) or 1.0)
 
 
 def write_worst_link_series(run_dir: Path, out: Path, flows: pd.DataFrame, tests: pd.DataFrame | None
                             ) -> dict[str, tuple[Path, str]]:
     """Per chosen test, the per-interval throughput of its WORST links against time since the release."""
-    exp_path = Path(run_dir) / "experiment.yaml"
-    exp = yaml.safe_load(exp_path.read_text()) if exp_path.exists() else {}
-    duration = float(exp.get("duration", 10) or 10)
-    interval = float((exp.get("iperf3") or {}).get("interval", 1.0) or 1.0)
+    duration, interval = run_lengths(run_dir)
     releases = {}
     if tests is not None and "release_ts" in tests:
         releases = dict(zip(tests["test_id"], pd.to_numeric(tests["release_ts"], errors="coerce")))
@@ -163,7 +157,9 @@ def _worst_series(run_dir: Path, test_id: str, worst: pd.DataFrame, duration: fl
         zero = release if not pd.isna(release) else origin
         t = [origin + iv.start - zero + (iv.end - iv.start) / 2 for iv in result.intervals]
         mbps = [iv.bits_per_second / 1e6 for iv in result.intervals]
-        loss = [100.0 * iv.lost_packets / iv.packets if iv.packets else math.nan for iv in result.intervals]
+        # a sender's intervals count packets but no losses (iperf3 without the receiver's report): no loss figure
+        loss = [100.0 * iv.lost_packets / iv.packets if iv.packets and iv.lost_packets is not None else math.nan
+                for iv in result.intervals]
         series.append((f"{flow.src}->{flow.dst}", t, mbps, loss))
     return series
 

@@ -1,21 +1,31 @@
 """The report page writer every experiment type shares: report.md and a self-contained report.html
 (images embedded as base64, inline CSS, no external resources) from a title, host facts, warnings and
-sections of tables and figures."""
+sections of tables and figures.
+
+Tables read as well as they compute: a header wraps only between its words, a number never wraps (and has its
+thousands grouped from five digits on, as SI writes them), and a table wider than the page scrolls sideways in
+its own box instead of squeezing its columns until words and numbers break."""
 from __future__ import annotations
 
 import base64
 import html
 import json
 import math
+import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 _CSS = """
 body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; max-width: 100%; }
-th, td { border: 1px solid #bbb; padding: 0.2em 0.5em; text-align: right; overflow-wrap: anywhere; }
-th { background: #eee; }
+.table { max-width: 100%; overflow-x: auto; margin: 0.5em 0 1.5em; }
+table { border-collapse: collapse; font-size: 0.85em; }
+th, td { border: 1px solid #bbb; padding: 0.2em 0.5em; text-align: right; }
+th { background: #eee; vertical-align: bottom; }
+th .word { white-space: nowrap; }
+td.num { white-space: nowrap; font-variant-numeric: tabular-nums; }
+td.text { overflow-wrap: break-word; }
 .warn { background: #fff4d6; border-left: 4px solid #e0a000; padding: 0.5em 1em; }
 img { max-width: 100%; }
 """
@@ -31,16 +41,22 @@ def write_report_pages(out: Path, title: str, intro: str, host_facts: dict, warn
     return {"report_md": out / "report.md", "report_html": out / "report.html"}
 
 
-def _fmt(value) -> str:
+def format_value(value) -> str:
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, float):
         return f"{value:,.1f}" if abs(value) >= 1000 else f"{value:.4g}"
+    if _is_number(value) and abs(value) >= 10_000:  # 100000 reads as 100,000; 1400 or a port stays as it is
+        return f"{value:,}"
     return str(value)
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
+
+
 def _display(table: pd.DataFrame) -> pd.DataFrame:
-    return table.astype(object).map(_fmt)
+    return table.astype(object).map(format_value)
 
 
 def markdown_table(table: pd.DataFrame) -> str:
@@ -72,9 +88,35 @@ def _report_md(title: str, intro: str, host_facts: dict, warnings: list[str], se
     return "\n\n".join(parts) + "\n"
 
 
+def html_table(table: pd.DataFrame) -> str:
+    """A DataFrame as an HTML table in its own sideways-scrolling box: each header word kept whole (headers wrap
+    between words only; an underscore separates words), number cells marked `num` (never wrapped), the rest
+    `text`."""
+    head = "".join("<th>" + " ".join(f'<span class="word">{html.escape(w)}</span>' for w in _header_words(c)) + "</th>"
+                   for c in table.columns)
+    rows = []
+    for values in table.astype(object).itertuples(index=False):
+        cells = "".join(f'<td class="num">{html.escape(format_value(v))}</td>' if _is_number(v) and format_value(v) else
+                        f'<td class="text">{_breakable(format_value(v))}</td>' for v in values)
+        rows.append(f"<tr>{cells}</tr>")
+    return (f'<div class="table"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n' + "\n".join(rows)
+            + "\n</tbody></table></div>")
+
+
+def _header_words(column) -> list[str]:
+    """A header's words: a column named like `median_loss_pct` reads as "median loss pct" (its CSV keeps the name)."""
+    return re.split(r"[\s_]+", str(column).strip())
+
+
+def _breakable(text: str) -> str:
+    """Escaped text that may also wrap after a comma with no space after it (a link profile such as
+    `delay=1.3s,loss=1%` is a list, not one word), as it may after a space or a hyphen."""
+    return ",<wbr>".join(html.escape(part) for part in text.split(","))
+
+
 def _report_html(title: str, intro: str, host_facts: dict, warnings: list[str], sections: list) -> str:
     parts = [f"<h1>{html.escape(title)}</h1>", f"<p>{html.escape(intro)}</p>", "<h2>Host</h2>",
-             _facts(host_facts).to_html(index=False, border=0)]
+             html_table(_facts(host_facts))]
     if warnings:
         items = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
         parts.append(f'<h2>Warnings</h2><div class="warn"><ul>{items}</ul></div>')
@@ -82,7 +124,7 @@ def _report_html(title: str, intro: str, host_facts: dict, warnings: list[str], 
         parts.append(f"<h2>{html.escape(heading)}</h2>")
         for kind, item in section:
             if kind == "table":
-                parts.append(_display(item).to_html(index=False, border=0))
+                parts.append(html_table(item))
             elif kind == "text":
                 parts.append(f"<p>{html.escape(item)}</p>")
             else:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.lines import Line2D
+from matplotlib.ticker import NullLocator
 
 from analysis.links import write_link_heatmaps, write_worst_link_series
 from analysis.tables import (NO_WINDOW, OFFERED_MIN_FRACTION, fill_gaps, gap_reason, load_reference, offered_fraction,
@@ -256,18 +257,29 @@ def _reference_in_range(ref: pd.DataFrame, nodes: pd.Series) -> pd.DataFrame:
 
 def _plot(path: Path, title: str, ylabel: str, ours: list, refs: list, loss_axis: bool = False,
           secondary: str | None = None) -> tuple[Path, str]:
-    """Measured series (solid, markers) and thesis series (dashed) against swarm size (integer ticks).
+    """The figure of `sweep_figure`, saved as a PNG: (path, title)."""
+    sweep_figure(title, ylabel, ours, refs, loss_axis, secondary).savefig(path, format="png")
+    return path, title
 
-    A size tested but without a figure (NaN: not measured) is a hollow marker on the axis, with a note.
-    Loss axes are scaled to the data (0 .. 1.15 x the largest value, at least 0..1 %), not 0..100 %.
-    With `secondary`, the thesis series go on a right-hand axis of their own scale (labelled so).
+
+def sweep_figure(title: str, ylabel: str, ours: list, refs: list, loss_axis: bool = False,
+                 secondary: str | None = None) -> Figure:
+    """Measured series (solid, markers) and thesis series (dashed) against swarm size.
+
+    The x ticks are the sizes this sweep ran, only those (a thesis point between them is drawn, not labelled),
+    and the legend sits below the axes, outside the data, so it hides no curve. A size tested but without a
+    figure (NaN: not measured) is a hollow marker on the axis, explained in the legend. Loss axes are scaled to
+    the data (0 .. 1.15 x the largest value, at least 0..1 %), not 0..100 %. With `secondary`, the thesis series
+    go on a right-hand axis of their own scale (labelled so).
     """
-    fig = Figure(figsize=(7, 4.2), dpi=110)
+    fig = Figure(figsize=(7, 4.2), dpi=110, layout="constrained")
     ax = fig.add_subplot()
     missing = 0
     top = 0.0
+    sizes: set[float] = set()
     for label, x, y, color, marker in ours:
         x, y = pd.Series(list(x), dtype=float), pd.Series(list(y), dtype=float)
+        sizes.update(x.dropna())
         ax.plot(x, y, color=color, marker=marker, label=label)
         gaps = x[y.isna()]
         if len(gaps):
@@ -284,7 +296,8 @@ def _plot(path: Path, title: str, ylabel: str, ours: list, refs: list, loss_axis
     ax.set_title(title)
     ax.set_xlabel("swarm size n (nodes)")
     ax.set_ylabel(ylabel)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xticks(sorted(sizes), [f"{s:g}" for s in sorted(sizes)])
+    ax.xaxis.set_minor_locator(NullLocator())
     if loss_axis:
         upper = max(1.0, top * 1.15)
         ax.set_ylim(-0.03 * upper, upper)  # zero-loss curves stay visible above the axis
@@ -292,19 +305,18 @@ def _plot(path: Path, title: str, ylabel: str, ours: list, refs: list, loss_axis
         ax.set_ylim(bottom=0)
     if ref_ax is not ax:
         ref_ax.set_ylim(bottom=0)
-        ref_ax.set_ylabel(secondary, color="0.35")
+        ref_ax.set_ylabel(secondary or "", color="0.35")
     ax.grid(True, alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     if ref_ax is not ax:
         more = ref_ax.get_legend_handles_labels()
         handles, labels = handles + more[0], labels + [f"{lb} (right axis)" for lb in more[1]]
-    ax.legend(handles, labels, fontsize="small")
     if missing:
-        fig.text(0.01, 0.01, f"hollow marker on the axis: size tested, not measured ({missing} point(s); see the tables)",
-                 fontsize="x-small", color="0.3")
-    fig.tight_layout(rect=(0, 0.03 if missing else 0, 1, 1))
-    fig.savefig(path, format="png")
-    return path, title
+        handles.append(Line2D([], [], linestyle="none", marker="o", markersize=9, markerfacecolor="none",
+                              markeredgecolor="0.3"))
+        labels.append(f"on the axis: size tested, not measured ({missing} point(s); see the tables)")
+    fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize="small", frameon=False)
+    return fig
 
 
 def _sections(tables: dict, figures: dict, has_tcp: bool, has_udp: bool) -> list[tuple[str, list]]:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from experiments.app.model import experiment_from_dict as app_experiment
 from experiments.app.run import run_app_experiment
-from swarm.runtime.swarm import NodeFailed
+from swarm.errors import NodeFailed
 from experiments.ddsperf.model import experiment_from_dict as ddsperf_experiment
 from experiments.ddsperf.run import run_ddsperf_sweep
 from analysis.ddsperf import summary_table

@@ -23,7 +23,7 @@ import time
 from swarm.runtime.state import default_workdir
 from swarm.runtime.swarm import Swarm
 from netem.spec.links import impairment
-from experiments.traffic.iperf3 import parse_client_json
+from experiments.traffic.tools.iperf3.parse import parse_client_json
 from swarm.runtime.probe import capabilities
 from swarm.spec.model import spec_from_dict
 

@@ -39,7 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from netem.runtime.linkd import linkd_binary  # noqa: E402
+from netem.engines.drivers.linkd import linkd_binary  # noqa: E402
 
 NS_S, NS_R, NS_W = "le-bench-s", "le-bench-r", "le-bench-w"
 IF_S, IF_R = "le-bench0", "le-bench1"

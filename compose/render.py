@@ -91,7 +91,7 @@ def _service(spec: SwarmSpec, node: NodePlan, image: str, cfs: CfsRuntime | None
         },
         "stop_grace_period": "2s",
     }
-    tag = proto.label(spec.name, node.name)  # ps on the host names the swarm (issue 29 #12)
+    tag = proto.label(spec.name, node.name)  # ps on the host names the swarm
     if node.spec.command:  # the framework's image has bash for the label; a user's image may not
         svc["command"] = list(node.spec.command) if node.spec.image else proto.labelled(list(node.spec.command), tag)
     elif not node.spec.image:

@@ -6,6 +6,8 @@ therefore the stored experiment.yaml stay each type's own.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from swarm.spec.model import check_name
@@ -15,6 +17,8 @@ class ExperimentModel(BaseModel):
     """The base of every experiment type's model."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    if TYPE_CHECKING:  # every type declares it (its own place in the field order); typed here for shared code
+        name: str
 
     @field_validator("name", check_fields=False)
     @classmethod

@@ -28,3 +28,5 @@ them before a run folder is made (each type says it: their models differ in what
     resumable: bool = True
     unit: str = ""
     count_tests: Callable[[Any], int] | None = None  # how many tests (for `sweep --check`); None: not counted
+    plan_check: Callable[[Any, bool], str] | None = None  # what `--check` adds about planning (e.g. a timeline's
+    # time), given whether the swarm's link engine takes schedules; a SpecError when the engine could not run it

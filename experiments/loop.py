@@ -35,8 +35,10 @@ def _no_progress(_done: float, _total: float, _what: str) -> None:
 @dataclass(frozen=True)
 class RunContext:
     """What a run of any type receives: the experiment, its run folder, the backend asked for on the command line
-    (else the experiment's), where messages and progress go, and --abort-on-error. `runner` and `swarm_progress`
-    are handed to every Swarm (tests pass a recording runner; the sweep's callers a bring-up progress)."""
+    (else the experiment's), where messages and progress go, and --abort-on-error. `runner`, `swarm_progress`,
+    `owner` (the run's folder, recorded in each swarm's state for `--resume`) and `before_down` (e.g. the run's
+    captures closing their files) are handed to every Swarm (tests pass a recording runner; the sweep's callers a
+    bring-up progress)."""
 
     exp: Any
     store: ResultsStore
@@ -46,11 +48,14 @@ class RunContext:
     abort_on_error: bool = False
     runner: Runner | None = None
     swarm_progress: Callable[..., None] | None = None
+    owner: str = ""
+    before_down: tuple[Callable[[str], None], ...] = ()
 
     def swarm(self, spec: SwarmSpec) -> Swarm:
         """A Swarm for `spec` on the run's backend."""
         return Swarm(spec, backend=self.backend or getattr(self.exp, "backend", None), runner=self.runner,
-                     progress=self.swarm_progress or no_progress, message=self.message)
+                     progress=self.swarm_progress or no_progress, message=self.message, owner=self.owner,
+                     before_down=self.before_down)
 
 
 @contextlib.contextmanager

@@ -1,5 +1,7 @@
 """Starting and resuming an experiment of any registered type: the run folder is made only after the
-experiment validated and the backend its first swarm needs answered, so bad input leaves nothing behind."""
+experiment validated and the backend its first swarm needs answered, so bad input leaves nothing behind;
+`run_experiment` runs it with what every run has around it (the run lock, its owner, the event logs, the
+`capture:` section)."""
 from __future__ import annotations
 
 import shutil
@@ -12,13 +14,16 @@ from experiments.loop import RunContext
 from experiments.registry import ExperimentType
 from experiments.store import ResultsStore, host_facts
 from swarm.errors import SpecError
-from swarm.observe.runcapture import check_names, section_of
+from swarm.observe.events import RunEvents
+from swarm.observe.runcapture import CaptureSection, RunCaptures, check_names, section_of
+from swarm.runtime.backends import swarm_dir
 from swarm.runtime.locks import run_lock
-from swarm.runtime.state import OWNER, StateError, default_workdir, down_by_name, read_state
+from swarm.runtime.state import StateError, default_workdir, down_by_name, read_state
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import SwarmSpec
 
-__all__ = ["RunContext", "open_run", "preflight", "check_experiment", "discard_if_empty", "experiment_swarms"]
+__all__ = ["RunContext", "open_run", "run_experiment", "preflight", "check_experiment", "discard_if_empty",
+           "experiment_swarms"]
 
 
 def open_run(experiment_file: str | None, resume_dir: str | None, results_root: str | Path,
@@ -28,6 +33,7 @@ def open_run(experiment_file: str | None, resume_dir: str | None, results_root: 
     if resume_dir:
         store = ResultsStore(Path(resume_dir))
         data, source = store.experiment_document()
+        store.check_tables()  # a tests.csv it cannot read is refused here, before any swarm is taken over
         kind = registry.type_of_document(data, source)
         _check_command(kind, source, command)
         if not kind.resumable:
@@ -49,21 +55,55 @@ def open_run(experiment_file: str | None, resume_dir: str | None, results_root: 
 
 @contextmanager
 def running(kind: ExperimentType, exp: Any, store: ResultsStore, *, resume: bool,
-            message: Callable[[str], None] = lambda _m: None) -> Iterator[None]:
-    """Held while the experiment runs into `store`: one process per run folder (swarm.runtime.locks.run_lock),
-    and every swarm brought up meanwhile records the run as its owner. On `resume`, first the swarms the
+            message: Callable[[str], None] = lambda _m: None) -> Iterator[str]:
+    """Held while the experiment runs into `store`: one process per run folder (swarm.runtime.locks.run_lock);
+    yields the run's owner name, which every swarm the run brings up records (RunContext.owner). On `resume`,
+    first the swarms the
     interrupted run left up (a crash or a kill skips its `down`) are taken over: removed, so the run brings
-    them up afresh; rows of a test that never finished are dropped; measurements already written are kept."""
+    them up afresh; rows of a test that never finished are moved aside; measurements already written are kept."""
     with run_lock(store.dir):
         owner = str(store.dir.resolve())
         if resume:
             take_over(kind, exp, owner, message)
-            store.drop_incomplete_flows()
-        token = OWNER.set(owner)
+            for line in store.drop_incomplete_flows():
+                message(line)
+        yield owner
+
+
+def run_experiment(kind: ExperimentType, exp: Any, store: ResultsStore, *, resume: bool = False,
+                   capture: CaptureSection | None = None, backend: str | None = None, abort_on_error: bool = False,
+                   message: Callable[[str], None] = lambda _m: None,
+                   progress: Callable[[float, float, str], None] = lambda _d, _t, _w: None) -> Path:
+    """Run the experiment into `store` (returns the run folder): under its run lock and as the owner of the swarms
+    it brings up (`running`), its messages and progress also into the event log of each of its swarms that is up
+    (RunEvents, for `swarm events` and the view), and with `capture` the section's captures on each swarm once it
+    is up, closed just before it goes down or when the run ends. `message` and `progress` are the caller's
+    (the CLI's progress bar); the take-over of `resume` is said to `message` only."""
+    specs = kind.swarms(exp)
+    workdir = default_workdir()
+    watched = RunEvents([swarm_dir(workdir, spec.name) for spec in specs], getattr(exp, "name", kind.name))
+
+    def say(text: str) -> None:
+        message(text)
+        watched.message(text)
+
+    def report(done: float, total: float, what: str) -> None:
+        progress(done, total, what)
+        watched.progress(done, total, what)
+
+    with running(kind, exp, store, resume=resume, message=message) as owner:
+        captures = None
+        if capture is not None:
+            captures = RunCaptures(capture, [spec.name for spec in specs], store.dir / "capture", workdir,
+                                   attach=Swarm.attach, message=say)
+            captures.start()
         try:
-            yield
+            return kind.run(RunContext(exp, store, backend=backend, abort_on_error=abort_on_error, message=say,
+                                       progress=report, owner=owner,
+                                       before_down=(captures.finish,) if captures is not None else ()))
         finally:
-            OWNER.reset(token)
+            if captures is not None:
+                captures.stop()
 
 
 def take_over(kind: ExperimentType, exp: Any, owner: str, message: Callable[[str], None]) -> list[str]:
@@ -101,6 +141,16 @@ def preflight(kind: ExperimentType, exp: Any, backend: str | None, source: str) 
     return swarms
 
 
+def sizes_summary(declared: list[int] | None, nodes: list[int]) -> str:
+    """The sizes of `--check`'s line (pure): as the experiment gives them, and the swarms' node counts where they
+    differ (a DTN test adds its ground node: `sizes: [1]` is a swarm of 2 nodes, not size 2)."""
+    counts = sorted(set(nodes))
+    if not declared:
+        return f"sizes {', '.join(map(str, counts))}"
+    said = f"sizes {', '.join(map(str, declared))}"
+    return said if sorted(set(declared)) == counts else f"{said} (swarms of {', '.join(map(str, counts))} nodes)"
+
+
 def check_experiment(experiment_file: str, backend: str | None, command: str) -> str:
     """`sweep --check` / `run --check`: validate the experiment and every swarm it implies; creates nothing.
     Returns the one-line summary."""
@@ -108,10 +158,12 @@ def check_experiment(experiment_file: str, backend: str | None, command: str) ->
     _check_command(kind, experiment_file, command)
     swarms = preflight(kind, exp, backend, experiment_file)
     tests = f"{kind.count_tests(exp)} tests, " if kind.count_tests else ""
-    sizes = f"sizes {', '.join(str(len(s.nodes)) for s in swarms)}"
+    sizes = sizes_summary(getattr(exp, "sizes", None), [len(s.nodes) for s in swarms])
     first = swarms[0]
+    planned = kind.plan_check(exp, first.links.engine.schedules) if kind.plan_check else ""
     return (f"{experiment_file}: valid ({kind.name}, {tests}{sizes}, backend {first.backend.name}, impairment engine "
-            f"{first.links.engine.name}, mesh {first.mesh.implementation or 'none'})")
+            f"{first.links.engine.name}, mesh {first.mesh.implementation or 'none'}" + (f", {planned}" if planned else "")
+            + ")")
 
 
 def discard_if_empty(store: ResultsStore) -> bool:
@@ -119,7 +171,7 @@ def discard_if_empty(store: ResultsStore) -> bool:
     d = store.dir
     if not d.is_dir() or (d / "tests.csv").exists() or any((d / "raw").rglob("*")):
         return False
-    if {p.name for p in d.iterdir()} - {"experiment.yaml", "host.json", "raw"}:
+    if {p.name for p in d.iterdir()} - {"experiment.yaml", "host.json", "raw", "events"}:
         return False
     shutil.rmtree(d)
     return True

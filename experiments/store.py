@@ -9,18 +9,21 @@ import json
 import math
 import os
 import platform
+import stat
 import sys
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from experiments.timeline import FAULT_COLUMNS
 from swarm.mesh.plan import MESH_COLUMNS
 from swarm.errors import SpecError
+from swarm.spec.documents import read_yaml
+from swarm.runtime.private import write_private_text
 from swarm.runtime.probe import capabilities
 
 if TYPE_CHECKING:
@@ -49,7 +52,7 @@ class ResultsStore:
         store = cls(root / run_id)
         store.dir.mkdir(parents=True, exist_ok=False)
         (store.dir / "raw").mkdir()
-        (store.dir / "experiment.yaml").write_text(yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False))
+        write_private_text(store.dir / "experiment.yaml", yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False))
         (store.dir / "host.json").write_text(json.dumps(host_facts, indent=1))
         return store
 
@@ -58,45 +61,59 @@ class ResultsStore:
         return self.dir.name
 
     def experiment_document(self) -> tuple[dict, str]:
-        """The run's experiment as stored (a dict) and its path; its type's model validates it."""
+        """The run's experiment as stored (a dict) and its path, read bounded like `swarm run FILE`
+        (swarm.spec.documents.read_yaml); its type's model validates it."""
         path = self.dir / "experiment.yaml"
         if not path.exists():
             raise SpecError(f"{self.dir}: not a results folder (no experiment.yaml)")
-        return yaml.safe_load(path.read_text()), str(path)
+        data = read_yaml(path, "experiment")
+        if not isinstance(data, dict):
+            raise SpecError(f"{path}: not an experiment (a YAML mapping expected, got {type(data).__name__})")
+        return data, str(path)
 
     def completed_tests(self) -> set[str]:
+        """The test_ids of tests.csv; SpecError (one line) for a tests.csv that cannot be read or has no
+        test_id column, since trusting it would treat every measured test as unfinished. An empty file (a
+        crash between its creation and its first row) holds no finished test."""
         path = self.dir / "tests.csv"
         if not path.exists():
             return set()
-        with path.open() as f:
-            return {row["test_id"] for row in csv.DictReader(f)}
+        columns, rows = read_table(path)
+        if columns is None:
+            return set()
+        if "test_id" not in columns:
+            raise SpecError(f"{path}: not a tests table (no test_id column); refusing to resume from it")
+        return {test_id for r in rows if (test_id := _field(r, columns, "test_id"))}
 
-    def drop_incomplete_flows(self) -> None:
-        """Remove the rows of tests that never got their tests.csv row (a crash between the two) from every
-        other table of the run (flows.csv, faults.csv, bundles.csv, ddsperf.csv, ...), so that running such a
-        test again does not leave its rows twice. Rows of no test (an empty test_id, e.g. mesh convergence
-        after `up`) and tables without a test_id column are kept as they are."""
+    def check_tables(self) -> None:
+        """Every table of the run readable (SpecError naming the file otherwise), checked before `--resume`
+        touches anything."""
+        self.completed_tests()
+        for path in sorted(self.dir.glob("*.csv")):
+            read_table(path)
+
+    def drop_incomplete_flows(self) -> list[str]:
+        """Move the rows of tests that never got their tests.csv row (a crash between the two) out of every
+        other table of the run (flows.csv, faults.csv, bundles.csv, ...) into `<table>.dropped` beside it, so
+        that running such a test again does not leave its rows twice and nothing measured is lost. Rows of no
+        test (an empty test_id, e.g. mesh convergence after `up`) and tables without a test_id column are
+        kept as they are. Returns one line per table that lost rows."""
         done = self.completed_tests()
+        said = []
         for path in sorted(self.dir.glob("*.csv")):
             if path.name == "tests.csv":
                 continue
-            with path.open(newline="") as f:
-                reader = csv.DictReader(f)
-                columns = reader.fieldnames or []
-                if "test_id" not in columns:
-                    continue
-                rows = list(reader)
-            kept = [r for r in rows if r["test_id"] in done or not r["test_id"]]
-            if len(kept) == len(rows):
+            columns, rows = read_table(path)
+            if columns is None or "test_id" not in columns:
                 continue
-            tmp = path.with_suffix(".tmp")
-            with tmp.open("w", newline="") as f:
-                writer = csv.DictWriter(f, columns)
-                writer.writeheader()
-                writer.writerows(kept)
-                f.flush()
-                os.fsync(f.fileno())
-            tmp.replace(path)
+            keep = [_field(r, columns, "test_id") in done or not _field(r, columns, "test_id") for r in rows]
+            if all(keep):
+                continue
+            aside = path.with_name(path.name + ".dropped")
+            _write_rows(aside, columns, [r for r, k in zip(rows, keep) if not k], append=True)
+            _write_rows(path, columns, [r for r, k in zip(rows, keep) if k], append=False)
+            said.append(f"{path.name}: {keep.count(False)} rows of tests that never finished moved to {aside}")
+        return said
 
     def raw_path(self, test_id: str, flow_id: str) -> Path:
         d = self.dir / "raw" / test_id
@@ -105,10 +122,10 @@ class ResultsStore:
 
     def _append(self, name: str, columns: list[str], rows: list[dict]) -> None:
         path = self.dir / name
-        new = not path.exists()
+        new = not path.exists() or path.stat().st_size == 0  # an empty table gets its header too
         if not new:  # a run folder written by an older version keeps its own columns
             with path.open(newline="") as f:
-                columns = next(csv.reader(f), None) or columns
+                columns = next(csv.reader(f), []) or columns
         with path.open("a", newline="") as f:
             writer = csv.DictWriter(f, columns, extrasaction="ignore")
             if new:
@@ -136,6 +153,47 @@ class ResultsStore:
         self._append("faults.csv", FAULT_COLUMNS, rows)
 
 
+def read_table(path: Path) -> tuple[list[str] | None, list[list[str]]]:
+    """(header, rows) of a CSV table of a run folder, (None, []) for an empty file; SpecError (one line
+    naming the file) for one that is not a regular file, not UTF-8 or not CSV. Never blocks on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    with os.fdopen(fd, encoding="utf-8", newline="") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SpecError(f"{path}: not a regular file; refusing to resume from it")
+        try:
+            rows = list(csv.reader(f))
+        except UnicodeDecodeError as exc:
+            raise SpecError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); "
+                            "refusing to resume from it") from None
+        except (csv.Error, OSError) as exc:
+            raise SpecError(f"{path}: not a CSV table ({exc}); refusing to resume from it") from None
+    return (rows[0], rows[1:]) if rows else (None, [])
+
+
+def _field(row: list[str], columns: list[str], name: str) -> str:
+    i = columns.index(name)
+    return row[i] if i < len(row) else ""
+
+
+def _write_rows(path: Path, columns: list[str], rows: list[list[str]], *, append: bool) -> None:
+    """Write (or append) rows as read, with a header when the file starts empty, fsynced; a rewrite goes
+    through a temp file so a crash leaves the old table or the new one."""
+    new = not append or not path.exists() or path.stat().st_size == 0
+    target = path if append else path.with_name(path.name + ".tmp")
+    with target.open("a" if append else "w", newline="") as f:
+        writer = csv.writer(f)
+        if new:
+            writer.writerow(columns)
+        writer.writerows(rows)
+        f.flush()
+        os.fsync(f.fileno())
+    if not append:
+        target.replace(path)
+
+
 def host_facts(swarm: Swarm | None = None) -> dict:
     """CPU, kernel, tools and backend of this host, stored with every run."""
     model = ""
@@ -148,7 +206,7 @@ def host_facts(swarm: Swarm | None = None) -> dict:
         pass
     mem_kib = _meminfo().get("MemTotal", 0)
     caps = capabilities()
-    facts = {"hostname": platform.node(), "cpu_count": os.cpu_count(), "cpu_model": model,
+    facts: dict[str, Any] = {"hostname": platform.node(), "cpu_count": os.cpu_count(), "cpu_model": model,
              "memory_gib": round(mem_kib / 2**20, 1), "kernel": platform.release(), "python": sys.version.split()[0],
              "iperf3": caps.iperf3_version, "docker": caps.docker_version, "compose": caps.compose_version,
              "sch_netem": caps.sch_netem, "batman_adv": caps.batman_adv}

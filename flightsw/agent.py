@@ -32,7 +32,8 @@ import sys
 def cmd_run(_args: object = None) -> int:
     """Run until told to stop (or become the reference swarm app, when SWARM_APPS names it)."""
     if "swarm-app" in os.environ.get("SWARM_APPS", "").split(","):
-        if __package__:  # the protocol module, imported here: the `run` fast path below has not imported it
+        TYPE_CHECKING = False  # what mypy reads as True: it checks the package's import
+        if TYPE_CHECKING or __package__:  # the protocol module, imported here: the `run` fast path below has not imported it
             from flightsw import protocol as proto_
         else:
             import protocol as proto_
@@ -56,7 +57,7 @@ def cmd_run(_args: object = None) -> int:
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["run"]:
-    # The node's main process needs nothing below: 100 of them start at once on `up` (issue 27), and the
+    # The node's main process needs nothing below: 100 of them start at once on `up`, and the
     # imports below (argparse, subprocess, the traffic engine, ...) cost each ~40 ms of CPU.
     sys.exit(cmd_run())
 
@@ -67,7 +68,8 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-if __package__:  # imported as flightsw.agent (the unit tests)
+TYPE_CHECKING = False  # what mypy reads as True: it checks the package's imports (no `typing` import at start-up)
+if TYPE_CHECKING or __package__:  # imported as flightsw.agent (the unit tests)
     from flightsw import protocol as proto
     from flightsw import trafficd
 else:  # run as a script, in a node or on the host (netns): its own directory is sys.path[0]
@@ -168,11 +170,12 @@ def cmd_clients(args: argparse.Namespace) -> int:
     sel = selectors.DefaultSelector()
     chunks: dict[str, list[bytes]] = {fid: [] for fid in procs}
     for fid, proc in procs.items():
+        assert proc.stdout is not None  # started with stdout=PIPE
         sel.register(proc.stdout, selectors.EVENT_READ, fid)
     exit_ts: dict[str, float] = {}
     while len(exit_ts) < len(procs):
         for key, _ in sel.select(timeout=1.0):
-            data = os.read(key.fileobj.fileno(), 65536)
+            data = os.read(key.fd, 65536)
             if data:
                 chunks[key.data].append(data)
             else:
@@ -203,7 +206,7 @@ def trafficd_binary() -> str | None:
 def cmd_mux(_args: argparse.Namespace) -> int:
     """Run the multiplexing traffic engine for one test (protocol: flightsw/protocol.py, flightsw/trafficd.py).
 
-    The Rust engine where it is built (the same protocol and reports at a fraction of the CPU: issue 27), exec'd in
+    The Rust engine where it is built (the same protocol and reports at about half the CPU), exec'd in
     place of this agent, so the host's pipes and the pid stay; its argv[0] carries this node's label for ps."""
     pid_file = str(run_dir() / proto.MUX_PIDS)
     binary = trafficd_binary()

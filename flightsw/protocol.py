@@ -131,10 +131,13 @@ def dtn_plan(node: str, port: int, release: float, duration: float, drain: float
             "drain": drain, "lifetime": lifetime, "receive": False, "store_interval": store_interval}
 
 
-def dtn_flow(dst: str, size: int, rate: float, count: int | None) -> dict:
-    """Bundles to dtn://dst/<service>: `size` payload bytes at `rate` bundles/s (0: as fast as the agent
-    accepts), `count` of them (None: until the end of sending)."""
-    return {"dst": dst, "size": size, "rate": rate, "count": count}
+def dtn_flow(dst: str, size: int, rate: float, count: int | None, eid: str | None = None) -> dict:
+    """Bundles to node `dst`'s endpoint `eid` (None: dtn://dst/<service>): `size` payload bytes at `rate`
+    bundles/s (0: as fast as the agent accepts), `count` of them (None: until the end of sending)."""
+    flow = {"dst": dst, "size": size, "rate": rate, "count": count}
+    if eid:
+        flow["eid"] = eid
+    return flow
 
 
 def dtn_probe(bind: str, port: int, rate: float, dsts: list[tuple[str, str]]) -> dict:
@@ -144,7 +147,7 @@ def dtn_probe(bind: str, port: int, rate: float, dsts: list[tuple[str, str]]) ->
 
 # ------------------------------------------------------------------------------------- process labels
 # Every long-running process the framework starts for a swarm names its swarm and node in its argv, so the
-# host's `ps -eo args` (and `pgrep -f swarm-emu:NAME/`) tells whose it is (issue 29 #12); the environment
+# host's `ps -eo args` (and `pgrep -f swarm-emu:NAME/`) tells whose it is; the environment
 # (SWARM_NAME) is not shown by ps. A Python program gets the label as an `-X` option (CPython keeps unknown
 # -X options in sys._xoptions and ignores them; its argv[0] stays, so sys.executable and its venv stay right);
 # any other program gets it in its argv[0] ("<program> swarm-emu:S/N"), set by bash's `exec -a` or by

@@ -202,11 +202,11 @@ class SwarmApp:
         # carries the cycles skipped right after it (the node ran late: those samples were never sent), so
         # receivers' expected counts can be set against what was sent.
         for prev in sorted(k for k in self.own if k < c):
-            digest, inputs, mine = self.own.pop(prev)
+            digest, inputs_used, mine = self.own.pop(prev)
             theirs = self.peer_digests.pop(prev, {})
             agree = sum(d == digest for d in theirs.values())
             self.plan_log.write([{"node": cfg.node, "cycle": prev, "cycle_ts": round(prev * self.period, 3),
-                                  "digest": digest, "inputs": inputs, "own_targets": mine, "peers_reported": len(theirs),
+                                  "digest": digest, "inputs": inputs_used, "own_targets": mine, "peers_reported": len(theirs),
                                   "peers_agree": agree, "skipped": c - prev - 1}])
             if theirs:
                 self.last_hk["agreement"] = agree / len(theirs)

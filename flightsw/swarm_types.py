@@ -5,6 +5,7 @@ of the plan it made for that cycle. Times are epoch nanoseconds (nodes share the
 """
 
 from dataclasses import dataclass
+from typing import Annotated, Sequence
 
 from cyclonedds.idl import IdlStruct
 from cyclonedds.idl.annotations import key
@@ -18,7 +19,8 @@ class Observation(IdlStruct, typename="swarm.Observation"):
     cycle: int64
     sample_ns: int64
     sent_ns: int64
-    scores: sequence[float64]
+    # sequence[float64], written as what cyclonedds expands it to (typing can read this form, not the shorthand)
+    scores: Annotated[Sequence[float64], sequence(float64)]
 
 
 @dataclass

@@ -44,7 +44,8 @@ import struct
 import sys
 import time
 
-if __package__:  # imported as flightsw.trafficd (the unit tests, the agent imported as a package)
+TYPE_CHECKING = False  # what mypy reads as True: it checks the package's imports (no `typing` import at start-up)
+if TYPE_CHECKING or __package__:  # imported as flightsw.trafficd (the unit tests, the agent imported as a package)
     from flightsw import protocol as proto
 else:  # imported by agent.py run as a script: this directory is sys.path[0]
     import protocol as proto
@@ -240,16 +241,20 @@ class Engine:
         return woke
 
     def _run_udp(self, end: float) -> None:
-        heap = []
+        heap: list[tuple[float, int, OutFlow, float]] = []
         for n, f in enumerate(self.outs):  # n breaks ties: flows due at the same instant go in plan order
             gap = self.length * 8.0 / float(f.rate_bps) if f.rate_bps else 0.0
             heapq.heappush(heap, (self.release, n, f, gap))
         while True:
             now = time.time()
-            if now >= end:
+            # past the end, what fell due before it still goes (a wake-up the host made late must not shorten the
+            # flow: R bit/s for D s is R*D bits), then the sender stops
+            last = now >= end
+            if last and not (heap and heap[0][0] < end):
                 return
             sent_any = 0
-            while heap and heap[0][0] <= now and (sent_any < 256 or self._normal_policy is not None):
+            while heap and (heap[0][0] < end if last else heap[0][0] <= now) and (
+                    sent_any < 256 or self._normal_policy is not None):
                 due, idx, f, gap = heapq.heappop(heap)
                 HEADER.pack_into(self.payload, 0, MAGIC, f.index, f.seq, now)
                 try:
@@ -287,6 +292,8 @@ class Engine:
 
     def _close_out(self, f: OutFlow) -> None:
         f.closed = True
+        if f.sock is None:  # a UDP flow: no connection to close
+            return
         try:
             self.sel.unregister(f.sock)
         except (KeyError, ValueError):
@@ -299,15 +306,17 @@ class Engine:
     # ----------------------------------------------------------------------------------- the poll loop
     def _poll(self, timeout: float) -> None:
         for key, _events in self.sel.select(timeout):
-            data = key.data
+            data, conn = key.data, key.fileobj
             if data == "rx":
                 self._udp_receive() if self.protocol == "udp" else self._accept()
             elif isinstance(data, OutFlow):
                 self._tcp_send(data)
+            elif not isinstance(conn, socket.socket):  # every other registration is an accepted TCP connection
+                continue
             elif isinstance(data, InFlow):
-                self._tcp_receive(key.fileobj, data)
+                self._tcp_receive(conn, data)
             else:  # "hello": a connection not yet identified
-                self._read_hello(key.fileobj)
+                self._read_hello(conn)
 
     def _udp_receive(self) -> None:
         buf = self.buf
@@ -399,6 +408,8 @@ class Engine:
         _bin(f.bins_bytes, int((now - release) / self.interval), n)
 
     def _tcp_send(self, f: OutFlow) -> None:
+        if f.sock is None:  # a UDP flow: sent by _run_udp
+            return
         try:
             n = f.sock.send(self.payload)
         except BlockingIOError:

@@ -1,7 +1,7 @@
 """The kernel's side of the link engines (pure): tc argv lists (an HTB root, a class and u32 filter per
 destination MAC, netem leaves) and the nftables script that drops per source MAC at a node's ingress.
 
-netem/engines.py says which engine uses which of these (kernel NetEm: `plan_netem` + the cut's `plan_nft`;
+netem/engines/ says which engine uses which of these (kernel NetEm: `plan_netem` + the cut's `plan_nft`;
 nft: `plan_rate` + `plan_nft`); netem/incremental.py relies on `plan_htb` giving a destination the same class
 id and leaf handle from one plan to the next.
 """

@@ -96,13 +96,18 @@ _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\Z")
 _DURATION_MULT = {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
 
+def duration_seconds(value: Any) -> float | None:
+    """'10s', '500ms', '2m', '10min', '1.5h', '1d', 10 -> seconds (>= 0); None when it is no duration. The one
+    table of duration units: every duration field reads it."""
+    match = _DURATION_RE.match(str(value).strip())
+    return float(match.group(1)) * _DURATION_MULT[match.group(2) or "s"] if match else None
+
+
 def parse_duration(value: Any, field: str = "duration") -> float:
     """'10s', '500ms', '2m', '10min', '1.5h', '1d', 10 -> seconds (> 0)."""
-    match = _DURATION_RE.match(str(value).strip())
-    if not match:
+    seconds = duration_seconds(value)
+    if seconds is None:
         raise ValueError(f"{field} {value!r}: expected seconds, e.g. 10, 10s, 500ms, 2m or 1.5h")
-    number, unit = float(match.group(1)), match.group(2) or "s"
-    seconds = number * _DURATION_MULT[unit]
     if seconds <= 0:
         raise ValueError(f"{field} {value!r}: must be positive")
     return seconds

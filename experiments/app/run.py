@@ -91,10 +91,11 @@ def _timed(ctx: RunContext, swarm: Swarm) -> None:
         while (left := end_warmup - time.time()) > 0:
             progress(exp.warmup - left, exp.warmup, "warm-up (DDS discovery)")
             time.sleep(min(0.5, left))
+        timeline = FaultTimeline(swarm.links, list(exp.faults), "app", store.run_id, ctx.message)
+        timeline.prepare()  # planned before t0 is fixed
         t0 = time.time()
         (store.dir / "run.json").write_text(json.dumps({"t0": t0, "duration": exp.duration,
                                                         "backend": swarm.backend.name}))
-        timeline = FaultTimeline(swarm.links, list(exp.faults), "app", store.run_id, ctx.message)
         if swarm.spec.mesh.enabled:
             timeline.watcher = MeshWatcher(swarm.mesh, store.append_mesh, store.run_id, "app", exp.nodes)
         timeline.start(t0)

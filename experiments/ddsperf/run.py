@@ -46,7 +46,7 @@ def run_test(swarm, exp: DdsperfExperiment, test: DdsTest, raw_dir: Path, run_id
     prefix = lambda n: swarm.backend.exec_prefix(swarm.name, n.name)  # noqa: E731
     unicast = [n.isl_ip for n in swarm.nodes[:test.size]] if not swarm.backend.traits.isl_multicast else None
     pidfile = lambda n: pid_file(swarm.backend.traits, swarm.workdir, swarm.name, n.name)  # noqa: E731
-    tag = lambda n: proto.label(swarm.name, n.name)  # noqa: E731  (ps names the swarm: issue 29 #12)
+    tag = lambda n: proto.label(swarm.name, n.name)  # noqa: E731  (ps names the swarm)
     procs = {n.name: swarm.runner.start(prefix(n) + proto.labelled(
         remembering_pid(pidfile(n), ddsperf_argv(exp, test, n, False, unicast)), tag(n)),
         stdout_path=str(raw_dir / f"{n.name}.txt")) for n in receivers}

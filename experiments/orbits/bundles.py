@@ -61,7 +61,7 @@ def window_of(windows: dict, a: str, b: str, at: float) -> Optional[tuple[float,
 
 def last_hops(logs: dict[str, list[dict]], address_of: dict[str, str]) -> dict[tuple[str, str], tuple[str, float]]:
     """{(destination, bundle ID): (node, time)} of the first successful hand-over of each bundle to each
-    node, from the agents' logs (parse_dtnd_log 'forwarded' events; `to` holds the peer's address or name)."""
+    node, from the agents' logs (Agent.log_events 'forwarded' events; `to` holds the peer's address or name)."""
     node_at = {addr: n for n, addr in address_of.items()}
     out: dict[tuple[str, str], tuple[str, float]] = {}
     for node, events in logs.items():

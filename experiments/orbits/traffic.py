@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from experiments.dtn.parse import STORE_COLUMNS, bundle_rows, parse_dtnd_log, read_events, store_rows
+from experiments.dtn.parse import STORE_COLUMNS, bundle_rows, read_events, store_rows
 from experiments.dtn.run import TrafficReader, start_program
 from experiments.orbits.bundles import ORBIT_BUNDLE_COLUMNS, judge, last_hops, summary
 from experiments.orbits.model import OrbitsExperiment
@@ -39,7 +39,7 @@ class DtnTraffic:
 
     def start(self, release: float, wall_s: float) -> None:
         agents = self.swarm.dtn
-        port = agents.piece(agents.nodes[0].name).web_port
+        port = int(agents.client(agents.nodes[0].name).get("port", 0))  # each program's client is set at its start
         self.release = release
         plans = traffic_plans(self.exp, release, wall_s, port)
         self.until = release + max(p["duration"] + p["drain"] for p in plans.values())
@@ -76,7 +76,7 @@ class DtnTraffic:
         for n in agents.nodes:
             text = agents.log(n.name)
             (self.raw / f"{n.name}.dtnd.log").write_text(text)
-            logs[n.name] = parse_dtnd_log(text)
+            logs[n.name] = agents.log_events(n.name, text)
         events = {n: read_events("".join(r.lines)) for n, r in self.readers.items()}
         rows = bundle_rows(events, events, logs, self.store.run_id, "dtn")
         plan = parse_contact_plan(exact_plan.read_text(), exact_plan.name)

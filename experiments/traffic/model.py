@@ -1,8 +1,9 @@
-"""Experiment spec (YAML, validated) and the pure planners of a sweep: tests, flows, client commands.
+"""Experiment spec (YAML, validated) and the pure planners of a sweep: tests and flows.
 
 A sweep runs every combination of swarm size x protocol x offered UDP rate x repeat. For each test the
-traffic pattern gives the directed flows; every flow gets its own iperf3 server port on its destination
-(as in the thesis: one server per directed connection), port = base_port + source index - 1.
+traffic pattern gives the directed flows; every flow gets its own server port on its destination (as in the
+thesis: one server per directed connection), port = base_port + source index - 1. Which traffic tool carries
+the flows (`engine:`) is an entry of experiments/traffic/tools/; its own commands are planned there.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from swarm.units import parse_duration
 from experiments.timeline import FaultEvent, check_timeline
 from netem.spec.links import LinksSpec
 from experiments.base import ExperimentModel
+from experiments.traffic.tools import DEFAULT_TOOL, get_tool
 from swarm.spec.documents import read_yaml, unique, validate_document
 from swarm.spec.model import MAX_NODES, NodePlan, SwarmSpec, swarm_from_template
 from swarm.spec.validation import Strict
@@ -55,9 +57,9 @@ class ExperimentSpec(ExperimentModel):
     repeats: int = Field(1, ge=1, le=1000)
     pattern: Literal["full-mesh", "ring", "pairs", "one-to-all"] = "full-mesh"
     network: Literal["isl", "ground"] = "isl"
-    # iperf3: one iperf3 server and client process per directed flow, as in the thesis. mux: one
-    # multiplexing traffic process per node (flightsw/trafficd.py) for swarms too big for that.
-    engine: Literal["iperf3", "mux"] = "iperf3"
+    # the traffic tool, an entry of experiments/traffic/tools/ (TOOLS): iperf3 (one server and client process
+    # per directed flow, as in the thesis) or mux (one multiplexing traffic process per node, for big swarms)
+    engine: str = DEFAULT_TOOL
     base_port: int = Field(5201, ge=1024, le=60000)
     settle: float = Field(1.0, ge=0, le=600)  # pause between tests, seconds
     iperf3: IperfOptions = IperfOptions()
@@ -65,6 +67,11 @@ class ExperimentSpec(ExperimentModel):
     swarm: dict[str, Any] = Field(default_factory=dict)  # swarm spec fields (networks, defaults, ...)
     links: Optional[LinksSpec] = None  # link conditions of every test's swarm (netem.spec.links)
     faults: list[FaultEvent] = Field(default_factory=list)  # timeline per test, from the traffic's release
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, v: str) -> str:
+        return get_tool(v).name
 
     @field_validator("duration", mode="before")
     @classmethod
@@ -110,12 +117,7 @@ class ExperimentSpec(ExperimentModel):
         top = max(self.sizes)
         if self.base_port + top > 65535:
             raise ValueError(f"base_port {self.base_port}: ports for {top} nodes would pass 65535")
-        if self.engine == "mux":  # options the multiplexing engine has no equivalent for
-            opts = self.iperf3
-            for key, value, unset in (("window", opts.window, None), ("parallel", opts.parallel, 1),
-                                      ("pacing_timer_us", opts.pacing_timer_us, None)):
-                if value != unset:
-                    raise ValueError(f"iperf3.{key} {value!r}: not used by engine mux (only length and interval are)")
+        self._options_the_tool_uses()
         if self.links is not None and "links" in self.swarm:
             raise ValueError("links: given both at the top level and in swarm:; keep one")
         self.swarm_spec(top)  # the template must be valid for the largest size
@@ -124,6 +126,17 @@ class ExperimentSpec(ExperimentModel):
                 nodes = [n.name for n in self.swarm_spec(size).resolved_nodes()]
                 check_timeline(self.faults, nodes, self.duration, note=f" at size {size}" if size != top else "")
         return self
+
+    def _options_the_tool_uses(self) -> None:
+        """An `iperf3:` option set that the tool has no equivalent for is refused, not silently dropped."""
+        tool = get_tool(self.engine)
+        if tool.uses_options is None:
+            return
+        for key, spec in IperfOptions.model_fields.items():
+            value = getattr(self.iperf3, key)
+            if key not in tool.uses_options and value != spec.default:
+                raise ValueError(f"iperf3.{key} {value!r}: not used by engine {tool.name} "
+                                 f"(only {' and '.join(tool.uses_options)} are)")
 
     @property
     def rates_bps(self) -> list[int]:
@@ -175,7 +188,7 @@ def plan_tests(exp: ExperimentSpec) -> list[TestCase]:
     tests = []
     for size in exp.sizes:
         for proto in exp.protocols:
-            rates: list[Optional[int]] = exp.rates_bps if proto == "udp" else [None]
+            rates: list[Optional[int]] = [*exp.rates_bps] if proto == "udp" else [None]
             for rate in rates:
                 for rep in range(1, exp.repeats + 1):
                     label = f"-{rate_label(rate)}" if rate else ""
@@ -201,25 +214,8 @@ def plan_flows(nodes: list[NodePlan], pattern: str, base_port: int) -> list[Flow
     return [Flow(nodes[s], nodes[d], base_port + nodes[s].index - 1) for s, d in plan_pairs(len(nodes), pattern)]
 
 
-def client_argv(flow: Flow, exp: ExperimentSpec, test: TestCase) -> list[str]:
-    """The iperf3 client command of one flow (runs on flow.src)."""
-    src_ip, dst_ip = _ips(flow, exp.network)
-    argv = ["iperf3", "-c", dst_ip, "-p", str(flow.port), "-B", src_ip, "-t", f"{exp.duration:g}",
-            "-i", f"{exp.iperf3.interval:g}", "-J", "--get-server-output"]
-    if test.protocol == "udp":
-        argv += ["-u", "-b", str(test.rate_bps)]
-    if exp.iperf3.length:
-        argv += ["-l", exp.iperf3.length]
-    if exp.iperf3.window:
-        argv += ["-w", exp.iperf3.window]
-    if exp.iperf3.parallel > 1:
-        argv += ["-P", str(exp.iperf3.parallel)]
-    if exp.iperf3.pacing_timer_us:
-        argv += ["--pacing-timer", str(exp.iperf3.pacing_timer_us)]
-    return argv
-
-
-def _ips(flow: Flow, network: str) -> tuple[str, str]:
+def flow_ips(flow: Flow, network: str) -> tuple[str, str]:
+    """(source, destination) address of a flow on the experiment's network."""
     if network == "ground":
         return flow.src.ground_ip, flow.dst.ground_ip
     return flow.src.isl_ip, flow.dst.isl_ip

@@ -1,17 +1,16 @@
-"""Sweep executor (the results store it writes into is experiments/store.py; one test: experiments/traffic/cases.py;
-the loop over sizes and tests: experiments/loop.py).
+"""Sweep executor (the results store it writes into is experiments/store.py; one test: the tool's runner in
+experiments/traffic/tools/; the loop over sizes and tests: experiments/loop.py).
 
 For each swarm size the swarm is brought up once; each test then
-1. starts one one-off iperf3 server per directed flow on every destination (one `agent servers` call per
-   node), waits until all listen, and stops them (SIGSTOP): their sockets still accept connections;
-2. hands every node's agent its flows over stdin; each agent starts its clients at once, which connect
-   and wait on the stopped servers (process start-up paid before the test), and says "parked"; once
-   every agent has, the host picks a release instant T a little in the future and sends it; at T every
-   agent continues its node's servers (SIGCONT) and the flows start. Each flow's data start is inferred
-   from its exit stamp less the test length iperf3 reports, so start skew and the concurrent window are
-   measured, not assumed (pessimistically: the end-of-test exchange is counted in);
-3. writes every client's JSON verbatim under raw/ as it arrives, parses it, and appends one row per flow
-   (errors included) to flows.csv and one row per test to tests.csv, flushed to disk at once.
+1. starts the tool's receivers on every destination and its senders on every source, held until one release
+   instant the host picks once every node is ready (iperf3: servers stopped with SIGSTOP, clients parked on
+   them; mux: one engine per node, bound and connected), so that process start-up is paid before the test;
+2. at the release every flow starts; each flow's data start is measured (mux: stamped at the first send;
+   iperf3: inferred from its exit less the test length, pessimistically), so start skew and the concurrent
+   window are measured, not assumed;
+3. writes every flow's raw record verbatim under raw/ as it arrives, reads it into the tool-neutral FlowResult
+   and appends one row per flow (errors included) to flows.csv and one row per test to tests.csv, flushed to
+   disk at once.
 A crash or Ctrl-C loses nothing already measured; `resume` runs only the tests missing from tests.csv.
 """
 from __future__ import annotations
@@ -22,8 +21,10 @@ from typing import Callable
 
 from experiments.loop import RunContext, Loop, run_tests
 from experiments.store import ResultsStore, host_facts
-from experiments.traffic.cases import TEST_RUNNERS, MuxTestRunner, TestRunner
 from experiments.traffic.model import ExperimentSpec, TestCase, plan_tests
+from experiments.traffic.tools import DEFAULT_TOOL, TOOLS, Tool
+from experiments.traffic.tools.runner import ToolRunner
+from experiments.traffic.tools.runners import RUNNERS
 from swarm.errors import RuntimeFailure
 from swarm.mesh.plan import mesh_row
 from swarm.runtime.runner import Runner
@@ -31,7 +32,7 @@ from swarm.runtime.swarm import Swarm
 
 SweepProgress = Callable[[float, float, str], None]
 
-__all__ = ["run_sweep", "sweep", "window_note", "TestRunner", "MuxTestRunner", "SweepProgress"]
+__all__ = ["run_sweep", "sweep", "window_note", "SweepProgress"]
 
 
 def run_sweep(exp: ExperimentSpec, store: ResultsStore, *, backend: str | None = None,
@@ -48,22 +49,26 @@ def run(ctx: RunContext):
     return ctx.store.dir
 
 
-def window_note(row: dict, duration: float, engine: str = "iperf3") -> str:
+def window_note(row: dict, duration: float, tool: Tool | None = None) -> str:
     """A console line for a test without a usable concurrent window (every flow never ran at once), which the
-    report marks 'not measured' in every concurrent-window table; "" when the window is usable."""
+    report marks 'not measured' in every concurrent-window table, with the tool's advice; "" when the window is
+    usable. `tool`: the experiment's (default: the default tool)."""
     window, skew = row.get("window_s", math.nan), row.get("skew_s", math.nan)
     if window > 0:
         return ""
+    advice = (tool or TOOLS[DEFAULT_TOOL]).no_window_advice
     return (f"{row['test_id']}: no concurrent window (start skew {skew:.1f} s >= {duration:g} s duration): only "
             "whole-test figures, not concurrent ones; the report marks it 'not measured: no concurrent window'"
-            + ("; engine mux holds the start together on a loaded host" if engine == "iperf3" else ""))
+            + (f"; {advice}" if advice else ""))
 
 
 def sweep(ctx: RunContext) -> list[dict]:
     """The sweep through the one run loop: a bring-up per size, the tests of that size on it."""
     exp, store = ctx.exp, ctx.store
-    store.drop_incomplete_flows()
-    current: dict[str, TestRunner] = {}  # the test runner of the swarm that is up
+    for line in store.drop_incomplete_flows():
+        ctx.message(line)
+    current: dict[str, ToolRunner] = {}  # the tool's runner on the swarm that is up
+    tool = TOOLS[exp.engine]
 
     def on_up(swarm: Swarm, first: TestCase) -> None:
         if swarm.mesh_result is not None:
@@ -72,7 +77,7 @@ def sweep(ctx: RunContext) -> list[dict]:
         if not (store.dir / "host.json").exists() or "backend" not in json.loads((store.dir / "host.json").read_text()):
             facts = {**host_facts(swarm), "traffic_engine": exp.engine}
             (store.dir / "host.json").write_text(json.dumps(facts, indent=1))
-        current["runner"] = TEST_RUNNERS[exp.engine](swarm, exp, store, ctx.message)
+        current["runner"] = RUNNERS[tool.name](swarm, exp, store, ctx.message)
 
     def done_line(test: TestCase, row: dict) -> str:
         clocks = row.get("clock_uncertainty_s")
@@ -80,7 +85,7 @@ def sweep(ctx: RunContext) -> list[dict]:
                 + (f" (clocks of the hosts agree to ±{clocks * 1000:.2f} ms)" if clocks else ""))
 
     def after(test: TestCase, row: dict) -> None:
-        if (note := window_note(row, exp.duration, exp.engine)):
+        if (note := window_note(row, exp.duration, tool)):
             ctx.message(note)
         if ctx.abort_on_error and row["flows_ok"] < row["flows"]:
             raise RuntimeFailure(f"test {test.test_id}: {row['flows'] - row['flows_ok']} flows failed (--abort-on-error)")

@@ -1,39 +1,42 @@
-"""Link conditions and faults of a running swarm: the link controller, which applies the plans of the
-link engines (netem/engines.py) to the running nodes and keeps their state (netem/state.py).
+"""Link conditions and faults of a running swarm: the link controller, which keeps the links' state
+(netem/state.py), its transactions, the selection of links and the faults, and has the engine's driver
+(netem/engines/drivers/) apply each node's plan (netem/engines/) to the running nodes.
 
 Everything applied lives inside the nodes (a root qdisc with handle 5eed: on the ISL interface, an nft table
 `netdev swarm_emu`; with the userspace engine its process, the chain SWARM_EMU_LINKS in the mangle table and
-PREROUTING's jump to it, see netem.runtime.linkd): removing a namespace or container removes it; `clear`
+PREROUTING's jump to it, see netem.engines.drivers.linkd): removing a namespace or container removes it; `clear`
 removes exactly those and nothing else (a root qdisc with another handle is left alone); the engine process
 stays, idle, until the node goes.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import fcntl
+import heapq
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Callable, Iterator
 
-from flightsw import protocol as proto
-from netem.engines import Engine, LinkdHold, tcp_buffer_bytes, tcp_buffer_sysctls
-from netem.tc import TC_MAJOR, nft_clear_script
-from netem.spec.links import NONE, DirectedLinks, Impairment, LinkOverride, resolve_links
-from netem.state import (LINKS_FILE, LinkRow, LinkState, check_partition, had_parts, node_links, node_needs_visit,
-                         parts_to_apply, signature, with_cuts)
+from netem.engines.base import Engine, tcp_buffer_bytes, tcp_buffer_sysctls
+from netem.engines.drivers import driver_for, engine_for
+from netem.engines.drivers.linkd import Linkd
+from netem.engines.hold import LinkdHold
+from netem.spec.links import NONE, DirectedLinks, Impairment, LinkOverride, LinksSpec, resolve_links
+from netem.state import LINKS_FILE, LinkRow, LinkState, by_node, check_partition, node_links, node_needs_visit, with_cuts
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.mesh.plan import BATADV_IF, enslaved_interfaces
 from swarm.runtime.backends import swarm_dir
 from swarm.runtime.backends.base import NODE_ACTIONS
-from netem.runtime.linkd import KERNEL_HELD_PACKETS, Linkd, engine_for
 from swarm.runtime.context import SwarmContext
-from swarm.runtime.shell import NFT, TC, Shells, one_line_nft
-from swarm.observe.events import emit, link_changes, link_view
+from swarm.runtime.shell import Shells
+from swarm.observe.events import emit, emit_many, grouped_view_changes, link_view
 
-DEFAULT_QDISCS = {"noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "pfifo", "bfifo", "sfq", "cake"}
-EXEC_TIMEOUT = 60
+#: nodes changed at once from which their rules at the swarm's hop go in one iptables-restore (Linkd.batched_rules)
+BATCH_RULES_MIN = 32
 NODE_STATE_AFTER = {"stop": "stopped", "kill": "killed", "pause": "paused", "unpause": "running", "restart": "running"}
 
 
@@ -52,33 +55,35 @@ class LinkController:
         # container, and the node image needs iptables
         self.engine: Engine = engine_for(swarm.caps, swarm.backend, links.engine if links else None)
         self.workers = workers
-        self._not_answering: set[str] = set()  # nodes whose userspace engine did not answer (summary())
         self.dir = swarm_dir(swarm.workdir, swarm.name)
         self.names = [n.name for n in swarm.nodes]
-        self.linkd = Linkd(swarm)
-        self.shells: Shells | None = None  # open_shells(): tc and nft batches to long-lived processes
+        self.linkd = Linkd(swarm)  # the userspace engine's processes (its schedules and counters)
+        self.driver = driver_for(self.engine, swarm, self.linkd)  # applies the engine's plans
         self._armed: set[tuple[str, str]] = set()  # prearm(): directed links held as pass-through while pushing
+        self._spec_links: DirectedLinks | None = None  # spec_links(), resolved and checked once
+        self.cause: str | None = None  # who the events it logs say made the change (None: this process's command)
+
+    def caused_by(self, cause: str) -> "LinkController":
+        """This controller (the same state, engine driver and processes) with the events it logs attributed to
+        `cause`, e.g. "fault timeline" or "orbit schedule"."""
+        other = copy.copy(self)
+        other.cause = cause
+        return other
 
     # ------------------------------------------------------------------------- long-lived processes
-    def open_shells(self) -> Shells:
-        """From now on (until close_shells) the tc and nft changes of a node go to one long-lived `tc -batch`
-        and one `nft -i` process in it (swarm.runtime.shell), each fed a node's whole change at once, instead of
-        a process per change. A forced apply (a node's first, or after a failure) still looks at the node's
-        root qdisc with a `tc qdisc show` process of its own: only then is what is there not known."""
-        if self.shells is None:
-            name, backend = self.swarm.name, self.swarm.backend
-            self.shells = Shells(self.swarm.runner, lambda node, argv: backend.exec_prefix(name, node, interactive=True)
-                                 + proto.labelled(argv, proto.label(name, node)))  # ps names the swarm (issue 29 #12)
-        return self.shells
+    @property
+    def shells(self) -> Shells | None:
+        """The long-lived tc and nft processes while open (open_shells), else None."""
+        return self.driver.shells
 
-    def close_shells(self) -> dict[str, int]:
+    def open_shells(self) -> Shells:
+        """From now on (until close_shells) each node's tc and nft changes go to long-lived processes
+        (netem.engines.drivers.kernel.KernelDriver.open_shells)."""
+        return self.driver.open_shells()
+
+    def close_shells(self) -> dict[str, int | float]:
         """End the long-lived processes; what they did (processes started, batches fed)."""
-        shells, self.shells = self.shells, None
-        if shells is None:
-            return {}
-        stats = shells.stats()
-        shells.close()
-        return stats
+        return self.driver.close()
 
     # ---------------------------------------------------------------------------------- state file
     @property
@@ -116,15 +121,19 @@ class LinkController:
                 self._save(state)
                 raise
             self._save(state)
-            for change in link_changes(before, link_view(state.base, state.cuts)) if events else []:  # swarm.observe
-                emit(self.dir, "link", **change)
+            if events:  # swarm.observe: one `link` event per change, one `links` event for a change many share
+                single, bulked = grouped_view_changes(before, link_view(state.base, state.cuts))
+                emit_many(self.dir, "link", single, cause=self.cause)
+                emit_many(self.dir, "links", bulked, cause=self.cause)
 
     # ------------------------------------------------------------------------------- conditions
     def spec_links(self) -> DirectedLinks:
         """The conditions the swarm's spec asks for (validated against the engine)."""
-        links = resolve_links(self.swarm.spec.links, self.names)
-        self.engine.check(links)
-        return links
+        if self._spec_links is None:  # checked once per controller
+            links = resolved_spec_links(self.swarm.spec.links, tuple(self.names))
+            self.engine.check(links)
+            self._spec_links = links
+        return dict(self._spec_links)
 
     def apply_spec(self) -> None:
         """Set the spec's `links:` on every node (called by `Swarm.up`)."""
@@ -186,7 +195,7 @@ class LinkController:
         with self._transaction() as state:
             cuts = state.cuts | {(a, b), (b, a)}
             self.engine.check(with_cuts(state.base, cuts), "cut")
-            emit(self.dir, "fault", kind="cut", args=[a, b])
+            emit(self.dir, "fault", kind="cut", args=[a, b], cause=self.cause)
             state.cuts = cuts
             self._push(state)
 
@@ -194,10 +203,10 @@ class LinkController:
         """Heal the link between a and b (both ways), or every cut and partition when no pair is given."""
         if (a is None) != (b is None):
             raise SpecError("heal: give two nodes (heal one link) or none (heal all)")
-        if a is not None:
+        if a is not None and b is not None:
             self._check_pair(a, b, "heal")
         with self._transaction() as state:
-            emit(self.dir, "fault", kind="heal", args=[a, b] if a is not None else [])
+            emit(self.dir, "fault", kind="heal", args=[a, b] if a is not None else [], cause=self.cause)
             state.cuts = set() if a is None else state.cuts - {(a, b), (b, a)}
             self._push(state)
 
@@ -209,7 +218,7 @@ class LinkController:
         with self._transaction() as state:
             cuts |= state.cuts
             self.engine.check(with_cuts(state.base, cuts), "partition")
-            emit(self.dir, "fault", kind="partition", args=[",".join(g) for g in groups])
+            emit(self.dir, "fault", kind="partition", args=[",".join(g) for g in groups], cause=self.cause)
             state.cuts = cuts
             self._push(state)
 
@@ -219,7 +228,7 @@ class LinkController:
         if action not in NODE_ACTIONS:
             raise SpecError(f"node action {action!r}: expected one of {', '.join(NODE_ACTIONS)}")
         self.swarm.backend.node_action(self.swarm.name, node, action)
-        emit(self.dir, "node", node=node, state=NODE_STATE_AFTER.get(action, action), action=action)
+        emit(self.dir, "node", node=node, state=NODE_STATE_AFTER.get(action, action), action=action, cause=self.cause)
         with self._transaction() as state:
             rec = state.nodes.setdefault(node, {})
             if action in ("stop", "kill", "pause"):
@@ -256,7 +265,7 @@ class LinkController:
         the next change re-plans the receivers (their records then differ) and drops the pass-through lines.
         Returns the receivers visited; RuntimeFailure naming a node where it failed."""
         links = set(links)
-        if self.engine.name != "userspace" or not links:
+        if not self.engine.schedules or not links:
             return []
         self._armed = links
         try:
@@ -267,7 +276,7 @@ class LinkController:
 
     def _armed_for(self, node: str, ingress: dict[str, Impairment], by_mac: dict[str, str]) -> dict[str, str]:
         """The senders' MACs pre-armed into `node` (prearm) that have no conditions, with their labels."""
-        if self.engine.name != "userspace":
+        if not self.engine.schedules:
             return {}
         return {by_mac[s]: f"{s}->{d} (pre-armed)" for s, d in self._armed if d == node and by_mac[s] not in ingress}
 
@@ -294,18 +303,50 @@ class LinkController:
         return [LinkRow(s, d, state.base.get((s, d), NONE).describe(), (s, d) in state.cuts,
                         eff.get((s, d), NONE).describe()) for s, d in pairs]
 
-    def summary(self) -> dict:
+    def condition_groups(self, state: LinkState) -> list[dict]:
+        """The links with a condition or a cut, one entry per (condition, cut) with how many links have it and
+        the first three in node order (without a row per link: a 1,000-node swarm has 999,000)."""
+        eff = state.effective()
+        order = {n: i for i, n in enumerate(self.names)}
+        groups: dict[tuple, list] = {}
+        for pair in set(state.base) | state.cuts if state.cuts else state.base:
+            imp = state.base.get(pair, NONE)
+            entry = groups.setdefault((id(imp), pair in state.cuts), [imp, pair in state.cuts, []])
+            entry[2].append(pair)
+        out = []
+        for imp, cut, pairs in groups.values():
+            first = heapq.nsmallest(3, pairs, key=lambda p: (order.get(p[0], 1e9), order.get(p[1], 1e9)))
+            out.append({"links": len(pairs), "configured": imp.describe(), "cut": cut,
+                        "effective": eff.get(first[0], NONE).describe(), "examples": [f"{s} -> {d}" for s, d in first]})
+        merged: dict[tuple, dict] = {}  # equal conditions held by different objects: one line
+        for g in out:
+            key = (g["configured"], g["cut"], g["effective"])
+            if key in merged:
+                merged[key]["links"] += g["links"]
+            else:
+                merged[key] = g
+        return sorted(merged.values(), key=lambda g: -g["links"])
+
+    def summary(self, every: bool = True, rows_up_to: int = 0) -> dict:
+        """What `impair --show` prints; with `every` False and more than `rows_up_to` links, `groups` (one per
+        condition) instead of a row per link in `links`."""
         state = self.load()
         notes = [f"{n}: {rec['gso_note']}; loss hits its TCP in bursts of segments"
                  for n, rec in sorted(state.nodes.items()) if rec.get("gso_note")]
-        notes += self._engine_notes(state)
+        notes += self.driver.notes(state)
         for node, tb in self.tcp_buffers().items():
             notes.append(f"{node}: TCP buffers sized from the bandwidth-delay product: {tb['bytes'] / 2**20:.0f} MiB "
                          f"({', '.join(tb['set']) or 'nothing'} set" +
                          (f"; not settable here: {', '.join(tb['not_set'])}" if tb["not_set"] else "") + ")")
+        count = len(set(state.base) | state.cuts) if state.cuts else len(state.base)
+        if not every and count > rows_up_to:
+            return {"swarm": self.swarm.name, "engine": self.engine.name, "engine_description": self.engine.describe(),
+                    "engine_placement": self.placement(), "groups": self.condition_groups(state), "link_count": count,
+                    "cuts": len(state.cuts), "node_faults": state.node_faults, "notes": notes,
+                    "changed": state.changed}
         links = [vars(r) for r in self.rows()]
         for row in links:  # a condition is not in effect where the engine that applies it does not answer
-            dead = [n for n in (row["dst"], row["src"]) if n in self._not_answering]
+            dead = [n for n in (row["dst"], row["src"]) if n in self.driver.not_answering]
             if dead and not row["cut"]:
                 row["effective"] = f"unknown: the engine of {dead[0]} is not answering (fails closed: drops)"
         return {"swarm": self.swarm.name, "engine": self.engine.name, "engine_description": self.engine.describe(),
@@ -314,40 +355,9 @@ class LinkController:
                 "notes": notes, "changed": state.changed}
 
     def placement(self) -> str | None:
-        """Where the userspace engine runs (None with another engine): at the backend's forwarding hop (the netns
-        switch, the compose host) or in each node."""
-        return self.linkd.placement() if self.engine.name == "userspace" else None
-
-    def _engine_notes(self, state: LinkState) -> list[str]:
-        """Nodes whose userspace engine should run but does not answer: their impaired links drop everything."""
-        if self.engine.name != "userspace":
-            return []
-        running = self.swarm.backend.node_states(self.swarm.name)
-        notes = list(self.swarm.backend.hop_notes(self.swarm.name))
-        self._not_answering = set()
-        for node, rec in sorted(state.nodes.items()):
-            if not rec.get("linkd_links") or running.get(node) != "running":
-                continue
-            answer = self.linkd.ping(node)
-            if not answer:
-                self._not_answering.add(node)
-                notes.append(f"{node}: its userspace link engine is not answering: the links into {node} drop every "
-                             "packet (fail closed) until it restarts (see its log, .swarm/<name>/logs/hop.linkd.log "
-                             f"for the swarm's engine, else {node}.linkd.log)")
-                continue
-            if answer.get("restarted") == "1":
-                notes.append(f"{node}: its userspace link engine died and was restarted with its configuration; "
-                             "the packets it held then were dropped (see its log)")
-            head, _ = self.linkd.stats(node)
-            dropped = int(head.get("kernel_dropped", 0)) + int(head.get("kernel_user_dropped", 0))
-            if dropped:
-                notes.append(f"{node}: the kernel dropped {dropped} packet(s) on their way to its userspace link engine "
-                             f"(held {head.get('held_peak')} at most, {head.get('kernel_held_peak', '?')} of them in "
-                             f"the kernel's queue): this kernel's NFQUEUE holds at most {KERNEL_HELD_PACKETS:,} packets "
-                             "per queue; the engine keeps IPv4 packets past that itself, not IPv6 ones (nor GSO "
-                             "super-packets queued before it turned GSO off), and a burst faster than it reads its "
-                             "queue can still overflow it")
-        return notes
+        """Where the engine's own processes run (None: it has none): for the userspace engine the backend's
+        forwarding hop (the netns switch, the compose host) or each node."""
+        return self.driver.placement()
 
     def last_change(self) -> dict[str, dict]:
         """Per node: the userspace engine's generation and when it took the last change (engine's clock)."""
@@ -379,12 +389,8 @@ class LinkController:
         return self._apply_node(node, rec, links, by_mac, force, cut_frames=cut_frames)
 
     def change_tc(self, node: str, changes: list[list[str]]) -> None:
-        """Apply in-place tc changes (netem.incremental.tc_changes: `tc class/qdisc change` argvs) to a node's tree,
-        so a changed delay or rate does not flush the packets queued in the link."""
-        if changes and self.shells is not None:
-            self.shells.run(node, TC, [" ".join(a[1:]) for a in changes])
-        elif changes:
-            self._run(node, ["tc", "-batch", "-"], input="\n".join(" ".join(a[1:]) for a in changes) + "\n")
+        """In-place tc changes to a node's tree (KernelDriver.change_tc): no flush of the packets it queues."""
+        self.driver.change_tc(node, changes)
 
     def _push(self, state: LinkState, nodes: list[str] | None = None, force: bool = False,
               clearing: bool = False) -> list[str]:
@@ -392,10 +398,12 @@ class LinkController:
         unchanged are not touched unless `force`; nodes not running are marked stale and done when they come
         back; `clearing` also removes the framework's qdisc and table where the state says there are none.
         Raises RuntimeFailure naming the nodes that failed (after trying all)."""
-        eff = state.effective()
+        eff = by_node(state.effective())  # each node's share, found once
         states = self.swarm.backend.node_states(self.swarm.name)
         todo = [n for n in self.swarm.nodes if nodes is None or n.name in nodes]
         by_mac = {n.name: n.isl_mac for n in self.swarm.nodes}  # links are selected by link-layer address
+
+        report = progress_reporter(self.swarm.message, len(todo), "link conditions")
 
         def one(node) -> tuple[str, str]:
             rec = state.nodes.setdefault(node.name, {})
@@ -403,15 +411,25 @@ class LinkController:
                 rec["stale"] = True
                 return node.name, ""
             try:
-                self._apply_node(node, rec, eff, by_mac, force or rec.get("stale", False), clearing)
+                self._apply_node(node, rec, eff.get(node.name, {}), by_mac, force or rec.get("stale", False), clearing)
                 rec.pop("stale", None)
                 return node.name, ""
             except (CommandError, RuntimeFailure) as exc:
                 rec["stale"] = True
                 return node.name, str(exc)
+            finally:
+                report()
 
-        with ThreadPoolExecutor(max(1, min(self.workers, len(todo)))) as pool:
-            results = list(pool.map(one, todo))
+        batch: AbstractContextManager[list[str]] = (self.linkd.batched_rules() if len(todo) >= BATCH_RULES_MIN
+                                                     else nullcontext([]))
+        try:
+            with batch as batched, ThreadPoolExecutor(max(1, min(self.workers, len(todo)))) as pool:
+                results = list(pool.map(one, todo))
+        except (CommandError, RuntimeFailure) as exc:  # the swarm's one iptables-restore: none of its rules are in
+            for name in batched:
+                state.nodes.setdefault(name, {})["stale"] = True
+            raise RuntimeFailure(f"link conditions: the rules of {len(batched)} node(s) not set at the swarm's hop: "
+                                 f"{str(exc)[:300]}") from None
         failed = [(n, e) for n, e in results if e]
         if failed:
             raise RuntimeFailure(f"link conditions not applied on {len(failed)} node(s): {failed[0][0]}: {failed[0][1]}")
@@ -419,7 +437,7 @@ class LinkController:
 
     def _apply_node(self, node, rec: dict, eff: DirectedLinks, by_mac: dict[str, str], force: bool,
                     clearing: bool = False, cut_frames: bool = True):
-        """Apply one node's plan: only the parts (tc, nft) that changed, see netem.state.parts_to_apply; returns
+        """Apply one node's plan (the driver: only the parts that changed, see netem.state.parts_to_apply); returns
         the plan (None: nothing to visit). `cut_frames=False` (the orbit driver): with the userspace engine a
         link that is down drops its IP packets in the engine only, without the nftables drop of its other
         frames (a process per change)."""
@@ -430,59 +448,29 @@ class LinkController:
         unknown = clearing and "tc" not in rec  # no record (e.g. state lost in a crash): look, but tolerate no tools
         iface = rec.get("iface") or self.isl_iface(node)
         rec["iface"] = iface
-        hold = self.linkd.hold(node, iface, cut_frames) if self.engine.name == "userspace" else LinkdHold(cut_frames=cut_frames)
+        hold = dataclasses.replace(self.driver.hold(node, iface, cut_frames), senders=self._senders(node.name, by_mac))
         ingress, labels, hold = with_passthrough(ingress, labels, hold, armed)
         cmds = self.engine.plan_node(iface, egress, ingress, labels, hold)
-        do_tc, do_nft = parts_to_apply(rec, cmds, self.engine.name, force, clearing)
-        # whether a tree of ours is in place, where the record knows (None: look)
-        ours = None if (force or clearing or "tc" not in rec) else had_parts(rec)[0]
         try:
-            if do_tc:
-                self._apply_tc(node.name, iface, cmds.tc, ours)
-            rec["tc"] = signature(cmds.tc)
-            if do_nft:
-                self._apply_nft(node.name, cmds.nft)
-            rec["nft"] = signature(cmds.nft)
+            self.driver.apply(node, iface, rec, cmds, force, clearing)
             self._apply_segmentation(node.name, iface, rec, cmds.segment, force)
-            self._apply_linkd(node, iface, rec, cmds, force, clearing)
             self._apply_tcp_buffers(node.name, rec, eff, force)
         except CommandError as exc:
             if not (unknown and exc.returncode in (126, 127)):  # the node's image has no tc / nft: nothing of ours
                 raise
         return cmds
 
-    def _apply_linkd(self, plan, iface: str, rec: dict, cmds, force: bool, clearing: bool) -> None:
-        """The userspace engine's part: configuration first, then the rules that queue packets to it (so no
-        packet of a new link meets an engine that does not know it); rules first when a link goes away.
-        The engine is started when a node first has a link through it, and restarted if it is gone."""
-        node = plan.name
-        sig = signature([cmds.linkd, cmds.ipt])
-        had = bool(rec.get("linkd_links"))
-        if not (cmds.linkd or had or (clearing and self.engine.name == "userspace" and "linkd" not in rec)):
-            return
-        if rec.get("linkd") == sig and not (force or clearing) and not (cmds.linkd and not self.linkd.ping(node)):
-            return  # unchanged, and its engine answers (a dead engine is started again: issue 29 #8)
-        if cmds.linkd:
-            self.linkd.ensure_running(plan, iface, rec)
-            reply = self.linkd.configure(node, cmds.linkd)
-            if rec.get("linkd_ipt") != signature(cmds.ipt) or force or clearing:  # a changed delay needs no rule
-                self.linkd.set_rules(plan, iface, cmds.ipt)
-                rec["linkd_ipt"] = signature(cmds.ipt)
-            rec["linkd_gen"] = int(reply.get("gen", 0))
-            rec["linkd_set_at_ns"] = int(reply.get("set_at_ns", 0))
-        else:
-            self.linkd.remove_rules(plan, iface)
-            rec.pop("linkd_ipt", None)
-            if had and self.linkd.ping(node):
-                reply = self.linkd.configure(node, None)
-                rec["linkd_gen"] = int(reply.get("gen", 0))
-                rec["linkd_set_at_ns"] = int(reply.get("set_at_ns", 0))
-        rec["linkd"] = sig
-        rec["linkd_links"] = (cmds.linkd or "").count("\n")
+    def _senders(self, node: str, by_mac: dict[str, str]) -> frozenset[str]:
+        """The MACs of every other node (what a node's engine may hold as one default, see
+        netem.engines.userspace.split_ingress), made once per node."""
+        cache = self.__dict__.setdefault("_senders_cache", {})
+        if node not in cache:
+            cache[node] = frozenset(mac for name, mac in by_mac.items() if name != node)
+        return cache[node]
 
     def _apply_tcp_buffers(self, node: str, rec: dict, eff: DirectedLinks, force: bool) -> None:
         """With `links: {tcp_buffers: bdp}`: the node's TCP buffer sysctls sized from its links' bandwidth-delay
-        product (netem.engines.tcp_buffer_bytes); what was set (or why not) is kept for `impair --show` and
+        product (netem.engines.base.tcp_buffer_bytes); what was set (or why not) is kept for `impair --show` and
         the run's host.json. Only grown, never shrunk below what the node had."""
         links = self.swarm.spec.links
         if links is None or links.tcp_buffers != "bdp":
@@ -490,7 +478,8 @@ class LinkController:
         size = tcp_buffer_bytes(eff, node)
         if not size or (rec.get("tcp_buffers", {}).get("bytes") == size and not force):
             return
-        done, failed = [], []
+        done: list[str] = []
+        failed: list[str] = []
         for key, value in tcp_buffer_sysctls(size).items():
             res = self._run(node, ["sysctl", "-q", "-w", f"{key}={value}"], check=False)
             (done if res.ok else failed).append(key)
@@ -516,11 +505,13 @@ class LinkController:
             rec.pop("gso_note", None)
 
     def _run(self, node: str, argv: list[str], input: str | None = None, check: bool = True):
-        prefix = self.swarm.backend.exec_prefix(self.swarm.name, node, interactive=input is not None)
-        return self.swarm.runner.run(prefix + argv, input=input, check=check, timeout=EXEC_TIMEOUT)
+        return self.driver.run(node, argv, input=input, check=check)
 
     def isl_iface(self, node) -> str:
         """The interface holding the node's ISL address (compose may put it on eth0 or eth1)."""
+        known = self.swarm.backend.isl_iface(self.swarm.name, node.name)
+        if known:
+            return known
         deadline = time.monotonic() + 10
         while True:
             res = self._run(node.name, ["ip", "-o", "-4", "addr", "show", "to", f"{node.isl_ip}/32"], check=False)
@@ -540,35 +531,41 @@ class LinkController:
         under = enslaved_interfaces(res.stdout) if res.ok else []
         return under[0] if under else iface
 
-    def _apply_tc(self, node: str, iface: str, cmds: list[list[str]], ours: bool | None = None) -> None:
-        """The node's tree rebuilt: ours (root handle 5eed:) deleted, the plan's added. `ours` (with open shells):
-        the record says whether a tree of ours is there, so the lines go to the node's long-lived tc without
-        looking first; None: look (a process), and refuse to replace a root qdisc swarm-emu did not make."""
-        if ours is not None and self.shells is not None:
-            lines = ([f"qdisc del dev {iface} root"] if ours else []) + [" ".join(argv[1:]) for argv in cmds]
-            if lines:
-                self.shells.run(node, TC, lines)
-            return
-        res = self._run(node, ["tc", "-j", "qdisc", "show", "dev", iface, "root"])
-        roots = json.loads(res.stdout or "[]")
-        root = roots[0] if roots else {}
-        lines = []
-        if root.get("handle") == f"{TC_MAJOR}:":
-            lines.append(f"qdisc del dev {iface} root")
-        elif cmds and root.get("kind") not in DEFAULT_QDISCS | {None}:
-            raise RuntimeFailure(f"node {node!r}: {iface} has a root qdisc {root.get('kind')} {root.get('handle')} "
-                                 "that swarm-emu did not make; not replacing it")
-        lines += [" ".join(argv[1:]) for argv in cmds]
-        if lines:
-            self._run(node, ["tc", "-batch", "-"], input="\n".join(lines) + "\n")
 
-    def _apply_nft(self, node: str, script: str | None) -> None:
-        if script is None and not self.swarm.caps.nftables:
-            return
-        if self.shells is not None:  # one line: one transaction in `nft -i`, as the script is in `nft -f`
-            self.shells.run(node, NFT, [one_line_nft(script or nft_clear_script())])
-            return
-        self._run(node, ["nft", "-f", "-"], input=script or nft_clear_script())
+_RESOLVED: dict[tuple[str, tuple[str, ...]], DirectedLinks] = {}
+_RESOLVED_LOCK = threading.Lock()
+
+
+def resolved_spec_links(links: LinksSpec | None, names: tuple[str, ...]) -> DirectedLinks:
+    """resolve_links of a spec's `links:`, the last one kept per process: an experiment checks each swarm in its
+    preflight and then brings it up as another Swarm, with a controller of its own (999,000 pairs at 1,000 nodes:
+    seconds each). Within one Swarm the controller keeps its own (spec_links). Callers copy before changing."""
+    key = (links.model_dump_json() if links is not None else "", names)
+    with _RESOLVED_LOCK:
+        if key not in _RESOLVED:
+            _RESOLVED.clear()
+            _RESOLVED[key] = resolve_links(links, list(names))
+        return _RESOLVED[key]
+
+
+#: nodes from which applying the links says how far it is (every tenth of them, and the end)
+PROGRESS_MIN_NODES = 100
+
+
+def progress_reporter(message: Callable[[str], None], total: int, what: str) -> Callable[[], None]:
+    """A thread-safe `one more node done` for a long apply: a message every tenth of `total` nodes (nothing below
+    PROGRESS_MIN_NODES), with the seconds so far."""
+    if total < PROGRESS_MIN_NODES:
+        return lambda: None
+    lock, started, done = threading.Lock(), time.monotonic(), [0]
+    step = max(1, total // 10)
+
+    def report() -> None:
+        with lock:  # the message too: in order
+            done[0] += 1
+            if done[0] % step == 0 or done[0] == total:
+                message(f"{what}: {done[0]}/{total} nodes configured ({time.monotonic() - started:.1f} s)")
+    return report
 
 
 def with_passthrough(ingress: dict[str, Impairment], labels: dict[str, str], hold: LinkdHold, armed: dict[str, str]

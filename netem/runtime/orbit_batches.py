@@ -1,4 +1,4 @@
-"""Orbit steps on kernel NetEm and nft, planned ahead (issue 27 item 3): what each node of the next step must
+"""Orbit steps on kernel NetEm and nft, planned ahead: what each node of the next step must
 change, as the lines its long-lived `tc -force -batch -` and `nft -i` processes (swarm.runtime.shell) take,
 worked out while the driver waits for the step (pure), so at the step's instant the driver only writes them.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from netem.engines import Engine
+from netem.engines.base import Engine
 from netem.incremental import tc_changes
 from netem.spec.links import DirectedLinks
 from netem.state import node_links, signature
@@ -52,12 +52,12 @@ def plan_node_batch(engine: Engine, node: str, rec: dict, links: DirectedLinks, 
     """The batch that takes `node` from what its record says is applied (`rec`, `tc_prev`: the tc plan in
     place) to `links`; None when the node needs the controller's full apply (see the module docstring)."""
     iface = rec.get("iface")
-    if (engine.name == "userspace" or rec.get("stale") or not iface or tc_prev is None or "nft" not in rec
+    if (not engine.plans_ahead or rec.get("stale") or not iface or tc_prev is None or "nft" not in rec
             or rec.get("tc") != signature(tc_prev) or rec.get("linkd_links") or "tcp_buffers" in rec):
         return None
     egress, ingress, labels = node_links(links, node, by_mac)
     cmds = engine.plan_node(iface, egress, ingress, labels)
-    if cmds.linkd or cmds.segment != ("gso_saved" in rec):
+    if cmds.segment != ("gso_saved" in rec):
         return None
     out = NodeBatch(node, cmds.tc, signature(cmds.tc), signature(cmds.nft))
     if out.tc_sig != rec["tc"]:

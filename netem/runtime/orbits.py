@@ -38,7 +38,7 @@ import threading
 import time
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from netem.incremental import tc_changes
 from netem.spec.links import NONE, DirectedLinks, Impairment
@@ -48,7 +48,7 @@ from netem.runtime.orbit_batches import NodeBatch, PreparedStep, plan_node_batch
 from netem.runtime.orbit_schedule import LEAD_S, EngineSchedule, step_summary, wanted
 from netem.state import node_links, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
-from swarm.observe.events import caused_by, emit
+from swarm.observe.events import emit
 from swarm.observe.track import publish as publish_track
 from swarm.runtime.shell import NFT, TC
 
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 __all__ = ["LinkTimelineDriver", "LINK_COLUMNS", "check_plan_nodes", "links_csv_writer"]
 DOWN = Impairment(up=False)
 SAVE_EVERY_S = 5.0
-#: "0": every tc/nft change of a step is a process of its own again (the figures before issue 27's batching)
+#: "0": every tc/nft change of a step is a process of its own again (to compare with the batched shells)
 SHELLS_ENV = "SWARM_ORBITS_SHELLS"
 
 
@@ -121,12 +121,14 @@ class LinkTimelineDriver:
         self.counts = {"tc_in_place": 0, "tc_rebuilt": 0, "nft": 0}
         self._count_lock = threading.Lock()
         self.shell_stats: dict[str, int | float] = {}
+        self._downs: dict[int, tuple[Impairment, Impairment]] = {}  # id(condition) -> (it, it down), see _down
+        self._schedule: Optional[tuple[EngineSchedule, bool]] = None  # built by prepare(), see _build_schedule
 
     # ------------------------------------------------------------------------------- conditions
     def conditions(self, a: str, b: str, up: bool, delay_ms: float, rate: int) -> tuple[Impairment, Impairment]:
         """The conditions of a->b and b->a for one planned state."""
         if not up:
-            return self.base.get((a, b), NONE).merge(DOWN), self.base.get((b, a), NONE).merge(DOWN)
+            return self._down(self.base.get((a, b), NONE)), self._down(self.base.get((b, a), NONE))
         values: dict = {}
         if self.apply_delay and delay_ms == delay_ms:  # not NaN
             values["delay"] = round(float(delay_ms), 3)
@@ -134,6 +136,14 @@ class LinkTimelineDriver:
             values["rate"] = int(rate)
         orbit = Impairment.model_validate(values) if values else NONE
         return self.base.get((a, b), NONE).merge(orbit), self.base.get((b, a), NONE).merge(orbit)
+
+    def _down(self, imp: Impairment) -> Impairment:
+        """`imp` with the link down, made once per distinct condition (an orbit plan's initial state puts
+        most of N(N-1) pairs down: one object for all of them, not a model per pair)."""
+        key = id(imp)
+        if key not in self._downs:
+            self._downs[key] = (imp, imp.merge(DOWN))
+        return self._downs[key][1]
 
     def _set(self, a: str, b: str, ab: Impairment, ba: Impairment,
              eff: Optional[dict[str, DirectedLinks]] = None) -> None:
@@ -198,11 +208,15 @@ class LinkTimelineDriver:
     def _save(self, events: bool = False) -> None:
         """links.json: the configured conditions with the plan's current ones, and the per-node records.
         `events`: log the changes since the last save (the initial state; later steps log their own rows)."""
-        with caused_by("orbit schedule"), self.ctl.transaction(events) as state:
+        with self.ctl.caused_by("orbit schedule").transaction(events) as state:
             merged = dict(self.base)
             for links in self.eff.values():
                 merged.update(links)
-            state.base = {p: imp for p, imp in merged.items() if imp.values()}
+            kept: dict[int, bool] = {}  # per distinct condition object (the plan's `down` is one on most pairs)
+            for imp in merged.values():
+                if id(imp) not in kept:
+                    kept[id(imp)] = bool(imp.values())
+            state.base = merged if all(kept.values()) else {p: imp for p, imp in merged.items() if kept[id(imp)]}
             state.nodes.update({n: rec for n, rec in self.recs.items()})
         self._last_save = time.monotonic()
 
@@ -220,15 +234,29 @@ class LinkTimelineDriver:
         first = self.plan.timeline[self.plan.timeline["t_start"] == 0]
         for r in first.itertuples(index=False):
             self._set(r.a, r.b, *self.conditions(r.a, r.b, bool(r.up), r.delay_ms, int(r.rate)))
-        for a, b in self.plan.never_up():
-            self._set(a, b, *self.conditions(a, b, False, float("nan"), 0))
-        done = self._apply_nodes(list(self.plan.nodes), pool, force=True)
+        base, eff = self.base, self.eff
+        for a, b in self.plan.never_up():  # most of N(N-1)/2 pairs: down, with no check per pair (never empty)
+            ab, ba = self._down(base.get((a, b), NONE)), self._down(base.get((b, a), NONE))
+            eff[a][(a, b)] = eff[b][(a, b)] = ab
+            eff[a][(b, a)] = eff[b][(b, a)] = ba
+        try:
+            with self.ctl.linkd.batched_rules() as batched:  # the swarm's rules at its hop in one iptables-restore
+                done = self._apply_nodes(list(self.plan.nodes), pool, force=True)
+        except CommandError as exc:
+            for name in batched:
+                self.recs.setdefault(name, {})["stale"] = True
+            self._save()
+            raise RuntimeFailure(f"orbits: initial link state: the rules at the swarm's hop not set: {str(exc)[:300]}") \
+                from None
         failed = [(n, e) for n, (_, e) in done.items() if e]
         self._save(events=True)
         if failed:
             raise RuntimeFailure(f"orbits: initial link state not applied on {len(failed)} node(s): "
                                  f"{failed[0][0]}: {failed[0][1]}")
         self.initial_s = time.time() - started
+        self.message(f"orbits: initial link state on {len(self.plan.nodes)} nodes in {self.initial_s:.1f} s")
+        if self.engine.schedules and wanted():  # the engines' schedule, built before a release is chosen
+            self._schedule = self._build_schedule()
         return self.initial_s
 
     def run(self, release: Optional[float] = None, progress: Callable[[float, float, str], None] = lambda d, t, w: None
@@ -249,6 +277,7 @@ class LinkTimelineDriver:
         wall_len = self.plan.duration / self.speedup
         step_rows: list[dict] = []
         initial_s = self.initial_s
+        assert self._pool is not None and initial_s is not None  # both made by prepare() above
         with self._pool as pool:
             t0 = release if release is not None else time.time()
             if self.orbits is not None:  # the live view's map: where the nodes are at each plan second
@@ -331,7 +360,7 @@ class LinkTimelineDriver:
         its long-lived processes. None where steps are not applied through those (the userspace engine,
         $SWARM_ORBITS_SHELLS=0, TCP buffers sized per step)."""
         links = self.ctl.swarm.spec.links
-        if (self.ctl.shells is None or self.engine.name == "userspace"
+        if (self.ctl.shells is None or not self.engine.plans_ahead
                 or (links is not None and links.tcp_buffers == "bdp")):
             return None
         t, rows = step
@@ -403,7 +432,7 @@ class LinkTimelineDriver:
     def _apply_batch(self, batch: list, pool) -> tuple[dict[tuple[str, str], object], set[str], dict]:
         """The latest row of every link changed in `batch` (steps that came due together) set and applied:
         (those rows by link, the nodes touched, per node (applied at, error))."""
-        latest: dict[tuple[str, str], object] = {}
+        latest: dict[tuple[str, str], Any] = {}  # a plan row (a pandas itertuples record)
         for _, rows in batch:
             for r in rows.itertuples(index=False):
                 latest[(r.a, r.b)] = r
@@ -437,15 +466,24 @@ class LinkTimelineDriver:
         """With the userspace engine: hand it the whole plan and let it apply each change at its instant
         (netem.runtime.orbit_schedule); its measured lags go to links.csv. None where that does not apply (another
         engine, $SWARM_ORBITS_ENGINE_SCHEDULE=0, a link no engine holds): the driver then applies each step."""
-        if self.engine.name != "userspace" or not wanted():
+        if not self.engine.schedules or not wanted():
             return None
         t0 = release if release is not None else time.time() + LEAD_S
-        if self.orbits is not None:  # the live view's map, as in the driver's own loop
-            publish_track(self.ctl.dir, self.orbits, t0, self.speedup)
-        sched = EngineSchedule(self, t0)
-        if not sched.build():
+        sched, built = self._schedule if self._schedule is not None else self._build_schedule()
+        self._schedule = None
+        if not built:
             self.message("orbits: a link of the plan is not held by the userspace engine: the driver applies each step")
             return None
+        sched.shift(t0 - sched.t0)  # built ahead (prepare) from instant 0: now at the release
+        late = time.time() + LEAD_S - sched.t0
+        if release is None and late > 0:  # building took longer than the lead (a large plan): start later
+            if late >= 0.1:
+                self.message(f"orbits: handing {len(sched.changes)} changes to the engines took {late + LEAD_S:.1f} s; "
+                             f"the plan starts {late:.1f} s later than it would have")
+            sched.shift(late)
+        t0 = sched.t0
+        if self.orbits is not None:  # the live view's map, as in the driver's own loop
+            publish_track(self.ctl.dir, self.orbits, t0, self.speedup)
         try:
             missing = sched.run(progress, self.stop_event)
         finally:
@@ -464,6 +502,12 @@ class LinkTimelineDriver:
                         "stopped": self.stop_event.is_set(), "applied_by": "engine", "engine_entries": entries,
                         "engines": len(sched.entries)}
         return self.summary
+
+    def _build_schedule(self) -> tuple[EngineSchedule, bool]:
+        """The plan as engine entries from instant 0 (shifted to the release when it runs): at 1,000 nodes the
+        ~7,000 changes of two minutes take seconds to build, longer than a release's lead."""
+        sched = EngineSchedule(self, 0.0)
+        return sched, sched.build()
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -88,6 +88,7 @@ def check_cfs(spec: SwarmSpec, nodes: list[NodePlan], backend: BackendTraits) ->
                         f"segments); got backend {backend.name!r}")
     checked: set[str] = set()
     for node in todo:
+        assert node.spec.cfs is not None  # todo holds the nodes with a cfs section
         install = node.spec.cfs.install
         if install in checked:
             continue
@@ -129,6 +130,10 @@ class CfsRuntime:
 
     images: dict[str, str] = field(default_factory=dict)
     ulimits: dict[str, int] = field(default_factory=dict)
+
+
+#: A swarm without cFS nodes (or before their images are built): no images, no ulimits.
+NO_CFS = CfsRuntime()
 
 
 def cfs_service(node: NodePlan, runtime: CfsRuntime) -> dict:

@@ -3,7 +3,7 @@
     swarm impair my-swarm --between sat01 sat02 --delay 100ms --loss 2%   # change at run time (others kept)
     swarm impair my-swarm --node sat03 --direction out --rate 5Mbit       # all that sat03 sends
     swarm impair my-swarm --all --profile jaxa-loss5                       # every link
-    swarm impair my-swarm --show [--json]                                  # current conditions, per link
+    swarm impair my-swarm --show [--all] [--json]                          # current conditions (--all: every link)
     swarm impair my-swarm --clear [--between A B | --node N]               # back to no conditions
     swarm fault my-swarm cut sat01 sat03
     swarm fault my-swarm heal [sat01 sat03]                                # no pair: heal every cut and partition
@@ -26,6 +26,10 @@ from netem.spec.links import LinkValues, _validate
 from swarm.cli.console import out
 from swarm.cli.mesh import wait_after_fault
 from swarm.runtime.swarm import Swarm
+
+#: links above which `impair --show` prints one line per condition rather than per link (--all: every link)
+SHOW_LINES = 200
+
 
 def register(cli: click.Group) -> None:
     """Add `impair` and `fault` to the `swarm` command group."""
@@ -53,7 +57,9 @@ def register(cli: click.Group) -> None:
 @click.option("--duplicate", help="Duplicated packets, e.g. 1%.")
 @click.option("--reorder", help="Reordered packets, e.g. 5% (needs a delay).")
 @click.option("--up/--down", "up", default=None, help="Link administratively up or down (down drops everything).")
-@click.option("--show", is_flag=True, help="Print the current conditions per directed link and the engine.")
+@click.option("--show", is_flag=True, help="Print the current conditions and the engine: per directed link, or above "
+                                           f"{SHOW_LINES} links one line per condition (how many links, examples); "
+                                           "with --all every link.")
 @click.option("--json", "as_json", is_flag=True, help="With --show: machine-readable.")
 @click.option("--clear", is_flag=True, help="Remove conditions: of the selected links, or (no selection) all, "
                                             "with every cut and everything the framework set in the nodes.")
@@ -77,9 +83,9 @@ def impair(name, between, node, all_links, direction, profile, show, as_json, cl
             out.print(f"swarm {name!r}: every link condition and cut removed")
         return
     if not given and not profile:
-        if between or node or all_links:
+        if between or node or (all_links and not show):
             raise SpecError("impair: give a condition to set (e.g. --loss 2%), or --show, or --clear")
-        return _show(ctl, as_json)
+        return _show(ctl, as_json, every=all_links)
     if show:
         raise SpecError("impair: --show cannot be combined with a change")
     values = _validate(LinkValues, {**given, "profile": profile}, "impair").impairment()
@@ -105,12 +111,25 @@ def applied_at(engine) -> str:
     return getattr(engine, "applied_at", None) or APPLIED_AT.get(engine.name, "inside the nodes, per directed link")
 
 
-def _show(ctl, as_json: bool) -> None:
+def _show_summary(name: str, count: int, groups: list[dict]) -> None:
+    """One line per condition (LinkController.condition_groups): a swarm of hundreds of nodes has up to N(N-1)
+    directed links."""
+    table = Table(title=f"link conditions of {name}: {count:,} directed links, by condition "
+                        "(--show --all: every link)")
+    for col in ("links", "configured", "cut", "in effect", "e.g."):
+        table.add_column(col)
+    for g in groups:
+        table.add_row(f"{g['links']:,}", g["configured"], "cut" if g["cut"] else "", g["effective"],
+                      ", ".join(g["examples"]))
+    out.print(table)
+
+
+def _show(ctl, as_json: bool, every: bool = False) -> None:
     if as_json:
         click.echo(json.dumps(ctl.summary(), indent=1))
         return
 
-    summary = ctl.summary()
+    summary = ctl.summary(every=every, rows_up_to=SHOW_LINES)
     out.print(f"impairment engine: {summary['engine_description']}")
     out.print(f"applied: {applied_at(ctl.engine)}")
     if summary.get("engine_placement"):
@@ -119,6 +138,8 @@ def _show(ctl, as_json: bool) -> None:
         out.print(f"note: {note}")
     if summary["node_faults"]:
         out.print("node faults: " + ", ".join(f"{n} {f}" for n, f in sorted(summary["node_faults"].items())))
+    if "groups" in summary:
+        return _show_summary(ctl.swarm.name, summary["link_count"], summary["groups"])
     rows = summary["links"]
     if not rows:
         out.print(f"swarm {ctl.swarm.name!r}: no link conditions set (every link as the host gives it)")

@@ -92,7 +92,7 @@ def mesh(name: str, as_json: bool, wait: bool) -> None:
         conv = "[green]yes[/]" if row["converged"] else f"[red]no[/] {'; '.join(row['problems'][:2])}"
         table.add_row(row["node"], neighbours, hops, conv)
     out.print(table)
-    if m.implementation == "batmand":
+    if m.enabled and m.impl.explains_tq:
         out.print(TQ_NOTE)
     out.print("converged" if report["converged"] else "not converged")
     sys.exit(0 if report["converged"] else 1)

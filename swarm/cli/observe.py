@@ -19,8 +19,8 @@ from swarm.cli.console import err, out
 from swarm.errors import SpecError
 from swarm.observe.events import LogWatch, NodeWatch, follow as follow_events, format_event
 from swarm.runtime.backends import swarm_dir
-from swarm.observe.view import LiveState, bind
-from swarm.observe.capture import IFACES, capture as run_capture, link_ends, node_end
+from swarm.observe.view import LiveState, bind, is_loopback
+from swarm.observe.capture import IFACES, capture as run_capture, check_duration, check_output, link_ends, node_end
 from swarm.runtime.swarm import Swarm
 
 
@@ -38,26 +38,27 @@ def register(cli: click.Group) -> None:
 @click.option("--link", "link", nargs=2, metavar="A B", help="The directed link A -> B, at A's egress and B's ingress.")
 @click.option("--duration", type=float, help="Seconds to capture (default: until Ctrl-C).")
 @click.option("--snaplen", type=int, default=0, help="Bytes kept per packet (default: all).")
-@click.option("-o", "--output", required=True, type=click.Path(), help="The pcapng file to write.")
-def capture(name, node, iface, link, duration, snaplen, output) -> None:
+@click.option("-o", "--output", required=True, type=click.Path(), help="The pcapng file to write (a new name).")
+@click.option("--force", is_flag=True, help="Replace -o if it exists (a link there is replaced, not followed).")
+def capture(name, node, iface, link, duration, snaplen, output, force) -> None:
     """Capture packets of running swarm NAME into a pcapng, from the host inside the nodes' network namespaces
     (no tools needed in the node image). A link is taken at both ends: interface 0 of the file is the sender's
     egress, interface 1 the receiver's ingress."""
     if (node is None) == (link is None):
         raise SpecError("capture: give exactly one of --node N or --link A B")
-    if duration is not None and duration <= 0:
-        raise SpecError(f"--duration {duration:g}: must be > 0 seconds")
+    check_duration(duration)
     if snaplen < 0:
         raise SpecError(f"--snaplen {snaplen}: must be >= 0")
+    path = Path(output)
+    check_output(path, force)  # before attaching: bad input is one line whatever the swarm
     swarm = Swarm.attach(name)
     ends = link_ends(swarm.node(link[0]), swarm.node(link[1])) if link else [node_end(swarm.node(node), iface)]
-    path = Path(output)
 
     def started(running) -> None:
         what = ", ".join(f"{r.end.node} {r.iface}" for r in running)
         err.print(f"capturing on {what} " + (f"for {duration:g} s" if duration else "until Ctrl-C"))
 
-    counts, fate = run_capture(swarm, ends, path, duration=duration, snaplen=snaplen, started=started)
+    counts, fate = run_capture(swarm, ends, path, duration=duration, snaplen=snaplen, started=started, force=force)
     out.print(f"wrote {path}: " + "; ".join(f"{label}: {n if n is not None else '?'} packets" for label, n in counts))
     if fate:
         out.print(f"{link[0]} -> {link[1]}: {fate['sent']} frames sent, {fate['arrived']} arrived, {fate['lost']} lost, "
@@ -93,7 +94,8 @@ def events(name, as_json, follow, history) -> None:
 @click.command()
 @click.argument("name")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="TCP port (0: any free one).")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (127.0.0.1: this machine only).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (127.0.0.1: this machine only; any other is warned about: no login).")
 def view(name, port, host) -> None:
     """Serve a live web page of running swarm NAME: its topology with link states and conditions, per-node ISL
     throughput, and the event stream. Until Ctrl-C (the page says DOWN once the swarm is gone)."""
@@ -104,6 +106,10 @@ def view(name, port, host) -> None:
     address, bound_port = server.server_address[:2]
     address = address.decode() if isinstance(address, bytes) else address
     click.echo(f"swarm {name!r}: live view at http://{address}:{bound_port}/  (Ctrl-C to stop)", err=True)
+    if not is_loopback(str(address)):
+        click.echo(f"warning: {address}:{bound_port} is not loopback: anyone who can reach it sees swarm {name!r}'s "
+                   "topology, addresses, link conditions and every event with its command line (read-only, no "
+                   "login); --host 127.0.0.1 keeps it to this machine", err=True)
     try:
         server.serve_forever(poll_interval=0.5)
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Callable
 from pathlib import Path
 
 import click
@@ -21,6 +22,7 @@ from swarm.errors import SpecError
 from swarm.runtime.swarm import Swarm
 from swarm.spec.documents import read_yaml
 from swarm.spec.model import spec_from_dict
+from swarm.spec.dtn import node_numbers
 
 # The planner, its report and the driver pull in numpy, pandas and matplotlib (~1.5 s): imported in the
 # commands that use them, so the other `swarm` commands start fast.
@@ -65,12 +67,15 @@ def plan_cmd(file: str, out_dir: str | None, as_json: bool) -> None:
 
 
 def _swarm_numbers(file: str) -> dict[str, int] | None:
-    """ION/HDTN node numbers in the swarm's node order (node i = ipn:i) when FILE is a swarm spec with
+    """ION/HDTN node numbers in the swarm's node order (node i = ipn:i, or a DTN node's own ipn number) when FILE
+    is a swarm spec with
     `orbits:`; None (plan order) otherwise."""
     data = read_yaml(file, "orbits file")
     if not (isinstance(data, dict) and "name" in data and any(k in data for k in ("nodes", "node_list", "groups"))):
         return None
-    return {n.name: i for i, n in enumerate(spec_from_dict(data, file).resolved_nodes(), start=1)}
+    nodes = spec_from_dict(data, file).resolved_nodes()
+    # a DTN node's number is its ipn number (dtn.number / LTP engine ID, else its index), as its agent uses
+    return {**{n.name: i for i, n in enumerate(nodes, start=1)}, **node_numbers({n.name: n.dtn for n in nodes})}
 
 
 @orbits.command("apply")
@@ -81,6 +86,18 @@ def _swarm_numbers(file: str) -> dict[str, int] | None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Folder for links.csv and the plan (default: results/orbits-<name>-<UTC time>).")
 @click.option("--keep", is_flag=True, help="Leave the plan's last link state in place (default: restore the spec's).")
+def every_seconds(period: float, report: Callable[[float, float, str], None]) -> Callable[[float, float, str], None]:
+    """`report` at most once per `period` seconds, and at the plan's end (a progress line, not one per poll)."""
+    last = [float("-inf")]
+
+    def throttled(done: float, total: float, what: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= period or done >= total:
+            last[0] = now
+            report(done, total, what)
+    return throttled
+
+
 def apply_cmd(name: str, file: str | None, speedup: float, out_dir: str | None, keep: bool) -> None:
     """Make running swarm NAME's links follow an orbit plan live (FILE's, or the `orbits:` of NAME's spec);
     every update's lag goes to links.csv."""
@@ -109,7 +126,8 @@ def apply_cmd(name: str, file: str | None, speedup: float, out_dir: str | None, 
     err.print(f"swarm {name!r}: following {file or 'its orbits'} ({plan.duration:g} s of orbit at x{speedup:g}: "
               f"{plan.duration / speedup:.0f} s); Ctrl-C stops")
     try:
-        summary = driver.run()
+        summary = driver.run(progress=every_seconds(10.0, lambda done, total, what: err.print(
+            f"orbits: {done:.0f}/{total:.0f} s: {what}")))
     except KeyboardInterrupt:
         driver.stop()
         raise

@@ -1,5 +1,6 @@
-"""B.A.T.M.A.N. mesh on the ISL network (pure): plans, route parsing and convergence. The spec piece is
-swarm/spec/mesh.py, the code that runs it in a swarm swarm/runtime/mesh.py.
+"""B.A.T.M.A.N. mesh on the ISL network (pure): what the implementations share (originators, convergence, the
+mesh.csv row). Each implementation's plans and parsers are in swarm/mesh/implementations/ (batmand.py,
+batman_adv.py); the spec piece is swarm/spec/mesh.py, the code that runs it in a swarm swarm/runtime/mesh.py.
 
 Spec key (swarm spec, validated; an unknown value is one line, exit 2, nothing started):
 
@@ -40,77 +41,14 @@ hears directly, and no route to a node it cannot reach. The swarm has converged 
 """
 from __future__ import annotations
 
-import ipaddress
-import json
 from collections import deque
 from dataclasses import dataclass, field
 
-from swarm.spec.mesh import MeshSpec
-
-BATMAND_HOST_TABLE = 66  # batmand's rt_table_hosts (`batmand -i`): one route per originator
-BATADV_OVERHEAD = 32  # bytes batman-adv adds to every frame on the hard interface
-BATADV_IF = "bat0"
+BATADV_IF = "bat0"  # batman-adv's mesh interface (the link controller and capture find the ISL interface under it)
 STABLE_S = 2.0  # routes must stay converged and unchanged this long before `up`, `fault` and `mesh --wait` say so
 POLL_S = 0.5  # route snapshot period; a figure's resolution is about this plus one snapshot (kept as resolution_s)
 MESH_COLUMNS = ["run_id", "test_id", "size", "implementation", "event", "args", "event_ts", "converged_ts",
                 "converge_s", "resolution_s", "converged", "polls"]
-
-
-# ------------------------------------------------------------------------------------------ plans (pure)
-def batmand_argv(mesh: MeshSpec, iface: str) -> list[str]:
-    """The batmand command of one node: in the foreground (its process is the node's, removed with it)."""
-    purge = ["--purge-timeout", str(mesh.purge_timeout)] if mesh.purge_timeout is not None else []
-    return ["batmand", "--no-detach", "-o", str(mesh.ogm_interval), *purge, iface]
-
-
-def batmand_query_argv(level: int = 1) -> list[str]:
-    """batmand's client mode: one snapshot of its originator table (level 1) over the control socket."""
-    return ["batmand", "-c", "-b", "-d", str(level)]
-
-
-def plan_batman_adv(mesh: MeshSpec, iface: str, ip: str, prefixlen: int, mtu: int) -> list[list[str]]:
-    """Commands that put one node's ISL interface under batman-adv: bat0 over it, the address on bat0.
-
-    Bridge loop avoidance (BLA) is switched off before bat0 comes up. BLA guards against loops when bat0 is
-    bridged with a LAN that also reaches other mesh nodes; a swarm node's bat0 is bridged to nothing. With BLA
-    on, batman-adv drops every broadcast arriving from the mesh while its backbone-gateway requests are in
-    flight (batadv_bla_rx: "don't allow broadcasts while requests are in flight"; the first ~30 s, three BLA
-    periods of 10 s), ARP requests included, so IP over bat0 did not work for ~30 s after start. Measured in
-    the kernel lab (Debian 6.1, batman-adv 2022.3, 4 nodes): first ping over bat0 after ~30 s with BLA on,
-    ~2 s with it off."""
-    return [
-        ["ip", "link", "add", BATADV_IF, "type", "batadv"],
-        ["ip", "link", "set", "dev", iface, "master", BATADV_IF],
-        ["ip", "link", "set", "dev", BATADV_IF, "mtu", str(mtu - BATADV_OVERHEAD)],
-        ["batctl", "meshif", BATADV_IF, "bridge_loop_avoidance", "0"],
-        ["batctl", "meshif", BATADV_IF, "orig_interval", str(mesh.ogm_interval)],
-        ["ip", "addr", "del", f"{ip}/{prefixlen}", "dev", iface],
-        ["ip", "addr", "add", f"{ip}/{prefixlen}", "brd", "+", "dev", BATADV_IF],
-        ["ip", "link", "set", "dev", BATADV_IF, "up"],
-    ]
-
-
-def batadv_originators_argv() -> list[str]:
-    """batman-adv's originator table over netlink, as JSON (batctl >= 2021.1)."""
-    return ["batctl", "meshif", BATADV_IF, "originators_json"]
-
-
-def batadv_neighbours_argv() -> list[str]:
-    """batman-adv's neighbour table (nodes heard directly) over netlink, as JSON."""
-    return ["batctl", "meshif", BATADV_IF, "neighbors_json"]
-
-
-# --------------------------------------------------------------------------------------- parsing (pure)
-def parse_route_table(text: str) -> dict[str, str]:
-    """`ip -j route show table 66` -> {destination address: next-hop address} (a neighbour is its own)."""
-    routes = {}
-    for entry in json.loads(text or "[]"):
-        dst = entry.get("dst", "")
-        if entry.get("type", "unicast") != "unicast" or not dst or "/" in dst and not dst.endswith("/32"):
-            continue
-        dst = dst.removesuffix("/32")
-        routes[dst] = entry.get("gateway", dst)
-    return routes
 
 
 def enslaved_interfaces(text: str) -> list[str]:
@@ -131,47 +69,6 @@ class Originator:
     tq: int
     next_hop: str
     candidates: dict[str, int]
-
-
-def parse_batmand_originators(text: str) -> list[Originator]:
-    """`batmand -c -b -d 1` output -> originators (the header line and anything unparsable skipped)."""
-    out = []
-    for line in text.splitlines():
-        head, sep, rest = line.partition("]:")
-        if not sep:
-            continue
-        fields = head.replace("(", " ").replace(")", " ").replace("[", " ").split()
-        try:
-            address, tq, next_hop = str(ipaddress.IPv4Address(fields[0])), int(fields[1]), fields[2]
-        except (ValueError, IndexError):
-            continue
-        cand = rest.replace("(", " ").replace(")", " ").split()
-        candidates = {cand[i]: int(cand[i + 1]) for i in range(0, len(cand) - 1, 2) if cand[i + 1].isdigit()}
-        out.append(Originator(address, tq, next_hop, candidates))
-    return out
-
-
-def parse_batadv_originators(text: str) -> list[Originator]:
-    """`batctl meshif bat0 originators_json` -> originators (addresses: MACs of the nodes' ISL interfaces,
-    lowercase): the next hop flagged `best` and every candidate next hop with its TQ. An originator with no
-    best entry (being purged) has no route and is left out."""
-    best: dict[str, tuple[str, int]] = {}
-    candidates: dict[str, dict[str, int]] = {}
-    for entry in json.loads(text or "[]"):
-        orig, neigh = str(entry.get("orig_address", "")).lower(), str(entry.get("neigh_address", "")).lower()
-        if not orig or not neigh:
-            continue
-        tq = int(entry.get("tq", 0))
-        candidates.setdefault(orig, {})[neigh] = tq
-        if entry.get("best"):
-            best[orig] = (neigh, tq)
-    return [Originator(orig, best[orig][1], best[orig][0], candidates[orig]) for orig in candidates if orig in best]
-
-
-def parse_batadv_neighbours(text: str) -> dict[str, float]:
-    """`batctl meshif bat0 neighbors_json` -> {neighbour MAC: seconds since last heard}."""
-    return {str(e["neigh_address"]).lower(): int(e.get("last_seen_msecs", 0)) / 1000
-            for e in json.loads(text or "[]") if e.get("neigh_address")}
 
 
 # ------------------------------------------------------------------------------------ convergence (pure)

@@ -17,9 +17,12 @@ tap, so the egress capture then shows what left the qdisc.
 """
 from __future__ import annotations
 
+import math
+import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -79,21 +82,29 @@ def dumpcap_argv(iface: str, out: str, *, filt: str = "", snaplen: int = 0, dura
     return argv
 
 
-def check_output(path: Path) -> None:
-    """The output path can be written (SpecError, one line, before anything starts)."""
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
+def check_output(path: Path, force: bool = False) -> None:
+    """-o, before anything starts (SpecError, one line): refused when it exists and `force` is not given, when
+    it is not a regular file (a FIFO would hang dumpcap, a device or folder is no capture file) or when its
+    folder is missing. It is never opened: the capture is written in a folder made beside it and renamed onto
+    it at the end, so a link there is replaced, never written through."""
+    if path.is_dir() and not path.is_symlink():
         raise SpecError(f"-o {str(path)!r}: is a directory")
+    if os.path.lexists(path):
+        mode = os.lstat(path).st_mode
+        if not force:
+            link = " (a symbolic link)" if stat.S_ISLNK(mode) else ""
+            raise SpecError(f"-o {str(path)!r}: already exists{link}; give --force to replace it")
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            raise SpecError(f"-o {str(path)!r}: not a regular file; give a file name")
+    parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise SpecError(f"-o {str(path)!r}: no such directory {str(parent)!r}")
-    existed = path.exists()
-    try:
-        with open(path, "ab"):
-            pass
-    except OSError as exc:
-        raise SpecError(f"-o {str(path)!r}: not writable ({exc.strerror})") from None
-    if not existed:
-        path.unlink()
+
+
+def check_duration(duration: float | None) -> None:
+    """--duration: whole seconds, at least 1 (dumpcap stops on whole seconds); SpecError, one line."""
+    if duration is not None and not (math.isfinite(duration) and duration >= 1 and float(duration).is_integer()):
+        raise SpecError(f"--duration {duration:g}: whole seconds, at least 1 (dumpcap stops on whole seconds)")
 
 
 def host_netns_prefix(swarm, node: str) -> list[str]:
@@ -189,12 +200,53 @@ class Running:
         return int(found[-1]) if found else None
 
 
+TMP_PREFIX = "swarm-capture-"
+_TMP_RE = re.compile(re.escape(TMP_PREFIX) + r"(\d+)-[A-Za-z0-9_]+")
+_TMP_FILE_RE = re.compile(r"\d+-[a-z0-9-]+\.(pcapng|log)|merged\.pcapng|out\.pcapng")
+
+
+def stale_capture_folders(parent: Path) -> list[Path]:
+    """The temporary folders in `parent` of captures that were killed (SIGKILL leaves them): named
+    swarm-capture-<pid>-..., a real folder of this user whose pid no longer runs, holding only a capture's
+    files. Anything else with that name is left alone."""
+    found = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return []
+    for entry in entries:
+        m = _TMP_RE.fullmatch(entry.name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            st = os.lstat(entry.path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            os.kill(int(m.group(1)), 0)
+            continue  # its capture still runs
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        try:
+            if all(_TMP_FILE_RE.fullmatch(name) for name in os.listdir(entry.path)):
+                found.append(Path(entry.path))
+        except OSError:
+            continue
+    return found
+
+
 class Capture:
     """Runs the dumpcaps of a selection in the swarm's node namespaces and writes one pcapng."""
 
     def __init__(self, swarm, ends: list[CaptureEnd], output: Path, *, snaplen: int = 0,
-                 ring: tuple[int, int] | None = None):
+                 ring: tuple[int, int] | None = None, force: bool = False, die_with_parent: bool = False):
         self.swarm = swarm
+        self.force = force  # replace an existing output (a link there is replaced, not followed)
+        #: the dumpcaps end when the thread that starts them ends, however (`swarm capture` killed): a CLI's
+        #: capture, started from its main thread; a run's captures (swarm.observe.runcapture) are stopped by
+        #: the run, from threads that end before them
+        self.die_with_parent = die_with_parent
         self.ends = ends
         self.output = output
         self.snaplen = snaplen
@@ -210,30 +262,35 @@ class Capture:
         running) when one does not."""
         if shutil.which("dumpcap") is None:
             raise SpecError("capture: dumpcap not installed (Debian package wireshark-common; `make setup`)")
-        check_output(self.output)
+        check_output(self.output, self.force)
         runner = self.swarm.runner
-        resolved = []
-        for end in self.ends:  # everything resolved before the first dumpcap starts
-            plan = self.swarm.node(end.node)
-            prefix = host_netns_prefix(self.swarm, end.node)
-            ip = plan.isl_ip if end.network == "isl" else plan.ground_ip
-            resolved.append((end, prefix, interface_of(runner, prefix, ip, end.node)))
-        self.tmp = Path(tempfile.mkdtemp(prefix="swarm-capture-", dir=self.output.parent))
+        for stale in stale_capture_folders(self.output.parent):  # a killed capture's: its dumpcaps died with it
+            shutil.rmtree(stale, ignore_errors=True)
+        try:  # 0700, a name nobody else has: what dumpcap writes is renamed onto the output at the end
+            self.tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=self.output.parent))
+        except OSError as exc:
+            raise SpecError(f"-o {str(self.output)!r}: not writable ({exc.strerror})") from None
         try:
+            resolved = []
+            for end in self.ends:  # everything resolved before the first dumpcap starts
+                plan = self.swarm.node(end.node)
+                prefix = host_netns_prefix(self.swarm, end.node)
+                ip = plan.isl_ip if end.network == "isl" else plan.ground_ip
+                resolved.append((end, prefix, interface_of(runner, prefix, ip, end.node)))
             for i, (end, prefix, iface) in enumerate(resolved):
-                single = len(resolved) == 1 and not self.ring
-                file = self.output if single else self.tmp / f"{i}-{end.node}.pcapng"
+                file = self.tmp / f"{i}-{end.node}.pcapng"
                 if self.ring:
                     file = self.output.parent / f"{self.output.stem}-{i}-{end.node}{self.output.suffix or '.pcapng'}"
                 log = self.tmp / f"{i}-{end.node}.log"
                 argv = [*prefix, *proto.labelled(dumpcap_argv(iface, str(file), filt=end.filter, snaplen=self.snaplen,
                                                               duration=duration, ring=self.ring),
                                                  proto.label(self.swarm.name, end.node))]
-                self.running.append(Running(end, iface, file, log, runner.start(argv, stdout_path=str(log))))
+                proc = runner.start(argv, stdout_path=str(log), die_with_parent=self.die_with_parent)
+                self.running.append(Running(end, iface, file, log, proc))
             self._wait_started()
         except BaseException:
             self.stop()
-            self._cleanup(keep_output=False)
+            self._cleanup()
             raise
 
     def _wait_started(self) -> None:
@@ -282,8 +339,10 @@ class Capture:
         counts = [(f"{r.end.label} on {r.iface}", r.packets()) for r in self.running]
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave half a file
         try:
+            assert self.tmp is not None  # made by start(), which ran before any end was running
+            if len(self.running) == 1 and not self.ring:
+                self._publish(self.running[0].file)
             if len(self.running) > 1 and not self.ring:
-                assert self.tmp is not None  # made by start(), which ran before any end was running
                 merged = self.tmp / "merged.pcapng"
                 self.swarm.runner.run(["mergecap", "-F", "pcapng", "-I", "none", "-w", str(merged),
                                        *(str(r.file) for r in self.running)], timeout=600)
@@ -296,11 +355,26 @@ class Capture:
                     comment += (f"; packet comments: what the two ends saw (frame matched by its bytes), "
                                 f"{len(comments)} of {self.link_counts['sent'] + self.link_counts['arrived']} frames")
                 self.swarm.runner.run(["editcap", "--capture-comment", f"swarm {self.swarm.name}: {comment}",
-                                       *per_packet, str(merged), str(self.output)], timeout=600)
+                                       *per_packet, str(merged), str(self.tmp / "out.pcapng")], timeout=600)
+                self._publish(self.tmp / "out.pcapng")
         finally:
-            self._cleanup(keep_output=True)
+            self._cleanup()
             signal.signal(signal.SIGINT, previous)
         return counts
+
+    def _publish(self, file: Path) -> None:
+        """`file` becomes the output: renamed over it with --force (a link there is replaced), else hard-linked
+        to the name, which fails if something took that name during the capture (then the file is kept)."""
+        try:
+            if self.force:
+                os.replace(file, self.output)
+            else:
+                os.link(file, self.output)
+        except OSError as exc:  # the name was taken meanwhile, or (a sticky folder) is someone else's
+            kept = self.output.with_name(f"{self.output.name}.{os.getpid()}.pcapng")
+            os.replace(file, kept)
+            why = "appeared during the capture" if isinstance(exc, FileExistsError) else exc.strerror
+            raise RuntimeFailure(f"-o {str(self.output)!r}: {why}; the capture is in {kept}") from None
 
     def _frames(self, path: Path) -> list[tuple[int, int, float, str]]:
         res = self.swarm.runner.run(["tshark", "-r", str(path), "-o", "frame.generate_md5_hash:TRUE", "-T", "fields",
@@ -313,20 +387,21 @@ class Capture:
                 out.append((int(f[0]), int(f[1] or 0), float(f[2]), f[3]))
         return out
 
-    def _cleanup(self, keep_output: bool) -> None:
+    def _cleanup(self) -> None:
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
-        if not keep_output and self.output.exists() and self.output.stat().st_size == 0:
-            self.output.unlink()
 
 
 def capture(swarm, ends: list[CaptureEnd], output: Path, *, duration: float | None = None, snaplen: int = 0,
-            started: Callable[[list[Running]], None] = lambda _r: None) -> tuple[list[tuple[str, int | None]], dict]:
+            started: Callable[[list[Running]], None] = lambda _r: None,
+            force: bool = False) -> tuple[list[tuple[str, int | None]], dict]:
     """Capture `ends` into `output` for `duration` seconds or until Ctrl-C; (label, packets) per end, and for a
-    link what became of its frames (sent, arrived, lost, duplicated, unmatched)."""
-    cap = Capture(swarm, ends, output, snaplen=snaplen)
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # a kill stops the dumpcaps too, like Ctrl-C
+    link what became of its frames (sent, arrived, lost, duplicated, unmatched). SIGTERM and SIGHUP (the
+    terminal gone) stop it like Ctrl-C, the file written; SIGKILL ends the dumpcaps with it (die_with_parent)
+    and the next capture into that folder removes what it left. Call it from the main thread."""
+    cap = Capture(swarm, ends, output, snaplen=snaplen, force=force, die_with_parent=True)
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         cap.start(duration)
         try:  # a kill that lands while `started` reports (before wait() listens for it) stops the dumpcaps too
@@ -336,7 +411,8 @@ def capture(swarm, ends: list[CaptureEnd], output: Path, *, duration: float | No
             cap.stop()
         return cap.finish(), cap.link_counts
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _interrupt(signum, _frame):

@@ -103,15 +103,15 @@ def check_names(section: CaptureSection, nodes: list[str], source: str) -> None:
 
 class RunCaptures:
     """Captures of one experiment run: for each swarm of the run, once it is up, every link and node of the
-    section that is one of its nodes; stopped and merged just before the swarm goes down (a hook of
-    Swarm.down in this process) or when the run ends."""
+    section that is one of its nodes; stopped and merged just before the swarm goes down (`finish`, which the
+    run hands to each swarm it brings up as a `before_down` hook) or when the run ends."""
 
     def __init__(self, section: CaptureSection, swarm_names: list[str], out_dir: Path, workdir: Path, *,
-                 attach: Callable[[str], Any], before_down: list, message: Callable[[str], None] = lambda m: None):
-        """`attach(name)`: the running swarm (Swarm.attach); `before_down`: the list of hooks Swarm.down calls
-        (swarm.runtime.swarm.BEFORE_DOWN), handed in so this module needs no import of the facade."""
+                 attach: Callable[[str], Any], message: Callable[[str], None] = lambda m: None):
+        """`attach(name)`: the running swarm (Swarm.attach), handed in so this module needs no import of the
+        facade."""
         self.section, self.out, self.workdir, self.message = section, out_dir, workdir, message
-        self.attach, self.before_down = attach, before_down
+        self.attach = attach
         self.stop_event = threading.Event()
         self.lock = threading.Lock()
         self.active: dict[str, list[Capture]] = {}
@@ -119,7 +119,6 @@ class RunCaptures:
         self.written: list[Path] = []
 
     def start(self) -> None:
-        self.before_down.append(self._finish)
         for t in self.threads:
             t.start()
 
@@ -128,10 +127,8 @@ class RunCaptures:
         self.stop_event.set()
         for t in self.threads:
             t.join(30)
-        if self._finish in self.before_down:
-            self.before_down.remove(self._finish)
         for name in list(self.active):
-            self._finish(name)
+            self.finish(name)
         return self.written
 
     def _watch(self, name: str) -> None:
@@ -161,14 +158,15 @@ class RunCaptures:
                        if n.node in nodes]
         with self.lock:
             for what, ends in selections:
-                cap = Capture(swarm, ends, self.out / f"{name}-{what}.pcapng", snaplen=self.section.snaplen, ring=ring)
+                cap = Capture(swarm, ends, self.out / f"{name}-{what}.pcapng", snaplen=self.section.snaplen, ring=ring,
+                              force=True)  # the run's own folder: a swarm up again replaces its capture, as before
                 try:
                     cap.start()
                     self.active.setdefault(name, []).append(cap)
                 except Exception as exc:  # noqa: BLE001 - a capture that cannot start is said, the run goes on
                     self.message(f"capture {what}: not started: {exc}")
 
-    def _finish(self, name: str) -> None:
+    def finish(self, name: str) -> None:
         """Stop and merge the captures of swarm `name` (before its interfaces go); never raises."""
         with self.lock:
             caps = self.active.pop(name, [])

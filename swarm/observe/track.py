@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Optional
 
@@ -100,12 +101,58 @@ def positions(doc: dict, t: float) -> dict[str, dict]:
     return out
 
 
+MAX_TRACK_BYTES = 64 << 20  # 1,000 nodes x 720 samples is ~15 MB
+
+
 def read(state_dir: Path) -> Optional[dict]:
-    """The published tracks and clock, None when there are none (no orbit run) or the file is being replaced."""
+    """The published tracks and clock, None when there are none (no orbit run) or the file is being replaced;
+    ValueError (one line naming the file) for one that is not tracks (swarm.observe.track.check)."""
+    path = state_dir / TRACK_FILE
     try:
-        return json.loads((state_dir / TRACK_FILE).read_text())
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        data = f.read(MAX_TRACK_BYTES + 1)
+    if len(data) > MAX_TRACK_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_TRACK_BYTES >> 20} MiB")
+    try:
+        doc = json.loads(data, parse_constant=lambda c: None)  # NaN/Infinity: null, refused by check() below
+    except (ValueError, RecursionError):
+        return None  # being written (publish replaces it atomically, but a copy or an old version may not)
+    problem = check(doc)
+    if problem:
+        raise ValueError(f"{path}: {problem}")
+    return doc
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check(doc) -> str:
+    """What makes `doc` no tracks document (pure), "" when it is one: finite numbers for the clock, sample
+    times, and per node a kind and as many finite latitudes and longitudes as times (or one: a ground station)."""
+    if not isinstance(doc, dict):
+        return "not a JSON object"
+    bad = [k for k in ("duration", "release", "speedup") if not _finite(doc.get(k))]
+    if bad:
+        return f"{bad[0]}: not a finite number"
+    times, nodes = doc.get("times"), doc.get("nodes")
+    if not isinstance(times, list) or not times or not all(_finite(t) for t in times):
+        return "times: not a list of finite numbers"
+    if not isinstance(nodes, dict):
+        return "nodes: not a JSON object"
+    for name, n in nodes.items():
+        if not isinstance(n, dict) or not isinstance(n.get("kind"), str):
+            return f"node {name!r}: no kind"
+        lat, lon = n.get("lat"), n.get("lon")
+        if not (isinstance(lat, list) and isinstance(lon, list) and len(lat) == len(lon) and len(lat) in (1, len(times))
+                and all(_finite(v) for v in lat + lon)):
+            return f"node {name!r}: lat/lon not {len(times)} (or 1) finite numbers each"
+    return ""
 
 
 def great_circle_deg(lat1: float, lon1: float, lat2: float, lon2: float) -> float:

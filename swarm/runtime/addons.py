@@ -4,8 +4,9 @@ small protocol, looked up in a registry like the backends.
 `Swarm.up` runs ordered phases: preflight (the backend's checks, then each add-on's `check`) -> images (the
 node image, then each add-on's `prepare`, which may extend it) -> nodes (the backend starts them and they
 answer) -> add-ons (each one's `start`, in registry order) -> ready. A fault that restarts a node calls every
-add-on's `on_node_restart`. Add-ons receive the swarm's SwarmContext, never the `Swarm` facade, and keep what
-they measured (`facts`). Adding one: subclass AddOn, add it to ADDONS at the place its start belongs.
+add-on's `on_node_restart`. Add-ons receive the swarm's SwarmContext, never the `Swarm` facade, use the services
+it holds (swarm.runtime.services: one link controller, mesh and DTN agents per swarm) and keep what they measured
+(`facts`). Adding one: subclass AddOn, add it to ADDONS at the place its start belongs.
 """
 from __future__ import annotations
 
@@ -13,16 +14,14 @@ import json
 import time
 from typing import ClassVar
 
-from netem.runtime.links import LinkController
 from swarm.runtime.cfs_image import ensure_cfs_image, host_ulimits
-from swarm.cfs.node import OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs
-from swarm.runtime.dtn import DtnAgents
-from swarm.runtime.dtn_image import ensure_dtn_image
+from swarm.cfs.node import NO_CFS, OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs
+from swarm.runtime.dtn_image import check_install_tree, ensure_dtn_image, ensure_tree_image
 from swarm.errors import NodeFailed
 from swarm.mesh.plan import STABLE_S
-from swarm.runtime.mesh import Mesh
-from swarm.spec.mesh import choose_implementation
+from swarm.mesh.implementations import choose_implementation
 from swarm.runtime.context import SwarmContext
+from swarm.runtime.services import dtn_of, links_of, mesh_of
 from swarm.spec.apps import check_runnable
 
 
@@ -67,6 +66,10 @@ class CfsAddOn(AddOn):
     name = "cfs"
     prepare_rank = 2
 
+    def __init__(self) -> None:
+        #: The cFS nodes' images and ulimits (`prepare`), handed to the backend's `up` by Swarm.up.
+        self.runtime = NO_CFS
+
     def enabled(self, ctx: SwarmContext) -> bool:
         return bool(cfs_nodes(ctx.nodes))
 
@@ -74,8 +77,8 @@ class CfsAddOn(AddOn):
         check_cfs(ctx.spec, list(ctx.nodes), ctx.backend.traits)
 
     def prepare(self, ctx: SwarmContext, image: str) -> str:
-        """Build (or find) the cFS image of each install tree and hand them, with the ulimits this host allows,
-        to the backend."""
+        """Build (or find) the cFS image of each install tree and keep them, with the ulimits this host allows,
+        for the backend (`runtime`)."""
         if not ctx.backend.traits.containers:
             return image
         installs = sorted({n.spec.cfs.install for n in cfs_nodes(ctx.nodes) if n.spec.cfs is not None})
@@ -84,7 +87,7 @@ class CfsAddOn(AddOn):
         if lowered:
             ctx.message(f"cFS nodes: this host cannot raise resource limits (no CAP_SYS_RESOURCE); "
                         f"lowered {', '.join(lowered)}")
-        ctx.backend.cfs = CfsRuntime(images=images, ulimits=ulimits)  # type: ignore[attr-defined]
+        self.runtime = CfsRuntime(images=images, ulimits=ulimits)
         return image
 
     def start(self, ctx: SwarmContext, timeout: float | None) -> None:
@@ -135,10 +138,10 @@ class LinksAddOn(AddOn):
         return bool(ctx.spec.links)
 
     def check(self, ctx: SwarmContext) -> None:
-        LinkController(ctx).spec_links()  # a parameter this host's impairment engine cannot apply: SpecError
+        links_of(ctx).spec_links()  # a parameter this host's impairment engine cannot apply: SpecError
 
     def start(self, ctx: SwarmContext, timeout: float | None) -> None:
-        LinkController(ctx).apply_spec()
+        links_of(ctx).apply_spec()
 
 
 class MeshAddOn(AddOn):
@@ -158,7 +161,7 @@ class MeshAddOn(AddOn):
     def start(self, ctx: SwarmContext, timeout: float | None) -> None:
         """Start the mesh on every node and wait until its routes have converged. Not converging in time is
         reported, not fatal: the swarm is up, its mesh is slow, and that is worth measuring."""
-        mesh = Mesh(ctx, LinkController(ctx))
+        mesh = mesh_of(ctx)
         started = time.time()
         mesh.start()
         self.result = mesh.wait_converged(started, progress=ctx.progress, stable_s=STABLE_S)
@@ -169,7 +172,7 @@ class MeshAddOn(AddOn):
 
     def on_node_restart(self, ctx: SwarmContext, node: str, timeout: float) -> None:
         if ctx.spec.mesh.enabled:
-            Mesh(ctx, LinkController(ctx)).start([node])
+            mesh_of(ctx).start([node])
 
     def facts(self) -> dict:
         return {"mesh": self.result} if self.result is not None else {}
@@ -185,26 +188,45 @@ class DtnAddOn(AddOn):
         self.seconds: float | None = None  # how long the agents took to be ready after the nodes
 
     def enabled(self, ctx: SwarmContext) -> bool:
-        return DtnAgents(ctx).enabled
+        return dtn_of(ctx).enabled
+
+    def check(self, ctx: SwarmContext) -> None:
+        """Agents that need containers, and the install trees of agents the user builds (programs, libraries,
+        one build per swarm): SpecError naming what is missing, before anything is built or started."""
+        agents = dtn_of(ctx)
+        agents.check_backend()
+        trees = agents.user_trees()
+        for agent in agents.agents():
+            if agent.install.user_tree:
+                check_install_tree(agent.install, trees.get(agent.name), agent.title)
 
     def prepare(self, ctx: SwarmContext, image: str) -> str:
-        """Containers: the node image plus dtn7-rs; namespaces: the dtn7-rs binaries (built now, or a SpecError
-        without a Rust toolchain)."""
-        agents = DtnAgents(ctx)
+        """Containers: the node image plus each agent's programs (layered in turn; an agent the user builds
+        from their install tree); namespaces: the programs (built now, or a SpecError naming what is missing)."""
+        agents = dtn_of(ctx)
         if ctx.backend.traits.containers:
             if agents.ltp:
                 agents.plans()  # cla: ltp: every LTP peer has a rate and a delay (SpecError naming the field)
-            return ensure_dtn_image(ctx.runner, ctx.workdir, image, ctx.message, ltp=agents.ltp)
-        agents.check()  # the dtn7-rs binaries (and swarm-ltpcla, with its peers' rates and delays) or a SpecError
+            built = [a for a in agents.agents() if not a.install.user_tree]
+            for i, agent in enumerate(built):  # swarm-ltpcla goes in with the last (it serves dtn7's nodes)
+                image = ensure_dtn_image(ctx.runner, ctx.workdir, image, agent.install, agent.title, ctx.message,
+                                         ltp=agents.ltp and i == len(built) - 1)
+            trees = agents.user_trees()
+            for agent in agents.agents():
+                if agent.install.user_tree:
+                    image = ensure_tree_image(ctx.runner, ctx.workdir, image, agent.install, trees.get(agent.name),
+                                              agent.title, ctx.message)
+            return image
+        agents.check()  # the agents' programs (and swarm-ltpcla, with its peers' rates and delays) or a SpecError
         return image
 
     def start(self, ctx: SwarmContext, timeout: float | None) -> None:
-        self.seconds = DtnAgents(ctx).start(timeout or 30 + 0.5 * len(ctx.nodes))
+        self.seconds = dtn_of(ctx).start(timeout or 30 + 0.5 * len(ctx.nodes))
 
     def on_node_restart(self, ctx: SwarmContext, node: str, timeout: float) -> None:
         """Its agent again (an empty bundle store unless dtn.storage is persistent)."""
         if ctx.node(node).spec.dtn is not None:
-            DtnAgents(ctx).start(timeout, nodes=[node])
+            dtn_of(ctx).start(timeout, nodes=[node])
 
     def facts(self) -> dict:
         return {"dtn_seconds": self.seconds} if self.seconds is not None else {}

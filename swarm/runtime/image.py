@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from swarm.errors import CommandError, RuntimeFailure
+from swarm.runtime.locks import build_lock
 from swarm.runtime.runner import Runner
 
 IMAGE_REPO = "swarm-emu/node"
@@ -166,12 +167,21 @@ def ensure_image(
     content = content_hash(root, base)
     tag = f"{IMAGE_REPO}:{content}"
 
-    if not rebuild:
-        found = runner.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], check=False)
-        if found.ok:
+    def present() -> bool:
+        return not rebuild and runner.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], check=False).ok
+
+    if present():
+        say(f"image {tag} is up to date")
+        return tag
+    with build_lock("node-image"):
+        if present():  # built by the process we waited for
             say(f"image {tag} is up to date")
             return tag
+        return _build(runner, root, base, tag, content, say)
 
+
+def _build(runner: Runner, root: Path, base: str, tag: str, content: str, say: Progress) -> str:
+    """Bootstrap the base image if missing, then `docker build` the node image; its tag."""
     say(f"checking base image {base}")
     try:
         runner.run(["bash", str(root / BOOTSTRAP_SCRIPT), base], timeout=_BOOTSTRAP_TIMEOUT)

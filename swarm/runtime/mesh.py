@@ -1,5 +1,6 @@
-"""The mesh of a running swarm: start batmand / set up batman-adv in every node, read every node's routes,
-wait for convergence (Mesh), and watch convergence after each fault of an experiment (MeshWatcher)."""
+"""The mesh of a running swarm: start the chosen implementation (swarm/mesh/implementations/) in every node, read
+every node's routes, wait for convergence (Mesh), and watch convergence after each fault of an experiment
+(MeshWatcher)."""
 from __future__ import annotations
 
 import ipaddress
@@ -10,10 +11,9 @@ from typing import TYPE_CHECKING, Callable
 
 from swarm.observe.events import emit
 from swarm.errors import CommandError, RuntimeFailure
-from swarm.mesh.plan import (BATMAND_HOST_TABLE, POLL_S, MeshSnapshot, Originator, batadv_originators_argv,
-                             batmand_argv, batmand_query_argv, evaluate, mesh_row, parse_batadv_originators,
-                             parse_batmand_originators, parse_route_table, plan_batman_adv, usable_neighbours)
-from swarm.spec.mesh import MeshSpec, choose_implementation
+from swarm.mesh.implementations import MeshImplementation, choose_implementation, get_implementation
+from swarm.mesh.plan import POLL_S, MeshSnapshot, Originator, evaluate, mesh_row, usable_neighbours
+from swarm.spec.mesh import MeshSpec
 
 if TYPE_CHECKING:
     from netem.runtime.links import LinkController
@@ -29,18 +29,24 @@ class Mesh:
         self.spec: MeshSpec = swarm.spec.mesh
         self.implementation = choose_implementation(self.spec, swarm.caps, swarm.backend.traits)
         self.names = [n.name for n in swarm.nodes]
-        # originators are named by ISL address under batmand, by the ISL interface's MAC under batman-adv
+        # originators are named by ISL address (batmand) or by the ISL interface's MAC (batman-adv)
         self.by_addr = {n.isl_ip: n.name for n in swarm.nodes} | {n.isl_mac.lower(): n.name for n in swarm.nodes}
 
     @property
     def enabled(self) -> bool:
         return self.implementation is not None
 
+    @property
+    def impl(self) -> MeshImplementation:
+        """The implementation that runs the mesh (only while `enabled`)."""
+        if self.implementation is None:
+            raise RuntimeFailure("the swarm has no mesh")
+        return get_implementation(self.implementation)
+
     def describe(self) -> str:
         if not self.enabled:
             return "none"
-        how = "kernel module" if self.implementation == "batman-adv" else "userspace daemon, no batman-adv module here"
-        return f"{self.implementation} ({how}; OGM every {self.spec.ogm_interval} ms)"
+        return f"{self.implementation} ({self.impl.how}; OGM every {self.spec.ogm_interval} ms)"
 
     # ---------------------------------------------------------------------------------------- starting
     def start(self, nodes: list[str] | None = None) -> None:
@@ -52,40 +58,39 @@ class Mesh:
 
     def _start_node(self, node, iface: str) -> None:
         backend, name = self.swarm.backend, self.swarm.name
-        if self.implementation == "batmand":
-            backend.start_daemon(name, node.name, batmand_argv(self.spec, iface), "batmand")
-            return
         net = ipaddress.IPv4Network(self.swarm.spec.networks.isl.subnet)
-        for argv in plan_batman_adv(self.spec, iface, node.isl_ip, net.prefixlen, self.swarm.spec.networks.isl.mtu):
+        plan = self.impl.start_plan(self.spec, iface, node.isl_ip, net.prefixlen, self.swarm.spec.networks.isl.mtu)
+        for argv in plan.commands:
             backend.exec(name, node.name, argv, timeout=30)
+        if plan.daemon:
+            backend.start_daemon(name, node.name, plan.daemon, self.impl.name)
 
     # ----------------------------------------------------------------------------------------- reading
     def node_routes(self, node: str) -> dict[str, str]:
-        """One node's mesh routes: destination node -> next-hop node. batmand: its host routes (table 66);
-        batman-adv: the best next hop of every originator in the kernel's originator table."""
-        name = lambda addr: self.by_addr.get(addr, addr)  # noqa: E731
-        if self.implementation == "batman-adv":
-            res = self.swarm.backend.exec(self.swarm.name, node, batadv_originators_argv(), timeout=30)
-            return {name(o.address): name(o.next_hop) for o in parse_batadv_originators(res.stdout)}
-        res = self.swarm.backend.exec(self.swarm.name, node, ["ip", "-j", "route", "show", "table",
-                                                              str(BATMAND_HOST_TABLE)], timeout=30)
-        return {name(d): name(h) for d, h in parse_route_table(res.stdout).items()}
+        """One node's mesh routes: destination node -> next-hop node (batmand: its host routes in table 66;
+        batman-adv: the best next hop of every originator in the kernel's originator table)."""
+        res = self.swarm.backend.exec(self.swarm.name, node, self.impl.routes_argv(), timeout=30)
+        return {self._node_of(d): self._node_of(h) for d, h in self.impl.parse_routes(res.stdout).items()}
+
+    def _node_of(self, addr: str) -> str:
+        """The node an originator's address (ISL address or ISL MAC) names; the address itself if none."""
+        return self.by_addr.get(addr, addr)
 
     def originators(self, node: str) -> list[Originator]:
         """The originator table of one node (link quality, TQ 0-255, of every candidate next hop); [] when the
         node does not answer within 30 s (the qualities are then unknown; the routes are read elsewhere).
         batmand's client waits on its daemon, which a saturated host (seen in the kernel lab under TCG) can
         keep busy for that long."""
-        backend = self.swarm.backend
+        backend, impl = self.swarm.backend, self.impl
         try:
-            if self.implementation == "batman-adv":
-                res = backend.exec(self.swarm.name, node, batadv_originators_argv(), check=False, timeout=30)
-                return parse_batadv_originators(res.stdout) if res.ok else []
-            argv = backend.private_run_prefix(self.swarm.name, node) + batmand_query_argv(1)
-            res = self.swarm.runner.run(argv, check=False, timeout=30)
+            if impl.originators_in_private_run:
+                argv = backend.private_run_prefix(self.swarm.name, node) + impl.originators_argv()
+                res = self.swarm.runner.run(argv, check=False, timeout=30)
+            else:
+                res = backend.exec(self.swarm.name, node, impl.originators_argv(), check=False, timeout=30)
         except CommandError:
             return []
-        return parse_batmand_originators(res.stdout) if res.ok else []
+        return impl.parse_originators(res.stdout) if res.ok else []
 
     def link_state(self) -> tuple[set[tuple[str, str]], set[str]]:
         """Directed links that are down (cuts, partitions, `up: false`) and nodes stopped by faults."""

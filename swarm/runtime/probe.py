@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+from pathlib import Path
 from functools import lru_cache
 
 from swarm.caps import Capabilities
 from swarm.errors import CommandError
 from swarm.runtime.runner import Runner
-from netem.runtime.linkd import linkd_binary
+from netem.engines.drivers.linkd import linkd_binary
 
 
 def _ok(runner: Runner, argv: list[str], timeout: float = 15) -> bool:
@@ -33,14 +34,47 @@ def _out(runner: Runner, argv: list[str], timeout: float = 15) -> str:
 
 
 def compose_command(runner: Runner) -> tuple[list[str], str]:
-    """The Compose CLI to use and its version: `$SWARM_COMPOSE` if set, else v2 plugin, else v1."""
+    """The Compose CLI to use and its version: `$SWARM_COMPOSE` if set, else v2 plugin, else v1.
+
+    docker-compose v1 is a Python program whose package is named `compose`, like this project's top-level
+    package: with the checkout on PYTHONPATH it imports ours and dies (`No module named 'compose.cli'`). Then it
+    is run without PYTHONPATH (`env -u PYTHONPATH docker-compose`), and the probe says why (compose_note)."""
     override = os.environ.get("SWARM_COMPOSE")
     candidates = [override.split()] if override else [["docker", "compose"], ["docker-compose"]]
     for argv in candidates:
         version = _out(runner, argv + ["version", "--short"])
         if version:
             return argv, version.splitlines()[0]
+        if argv == ["docker-compose"] and shadowing_compose_package():
+            unshadowed = ["env", "-u", "PYTHONPATH", "docker-compose"]
+            version = _out(runner, unshadowed + ["version", "--short"])
+            if version:
+                return unshadowed, version.splitlines()[0]
     return [], ""
+
+
+def shadowing_compose_package(pythonpath: str | None = None) -> str:
+    """The PYTHONPATH entry holding a `compose` package that is not docker-compose v1's (no compose/cli/), which
+    v1 would import instead of its own; "" when none (pure but for reading the folders named)."""
+    for entry in (os.environ.get("PYTHONPATH", "") if pythonpath is None else pythonpath).split(os.pathsep):
+        pkg = Path(entry or ".") / "compose"
+        if (pkg / "__init__.py").is_file() and not (pkg / "cli").is_dir():
+            return str(Path(entry or ".").resolve())
+    return ""
+
+
+def compose_note(compose: list[str]) -> str:
+    """One line for the probe when the Compose CLI had to be run without PYTHONPATH, or cannot run for it."""
+    shadow = shadowing_compose_package()
+    if not shadow:
+        return ""
+    if compose[:3] == ["env", "-u", "PYTHONPATH"]:
+        return (f"docker-compose (v1) runs without PYTHONPATH: {shadow} on it holds this project's `compose` package, "
+                "which would shadow docker-compose's own")
+    if not compose:
+        return (f"no Compose CLI: docker-compose (v1) cannot start with {shadow} on PYTHONPATH (this project's "
+                "`compose` package shadows its own); unset PYTHONPATH or install the v2 plugin")
+    return ""
 
 
 #: iptables can match a bridged frame's output port (xt_physdev, which loads br_netfilter) and bridged IPv4 goes
@@ -69,6 +103,7 @@ def probe(runner: Runner | None = None) -> Capabilities:
         docker_version=docker_version,
         compose=compose,
         compose_version=compose_version,
+        compose_note=compose_note(compose) if docker_version else "",
         netns=netns,
         sch_netem=netns and _ok(runner, in_scratch_netns(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"])),
         batman_adv=netns and _ok(runner, in_scratch_netns(["ip", "link", "add", "bat0", "type", "batadv"])),

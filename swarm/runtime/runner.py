@@ -1,17 +1,22 @@
 """The one subprocess runner: every external command of the framework goes through `Runner.run`.
 
 Commands are argv lists (never a shell string), each is logged with `shlex.join`, and a failure raises
-`CommandError` carrying argv, exit code, stdout and stderr. Tests hand in `RecordingRunner` to check the
-commands a piece of code would run without running them.
+`CommandError` carrying argv, exit code, stdout and stderr. A secret goes on a command's stdin (`input`), never
+on its line, where `ps` shows it (the Docker Swarm join token: an Engine API request through `docker system
+dial-stdio`); a command that handles one names it in `secrets`: the log line and any CommandError show `REDACTED`
+in its place. Tests hand in `RecordingRunner` to check the commands a piece of code would run (and what it would
+write to their stdin) without running them.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import shlex
+import signal
 import subprocess
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import IO, Callable, Sequence
 
 from swarm.errors import CommandError
 
@@ -44,9 +49,19 @@ class Runner:
         timeout: float | None = None,
         capture: bool = True,
         env_extra: dict[str, str] | None = None,
+        secrets: Sequence[str] = (),
     ) -> Result:
         argv = [str(a) for a in argv]
-        log.debug("run: %s", shlex.join(argv))
+        log.debug("run: %s", redact(shlex.join(argv), secrets))
+        try:
+            return self._run(argv, check, input, timeout, capture, env_extra)
+        except CommandError as exc:
+            if not secrets:
+                raise
+            raise redacted_error(exc, secrets) from None
+
+    def _run(self, argv: list[str], check: bool, input: str | None, timeout: float | None, capture: bool,
+             env_extra: dict[str, str] | None) -> Result:
         try:
             proc = subprocess.run(
                 argv,
@@ -81,6 +96,7 @@ class Runner:
             src.kill()
             src.wait()
             raise CommandError(b, 127, "", f"{b[0]}: not found ({exc.strerror})") from None
+        assert src.stdout is not None and src.stderr is not None  # both were asked for as pipes
         src.stdout.close()  # the consumer holds the only reader: a dying consumer stops the producer
         try:
             out, err = dst.communicate(timeout=timeout)
@@ -112,21 +128,56 @@ class Runner:
             raise CommandError(argv, 127, "", f"{argv[0]}: not found ({exc.strerror})") from None
 
     def start(self, argv: Sequence[str], *, stdout_path: str | None = None,
-              env_extra: dict[str, str] | None = None) -> subprocess.Popen:
-        """Start a long-running process in its own session (so it survives our Ctrl-C) and return it."""
+              env_extra: dict[str, str] | None = None, die_with_parent: bool = False) -> subprocess.Popen:
+        """Start a long-running process in its own session (so it survives our Ctrl-C) and return it.
+
+        `die_with_parent`: the kernel sends it SIGTERM when the thread that started it ends, whatever ends
+        it (SIGKILL included; PR_SET_PDEATHSIG, kept across the exec of `ip netns exec` and `nsenter`), for a
+        helper that must not outlive the command that owns it (`swarm capture`'s dumpcaps). Start such a
+        process from a thread that lives as long as it should."""
         argv = [str(a) for a in argv]
         log.debug("start: %s", shlex.join(argv))
-        out = open(stdout_path, "ab") if stdout_path else subprocess.DEVNULL
+        out: IO[bytes] | int = open(stdout_path, "ab") if stdout_path else subprocess.DEVNULL
         try:
             return subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 env={**os.environ, **env_extra} if env_extra else None,
+                preexec_fn=_death_signal(os.getpid()) if die_with_parent else None,
             )
         except FileNotFoundError as exc:
             raise CommandError(argv, 127, "", f"{argv[0]}: not found ({exc.strerror})") from None
         finally:
-            if stdout_path:
+            if not isinstance(out, int):
                 out.close()
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _death_signal(parent: int) -> Callable[[], None]:
+    """A preexec_fn that asks the kernel for SIGTERM when the parent dies, and ends the child at once if the
+    parent already died between fork and prctl (the child was then adopted: its parent pid changed)."""
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork: the child only calls it
+
+    def preexec() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+    return preexec
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """`text` with every non-empty secret replaced by `REDACTED`."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "REDACTED")
+    return text
+
+
+def redacted_error(exc: CommandError, secrets: Sequence[str]) -> CommandError:
+    """The same failure with the secrets out of its argv, stdout and stderr (and so out of its message)."""
+    return CommandError([redact(a, secrets) for a in exc.argv], exc.returncode, redact(exc.stdout, secrets),
+                        redact(exc.stderr, secrets))
 
 
 @dataclass
@@ -137,14 +188,16 @@ class RecordingRunner(Runner):
     """
 
     calls: list[list[str]] = field(default_factory=list)
+    stdins: list[str | None] = field(default_factory=list)  # each call's stdin (`input`), in the order of `calls`
     answers: list[tuple[Callable[[list[str]], bool], Callable[[list[str]], Result]]] = field(default_factory=list)
 
     def pipe(self, producer, consumer, *, timeout=None) -> Result:
         return self.run([*producer, "|", *consumer], timeout=timeout)
 
-    def run(self, argv, *, check=True, input=None, timeout=None, capture=True, env_extra=None) -> Result:
+    def run(self, argv, *, check=True, input=None, timeout=None, capture=True, env_extra=None, secrets=()) -> Result:
         argv = [str(a) for a in argv]
         self.calls.append(argv)
+        self.stdins.append(input)
         for match, answer in self.answers:
             if match(argv):
                 result = answer(argv)
@@ -152,5 +205,5 @@ class RecordingRunner(Runner):
         else:
             result = Result(argv, 0)
         if check and result.returncode != 0:
-            raise CommandError(argv, result.returncode, result.stdout, result.stderr)
+            raise redacted_error(CommandError(argv, result.returncode, result.stdout, result.stderr), secrets)
         return result

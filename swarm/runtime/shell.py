@@ -1,5 +1,5 @@
 """Long-lived command shells: one `tc -force -batch -` or `nft -i` process per node, fed a whole batch of lines
-through its stdin, instead of a process per change (issue 27: at load 16 a process inside a node costs ~250 ms).
+through its stdin, instead of a process per change (at load 16 a process inside a node costs ~250 ms).
 
 The process is started through the runner (`Runner.popen`, the one place processes start) inside the node
 (the backend's exec prefix: `ip netns exec`, `docker exec -i`) the first time a batch goes to it, and stays

@@ -11,22 +11,18 @@ import logging
 import os
 import shutil
 import time
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Callable, Iterator
 
 from swarm.errors import RuntimeFailure, SpecError
+from swarm.observe.events import EVENTS_FILE
 from swarm.runtime.backends import REGISTRY, get_backend, swarm_dir
+from swarm.runtime.host import release_settings
 from swarm.runtime.probe import capabilities
 from swarm.runtime.runner import Runner
 from swarm.spec.model import check_swarm_name
 from swarm.runtime.locks import swarm_operation
-
-
-#: Who starts the swarms this process brings up: the folder of the experiment run in progress ("" outside one).
-#: Recorded in each swarm's state, so that `--resume` of that run knows a swarm its crash left up as its own
-#: and replaces it, and never touches a swarm somebody else started.
-OWNER: ContextVar[str] = ContextVar("swarm_owner", default="")
+from swarm.runtime.private import open_private, own_private_dir
 
 
 def default_workdir() -> Path:
@@ -45,10 +41,10 @@ def write_state(workdir: Path, name: str, state: dict) -> None:
     """Atomically: a temporary file in the same directory, fsynced, renamed over state.json, the directory
     fsynced; a crash leaves either the old or the new state, never a partial one."""
     path = _state_file(workdir, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
+    own_private_dir(path.parent, "swarm state folder")
     tmp = path.with_name(f".state.json.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
+    tmp.unlink(missing_ok=True)  # a crashed writer's, with our pid reused
+    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as f:
         f.write(json.dumps(state, indent=1))
         f.flush()
         os.fsync(f.fileno())
@@ -67,12 +63,17 @@ class StateError(SpecError):
 def _load_state(path: Path, name: str) -> dict:
     try:
         state = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise StateError(f"{path}: unreadable swarm state ({type(exc).__name__}: {str(exc)[:80]}); "
                          f"`swarm down {name}` removes what the swarm's labels name") from None
-    if not isinstance(state, dict) or not isinstance(state.get("spec"), dict) or state.get("backend") not in REGISTRY:
+    if (not isinstance(state, dict) or not isinstance(state.get("spec"), dict) or not isinstance(state.get("backend"), str)
+            or state["backend"] not in REGISTRY):
         raise StateError(f"{path}: not a swarm state (no spec or backend); "
                          f"`swarm down {name}` removes what the swarm's labels name")
+    other = next((n for n in (state.get("name"), state["spec"].get("name")) if n is not None and n != name), None)
+    if other is not None:  # copied from another swarm's folder: obeying it would act on that swarm
+        raise StateError(f"{path}: the state of swarm {str(other)[:40]!r}, not of {name!r}; refusing to use it "
+                         f"(`swarm down {name}` removes what the swarm's labels name)")
     return state
 
 
@@ -98,11 +99,38 @@ def all_states(workdir: Path, warn: Callable[[str], None] = _warn) -> Iterator[t
             warn(str(exc))
 
 
+def keep_events(workdir: Path, name: str) -> Path | None:
+    """Copy the swarm's event log into the run folder that started it (`<run>/events/<name>.jsonl`,
+    appended: a sweep brings a name up once per size) before its state directory goes, so a run keeps what
+    happened to its swarms. A swarm no run started keeps nothing; never fails the caller. Returns the copy."""
+    try:
+        state = read_state(workdir, name)
+    except StateError:
+        return None
+    owner = (state or {}).get("owner")
+    src = swarm_dir(workdir, name) / EVENTS_FILE
+    if not isinstance(owner, str) or not owner or not (Path(owner) / "experiment.yaml").is_file() or not src.is_file():
+        return None  # only a run folder (it holds its experiment) receives a log
+    dest = Path(owner) / "events" / f"{name}.jsonl"
+    try:
+        dest.parent.mkdir(exist_ok=True)
+        if dest.parent.is_symlink():
+            return None
+        fd = os.open(dest, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "ab") as out, open(src, "rb") as log:
+            shutil.copyfileobj(log, out, 1 << 20)
+    except OSError:
+        return None
+    return dest
+
+
 def forget_state(workdir: Path, name: str) -> bool:
-    """Delete the swarm's state directory; True if there was one."""
+    """Delete the swarm's state directory (its event log copied to the run that started it first); True if
+    there was one."""
     d = swarm_dir(workdir, name)
     if not d.exists():
         return False
+    keep_events(workdir, name)
     for attempt in range(5):  # a node process that is still exiting may write one last file
         try:
             shutil.rmtree(d)
@@ -161,26 +189,27 @@ def _down_backends(name: str, runner: Runner, workdir: Path, warn: Callable[[str
         if keep_compose:
             backend.keep_compose = True  # the compose backend's; ignored by the others
         removed += backend.down(name)
+    removed += release_settings(runner, name)  # host settings no other swarm of ours needs: back as they were
     if forget_state(workdir, name):
         removed.append("state")
     return removed
 
 
-def wipe(runner: Runner | None = None, workdir: Path | None = None) -> list[str]:
-    """Remove everything every backend made for any swarm, and all swarm state."""
+def wipe(runner: Runner | None = None, workdir: Path | None = None,
+         warn: Callable[[str], None] = _warn) -> list[str]:
+    """Remove the swarms of this workdir (those whose state is in its .swarm/), each as `down NAME` does, and
+    their host settings. Why not everything every backend finds: the labels and namespaces are host-wide, so that
+    would take down another checkout's swarms (a CI run's) too; those are named by `leftovers` and removed only
+    by name (`swarm wipe NAME`)."""
     runner = runner or Runner()
-    caps = capabilities()
     workdir = workdir or default_workdir()
     removed: list[str] = []
     failures: list[str] = []
-    for name in REGISTRY:  # one backend failing must not keep the others' leftovers in place
+    for name in state_names(workdir):
         try:
-            removed += [f"{name}: {r}" for r in get_backend(name, runner, caps, workdir).wipe()]
-        except RuntimeFailure as exc:
+            removed += [f"{name}: {r}" for r in down_by_name(name, runner, workdir, warn)]
+        except (RuntimeFailure, SpecError) as exc:  # one swarm failing must not keep the others in place
             failures.append(f"{name}: {exc}")
-    for other in state_names(workdir):
-        forget_state(workdir, other)  # unreadable states too: wipe is what clears them
-        removed.append(f"state of {other}")
     if failures:
         raise RuntimeFailure(f"wipe removed {', '.join(removed) or 'nothing'} but failed: {'; '.join(failures)}")
     return removed

@@ -13,31 +13,31 @@ import json
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from swarm.spec.apps import with_backend_defaults
 from swarm.runtime.backends import Backend, Progress, get_backend, no_progress, swarm_dir
 from swarm.runtime.dtn import DtnAgents
-from swarm.errors import NodeFailed, RuntimeFailure, SpecError  # noqa: F401  (NodeFailed: re-exported)
+from swarm.runtime.services import dtn_of, links_of, mesh_of
+from swarm.errors import NodeFailed, SpecError
 from swarm.runtime.mesh import Mesh
-from swarm.spec.mesh import choose_implementation
-from swarm.runtime.host import ensure_neighbour_capacity
+from swarm.mesh.implementations import choose_implementation
+from swarm.runtime.host import ensure_neighbour_capacity, release_settings
 from swarm.runtime.image import ensure_image
 from netem.runtime.links import LinkController
 from swarm.runtime.locks import host_lock, swarm_operation
-from swarm.caps import Capabilities
+from swarm.caps import MULTI_HOST_BACKEND, Capabilities
+from swarm.cfs.node import NO_CFS
 from swarm.runtime.probe import capabilities
 from swarm.runtime.clocks import NodeClocks, node_clocks
-from swarm.runtime.addons import ADDONS, AddOn, LinksAddOn
+from swarm.runtime.addons import ADDONS, AddOn, CfsAddOn, DtnAddOn, LinksAddOn
 from swarm.runtime.context import SwarmContext
 from swarm.runtime.runner import Result, Runner
 from swarm.spec.model import NodePlan, SwarmSpec, load_spec, plan_nodes, spec_from_dict
-# state files, leftovers, down by name and wipe live in swarm.runtime.state (re-exported here for callers
-# written before the move)
-from swarm.runtime.state import (OWNER, StateError, all_states, default_workdir, down_by_name, forget_state,  # noqa: F401
-                                 leftovers, read_state, state_names, wipe, write_state)
+from swarm.runtime.state import all_states, default_workdir, forget_state, read_state, write_state
 from netem.spec.links import links_with_engine
 from swarm.observe.events import emit
 
@@ -77,9 +77,19 @@ def with_engine(spec: SwarmSpec, engine: str) -> SwarmSpec:
     """`spec` with its impairment engine pinned (`swarm up --engine`); kept in the swarm's state with the spec."""
     return spec.model_copy(update={"links": links_with_engine(spec.links, engine)})
 
-#: Called with the swarm's name before `down` removes anything, in this process (swarm.observe.runcapture:
-#: an experiment's captures stop and close their files first). A hook must not raise.
-BEFORE_DOWN: list[Callable[[str], None]] = []
+
+def recorded_caps(state: dict) -> Capabilities | None:
+    """The host's capabilities as `up` probed them (its state file), or None (an older state, another shape): a
+    running swarm keeps the engines and tools it came up with, and each later command skips the probe's
+    seconds of scratch namespaces."""
+    doc = state.get("caps")
+    names = {f.name for f in dataclasses.fields(Capabilities)}
+    if not isinstance(doc, dict) or set(doc) != names:
+        return None
+    try:
+        return Capabilities(**doc)
+    except TypeError:
+        return None
 
 
 class Swarm:
@@ -98,7 +108,11 @@ class Swarm:
         message: Callable[[str], None] = lambda _msg: None,
         engine: str | None = None,
         source: str = "",
+        owner: str = "",
+        before_down: Sequence[Callable[[str], None]] = (),
     ):
+        """`owner`: the experiment run's folder that brings the swarm up (kept in its state, see SwarmContext);
+        `before_down`: called with the swarm's name before `down` removes anything."""
         if engine is not None:  # `--engine`: pins the impairment engine over the spec's `links.engine`
             spec = with_engine(spec, engine)
         self.spec = spec
@@ -106,8 +120,8 @@ class Swarm:
         self.runner = runner or Runner()
         self.caps = caps or capabilities()
         self.workdir = workdir or default_workdir()
-        self.backend: Backend = get_backend(backend or spec.backend or ("swarm" if spec.hosts else None), self.runner,
-                                            self.caps, self.workdir)
+        self.backend: Backend = get_backend(backend or spec.backend or (MULTI_HOST_BACKEND if spec.hosts else None),
+                                            self.runner, self.caps, self.workdir)
         self.spec = spec = with_backend_defaults(spec, self.backend.traits)
         self.nodes: list[NodePlan] = plan_nodes(spec)
         self.progress = progress
@@ -115,7 +129,11 @@ class Swarm:
         self.message = message
         self.image = ""
         self.clocks: dict = {}  # {host: ClockOffset} measured at `up` on multi-host backends
+        self.owner = owner
+        self.before_down = tuple(before_down)
         self.addons: dict[str, AddOn] = {name: cls() for name, cls in ADDONS.items()}  # one each, with its facts
+        self._context: SwarmContext | None = None
+        self._context_inputs: tuple = ()
 
     # ----------------------------------------------------------------------------------------- loading
     @classmethod
@@ -130,6 +148,8 @@ class Swarm:
         state = read_state(workdir, name)
         if state is None:
             raise SpecError(f"swarm {name!r}: not up (no state in {swarm_dir(workdir, name)}); see `swarm list`")
+        if "caps" not in kwargs and (recorded := recorded_caps(state)) is not None:
+            kwargs["caps"] = recorded  # what `up` probed: `exec`, `status`, `impair` do not probe the host again
         swarm = cls(spec_from_dict(state["spec"], f"state of {name}"), backend=state["backend"], workdir=workdir, **kwargs)
         swarm.image = state.get("image", "")
         return swarm
@@ -140,9 +160,17 @@ class Swarm:
 
     @property
     def context(self) -> SwarmContext:
-        """What the swarm's services receive (swarm.runtime.context): a frozen view of this swarm."""
-        return SwarmContext(self.name, self.spec, tuple(self.nodes), self.backend, self.runner, self.workdir, self.caps,
-                            self.message, self.progress)
+        """What the swarm's services receive (swarm.runtime.context): a frozen view of this swarm, holding its
+        services once built. Made again (with new services) only when something it shows was replaced."""
+        inputs = (self.spec, self.nodes, self.backend, self.runner, self.workdir, self.caps, self.message,
+                  self.progress, self.before_down, self.owner)
+        if self._context is None or any(a is not b for a, b in zip(inputs, self._context_inputs)):
+            self._context = SwarmContext(self.name, self.spec, tuple(self.nodes), self.backend, self.runner,
+                                         self.workdir, self.caps, self.message, self.progress,
+                                         on_node_restart=self._restart_services, before_down=self.before_down,
+                                         owner=self.owner)
+            self._context_inputs = inputs
+        return self._context
 
     def node(self, name: str) -> NodePlan:
         return self.context.node(name)
@@ -151,18 +179,18 @@ class Swarm:
     def mesh(self) -> Mesh:
         """The swarm's mesh (swarm.mesh.Mesh): implementation, routes, convergence. SpecError if this host
         cannot run the implementation the spec pins."""
-        return Mesh(self.context, self.links)
+        return mesh_of(self.context)
 
     @property
     def dtn(self) -> DtnAgents:
         """The swarm's DTN agents (swarm.dtn): start, stop, status, logs; `enabled` is False without `dtn:`."""
-        return DtnAgents(self.context)
+        return dtn_of(self.context)
 
     @property
     def links(self) -> LinkController:
         """The swarm's link conditions and faults (netem.runtime.links.LinkController): impair, cut, heal, partition,
-        node_action, rows (what is set now)."""
-        return LinkController(self.context, on_node_restart=self._restart_services)
+        node_action, rows (what is set now). The same controller for as long as the swarm's context lives."""
+        return links_of(self.context)
 
     def _restart_services(self, node: str, timeout: float) -> None:
         """A restarted node's processes were all ended: every add-on starts its part there again (the mesh
@@ -185,23 +213,26 @@ class Swarm:
         ctx = self.context
         active = self._active_addons(ctx)
         started = time.monotonic()
-        ensure_neighbour_capacity(self.runner, len(self.nodes), self.message)
         self.image = self._images(ctx, active)
-        with host_lock():  # checked again and claimed in one step: another `up` may have passed preflight too
-            self._check_conflicts()
-            write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
+        claimed = False  # the name's state is ours from the claim on: a failure or Ctrl-C after it rolls back
+        previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+        try:  # host settings recorded for this swarm (swarm.runtime.host): given back by the rollback or `down`
+            with host_lock():  # checked again and claimed in one step: another `up` may have passed preflight too
+                self._check_conflicts()
+                claimed = True  # set before the write: a Ctrl-C inside it or in the lock's release still rolls back
+                write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
                                                    "spec": self.spec.model_dump(mode="json", exclude_none=True),
                                                    "image": self.image, "created": time.time(),
-                                                   **({"owner": OWNER.get()} if OWNER.get() else {}),
+                                                   "caps": dataclasses.asdict(self.caps),
+                                                   **({"owner": ctx.owner} if ctx.owner else {}),
                                                    "mesh": choose_implementation(self.spec.mesh, self.caps,
                                                                                  self.backend.traits)})
-        previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
-        try:
+            ensure_neighbour_capacity(self.runner, len(self.nodes), self.message, self.name)
             self._nodes(ready_timeout)
             for addon in active:  # in registry order: cFS ready, link conditions, mesh, DTN agents
                 addon.start(ctx, ready_timeout)
         except BaseException:
-            if not self.keep_on_failure:
+            if claimed and not self.keep_on_failure:
                 self._rollback()
             raise
         finally:
@@ -222,7 +253,9 @@ class Swarm:
 
     def _nodes(self, ready_timeout: float | None) -> None:
         """Phase nodes: the backend creates and starts them; every one runs and answers on its ISL address."""
-        self.backend.up(self.spec, self.nodes, self.image, self.progress)
+        cfs = self.addons["cfs"]
+        self.backend.up(self.spec, self.nodes, self.image, self.progress,
+                        cfs=cfs.runtime if isinstance(cfs, CfsAddOn) else NO_CFS)
         self._wait_ready(ready_timeout or 60 + 0.5 * len(self.nodes))
         self.clocks = self.backend.clock_offsets(self.name)  # hosts with a clock of their own (swarm backend)
 
@@ -241,6 +274,14 @@ class Swarm:
         except SpecError as exc:
             raise SpecError(f"{self.source}: {exc}" if self.source and not str(exc).startswith(self.source)
                             else str(exc)) from None
+
+    def check_dtn(self) -> None:
+        """The DTN agents' checks that need no build (DtnAddOn.check): SpecError naming the spec file."""
+        try:
+            if self.dtn.enabled:
+                DtnAddOn().check(self.context)
+        except SpecError as exc:
+            raise SpecError(f"{self.source}: {exc}" if self.source else str(exc)) from None
 
     def check_links(self) -> None:
         """Every link condition of the spec is possible with this host's impairment engine; SpecError naming
@@ -271,10 +312,11 @@ class Swarm:
 
     def down(self) -> list[str]:
         """Remove everything of this swarm; an empty list means there was nothing to remove."""
-        for hook in BEFORE_DOWN:  # e.g. an experiment's captures end while the interfaces still exist
+        for hook in self.before_down:  # e.g. an experiment's captures end while the interfaces still exist
             hook(self.name)
         with swarm_operation(self.name, "down", cancel_up=True, message=self.message):
             removed = self.backend.down(self.name)
+            removed += release_settings(self.runner, self.name)  # host settings no other swarm needs, said
             if forget_state(self.workdir, self.name):
                 removed.append("state")
         return removed

@@ -1,13 +1,12 @@
-"""`mesh:` of a swarm spec and the choice of implementation (batman-adv or batmand) for a host; the keys
-are explained in swarm/mesh/plan.py's docstring."""
+"""`mesh:` of a swarm spec; the keys are explained in swarm/mesh/plan.py's docstring. The implementations it
+names are the registry's (swarm/mesh/implementations/, which plans from this model, so the model names them
+instead of importing it; a unit test checks that the two agree), and the registry chooses one for a host."""
 from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from swarm.caps import BackendTraits, Capabilities
-from swarm.errors import SpecError
 from swarm.units import parse_time_ms
 
 
@@ -43,19 +42,3 @@ class MeshSpec(BaseModel):
     @property
     def enabled(self) -> bool:
         return self.protocol != "none"
-
-
-def choose_implementation(mesh: MeshSpec, caps: Capabilities, backend: BackendTraits) -> str | None:
-    """'batman-adv', 'batmand' or None (no mesh) for this host; a pinned one this host cannot run is a SpecError."""
-    if not mesh.enabled:
-        return None
-    impl = mesh.implementation
-    if impl == "auto":
-        impl = "batman-adv" if caps.batman_adv else "batmand"
-    if impl == "batman-adv" and not caps.batman_adv:
-        raise SpecError("mesh.implementation 'batman-adv': this kernel lacks the batman-adv module "
-                        "(use batmand or auto)")
-    if impl == "batmand" and not backend.containers and not caps.batmand:  # the host's batmand, not the image's
-        raise SpecError("mesh.implementation 'batmand': batmand is not installed on this host "
-                        "(the netns backend runs the host's; apt-get install batmand)")
-    return impl

@@ -11,10 +11,12 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from swarm.caps import BACKEND_TRAITS
+from swarm.dtn.agents import check_agent
 from swarm.spec.dtn import DtnSpec, check_dtn_nodes
 from swarm.spec.apps import AppSettings, app_environment, app_image, check_apps
 from swarm.errors import SpecError
@@ -25,10 +27,18 @@ from netem.spec.orbits import parse_orbits
 from swarm.spec.mesh import MeshSpec
 from swarm.spec.hosts import HostSpec, PlacementSpec, check_hosts, dynamic_range, place, placeables
 
-MAX_NODES = 1000
+#: The most nodes a swarm has: a Linux bridge takes at most 1,023 ports (BR_MAX_PORTS 1,024, port 0 reserved;
+#: measured: the 1,024th `ip link set ... master` fails), and a swarm's ground network has one per node plus the
+#: host's. Memory is not the bound on this 24 GiB host (~5 MiB a node: 5 GiB at this ceiling).
+MAX_NODES = 1022
+NODES_LIMIT_WHY = ("a Linux bridge takes at most 1,023 ports, and the ground network has one per node plus the "
+                   "host's")
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?\Z")
 NAME_RULE = "must match [a-z0-9-]+ (lowercase letters, digits and inner dashes, 1-32 characters)"
-BACKENDS = ("compose", "netns", "swarm")  # kept in step with swarm.backends.REGISTRY (a test checks it)
+if TYPE_CHECKING:
+    BackendName = str
+else:  # `backend:` takes a name of the backend registry (swarm.caps.BACKEND_TRAITS): one enum in the JSON Schema
+    BackendName = Literal[tuple(sorted(BACKEND_TRAITS))]
 
 
 def check_name(kind: str, value: str) -> str:
@@ -200,7 +210,7 @@ class SwarmSpec(Strict):
     groups: Optional[list[GroupSpec]] = None
     defaults: NodeTemplate = NodeTemplate()
     networks: Networks = Networks()
-    backend: Optional[Literal["compose", "netns", "swarm"]] = None
+    backend: Optional[BackendName] = None
     hosts: Optional[list[HostSpec]] = None  # swarm backend: the Docker Engines (the first is the Swarm manager)
     placement: PlacementSpec = PlacementSpec()  # swarm backend: spread nodes evenly, or each group on one host
     links: Optional[LinksSpec] = None  # ISL link conditions (netem.spec.links): default + per-link/per-node overrides
@@ -224,7 +234,7 @@ class SwarmSpec(Strict):
     @classmethod
     def _count(cls, v: Optional[int]) -> Optional[int]:
         if v is not None and not 2 <= v <= MAX_NODES:
-            raise ValueError(f"nodes {v}: a swarm has 2 to {MAX_NODES} nodes")
+            raise ValueError(f"nodes {v}: a swarm has 2 to {MAX_NODES} nodes ({NODES_LIMIT_WHY})")
         return v
 
     @model_validator(mode="after")
@@ -234,7 +244,7 @@ class SwarmSpec(Strict):
             raise ValueError(f"give exactly one of nodes, node_list, groups (got {', '.join(given) or 'none'})")
         resolved = self.resolved_nodes()
         if not 2 <= len(resolved) <= MAX_NODES:
-            raise ValueError(f"nodes {len(resolved)}: a swarm has 2 to {MAX_NODES} nodes")
+            raise ValueError(f"nodes {len(resolved)}: a swarm has 2 to {MAX_NODES} nodes ({NODES_LIMIT_WHY})")
         seen: set[str] = set()
         for node in resolved:
             if node.name in seen:
@@ -247,7 +257,7 @@ class SwarmSpec(Strict):
                     f"networks.{label}.subnet {net.subnet!r}: too small for {len(resolved)} nodes (room for {room})"
                 )
         _check_cfs_ids(resolved)
-        check_dtn_nodes({n.name: n.dtn for n in resolved})
+        _check_dtn(resolved)
         self._check_hosts(len(resolved))
         if self.links is not None:  # node names, profiles and consistency (the engine is checked at `up`)
             try:
@@ -266,14 +276,15 @@ class SwarmSpec(Strict):
         return self
 
     def _check_hosts(self, count: int) -> None:
-        """hosts/placement: only with the swarm backend; names, pins and capacities consistent (pure)."""
+        """hosts/placement: only with a multi-host backend; names, pins and capacities consistent (pure)."""
         pinned = next((p for p in placeables(self) if p.host is not None), None) if self.hosts is None else None
         if self.hosts is None:
             if pinned is not None:
                 raise ValueError(f"{pinned.where} {pinned.host!r}: pins a node to a host, but the spec lists no hosts")
             return
-        if self.backend not in (None, "swarm"):
-            raise ValueError(f"hosts: given with backend {self.backend!r}; hosts are for backend 'swarm'")
+        if self.backend is not None and not BACKEND_TRAITS[self.backend].multi_host:
+            multi = " or ".join(repr(n) for n, t in BACKEND_TRAITS.items() if t.multi_host)
+            raise ValueError(f"hosts: given with backend {self.backend!r}; hosts are for backend {multi}")
         if not self.hosts:
             raise ValueError("hosts: empty; list at least one Docker host (the first is the Swarm manager)")
         check_hosts(self.hosts)
@@ -306,6 +317,13 @@ class SwarmSpec(Strict):
             width = max(2, len(str(g.count)))
             out += [NodeSpec(name=f"{g.prefix}{i:0{width}d}", **fields) for i in range(1, g.count + 1)]
         return out
+
+
+def _check_dtn(nodes: list["NodeSpec"]) -> None:
+    """Each DTN piece names an agent of the registry that carries its CLA, then the swarm-wide DTN checks."""
+    for n in nodes:
+        check_agent(n.dtn)
+    check_dtn_nodes({n.name: n.dtn for n in nodes})
 
 
 def _check_cfs_ids(nodes: list["NodeSpec"]) -> None:

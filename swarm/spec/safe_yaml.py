@@ -1,6 +1,6 @@
 """Bounded, safe reading of the files a user hands the framework (specs, experiments, orbits, contact plans).
 
-Why (issue 29, defects 5, 6, 11): a 1 KB YAML alias bomb passed 3 GB; `/dev/zero` as a spec passed 3 GB; a
+Why: a 1 KB YAML alias bomb passed 3 GB; `/dev/zero` as a spec passed 3 GB; a
 FIFO blocked forever; a non-UTF-8 file, a 5,000-digit integer or 2,000 nested `[` ended in a traceback; and
 `/proc/self/environ` given as a contact plan printed the environment. So: only regular files, at most
 `limit` bytes read, UTF-8 text without control characters, and the YAML node graph is checked (expanded

@@ -25,8 +25,7 @@ import tempfile
 import time
 
 from swarm.cli.main import main as swarm_cli
-from swarm.mesh.plan import (BATMAND_HOST_TABLE, batadv_originators_argv, healed_pairs, parse_batadv_originators,
-                             parse_route_table)
+from swarm.mesh.plan import healed_pairs
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict
 
@@ -59,8 +58,7 @@ class Watcher:
     node, which under TCG takes seconds."""
 
     def __init__(self, swarm: Swarm, node: str):
-        read = " ".join(batadv_originators_argv() if swarm.mesh.implementation == "batman-adv" else
-                        ["ip", "-j", "route", "show", "table", str(BATMAND_HOST_TABLE)])
+        read = " ".join(swarm.mesh.impl.routes_argv())  # batctl's originator table, or batmand's table 66
         script = f'while :; do echo "@ $(date +%s.%N)"; {read}; echo; done'
         self.swarm, self.node = swarm, node
         # into a file, not a pipe: nobody reads during the event, and a full pipe would stall the reads
@@ -79,10 +77,7 @@ class Watcher:
         chunks = text.split("@ ")[1:]
         for chunk in chunks[:-1]:  # the last read may be cut short by the kill
             stamp, _, body = chunk.partition("\n")
-            if mesh.implementation == "batman-adv":
-                routes = {o.address: o.next_hop for o in parse_batadv_originators(body.strip() or "[]")}
-            else:
-                routes = parse_route_table(body.strip() or "[]")
+            routes = mesh.impl.parse_routes(body.strip() or "[]")
             reads.append((float(stamp), {mesh.by_addr.get(d, d): mesh.by_addr.get(h, h) for d, h in routes.items()}))
         return reads
 

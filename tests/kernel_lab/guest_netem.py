@@ -12,7 +12,7 @@ a path where nothing else acts (A->B: what A sends to B):
     sat04->sat02  delay 10ms reorder 25%       ping sat04->sat02: share of replies that skipped the delay
 
 (sat02 duplicates and has no other netem link: Linux refuses a duplicating netem beside other netems in one
-qdisc tree, see netem.engines.check_duplicate_alone; `swarm impair` adding a delay to sat02->sat01 must be
+qdisc tree, see netem.engines.kernel.check_duplicate_alone; `swarm impair` adding a delay to sat02->sat01 must be
 refused in one line, exit 2), then a live change (`swarm impair --between sat01 sat02 --direction a->b --delay
 80ms` while a ping runs), a delay added live to the lossy link sat01->sat04 (its loss must stay), `swarm impair
 --clear` (no qdisc or table of ours left, RTT back to the baseline), and `down` (no namespace left). The CLI
@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from experiments.traffic.iperf3 import parse_client_json
+from experiments.traffic.tools.iperf3.parse import parse_client_json
 from swarm.cli.main import main as swarm_cli
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import spec_from_dict

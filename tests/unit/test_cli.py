@@ -17,11 +17,13 @@ SPECS = {
     "shell": "name: x\nnode_list: [{name: 'a;reboot'}, {name: b}]\n",
     "small_subnet": "name: x\nnodes: 20\nnetworks: {isl: {subnet: 10.9.0.0/28}}\n",
     "unknown_backend": "name: x\nnodes: 2\nbackend: k8s\n",
+    "hardy_ltp": "name: x\nnodes: 2\ndefaults: {dtn: {agent: hardy, cla: ltp}}\n",
 }
 NEEDLES = {
     "malformed": "malformed YAML", "unknown_field": "unknown field 'flavour'", "zero": "nodes 0", "one": "nodes 1",
     "too_many": "nodes 100000", "duplicate": "duplicate", "space": "'sat 07'", "shell": "'a;reboot'",
     "small_subnet": "too small for 20", "unknown_backend": "'k8s'",
+    "hardy_ltp": "dtn.cla 'ltp': agent 'hardy' does not carry it (it carries tcp; ltp is carried by dtn7, ion)",
 }
 
 

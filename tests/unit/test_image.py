@@ -98,8 +98,8 @@ def test_ensure_image_builds_when_inspect_fails(repo: Path, monkeypatch):
     runner = RecordingRunner(answers=[(_inspect, lambda a: Result(a, 1, "", "No such image"))])
     tag = image.ensure_image(runner, repo)
     h = image.content_hash(repo)
-    inspect, bootstrap, build = runner.calls
-    assert _inspect(inspect)
+    inspect, again, bootstrap, build = runner.calls
+    assert _inspect(inspect) and _inspect(again)  # looked up again under the build lock: another `up` may have built it
     assert bootstrap == ["bash", str(repo / "images" / "bootstrap-base.sh"), "debian:bookworm-slim"]
     assert build == [
         "docker", "build", "--force-rm", "-f", str(repo / "images" / "node" / "Dockerfile"),
@@ -123,7 +123,7 @@ def test_ensure_image_passes_base_image_and_extra_ca(repo: Path, tmp_path: Path,
     runner = RecordingRunner(answers=[(_inspect, lambda a: Result(a, 1))])
     tag = image.ensure_image(runner, repo, base_image="debian:trixie-slim")
     assert tag == image.image_tag(repo, "debian:trixie-slim")
-    bootstrap, build = runner.calls[1], runner.calls[2]
+    bootstrap, build = runner.calls[2], runner.calls[3]  # after the two look-ups (before and under the build lock)
     assert bootstrap[-1] == "debian:trixie-slim"
     assert "BASE_IMAGE=debian:trixie-slim" in build
     assert "EXTRA_CA_CERTS=" + pem.read_text().strip() in build

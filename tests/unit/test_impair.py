@@ -12,7 +12,9 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from netem.engines import NetemEngine, NftEngine, choose_engine
+from netem.engines import choose_engine
+
+from netem.engines.kernel import NetemEngine, NftEngine
 from netem.tc import netem_args, plan_netem, plan_nft, plan_rate
 from swarm.errors import SpecError
 from netem.state import LinkState, check_partition
@@ -157,7 +159,7 @@ def test_golden_netem_plan():
 
 
 def test_segmentation_only_for_lossy_egress():
-    from netem.engines import needs_segmentation
+    from netem.engines.base import needs_segmentation
 
     assert needs_segmentation({"a": impairment(loss="1%")}) and needs_segmentation({"a": impairment(reorder="1%", delay="5ms")})
     assert not needs_segmentation({"a": impairment(rate="1M", delay="5ms")}) and not needs_segmentation({"a": impairment(up=False)})
@@ -399,6 +401,11 @@ def test_link_state_round_trips_through_json():
 class FakeController:
     def __init__(self):
         self.calls = []
+        self.causes = set()  # who the timeline said its changes came from (LinkController.caused_by)
+
+    def caused_by(self, cause):
+        self.causes.add(cause)
+        return self
 
     def cut(self, a, b):
         self.calls.append(("cut", a, b, time.time()))
@@ -424,6 +431,7 @@ def test_timeline_applies_at_offsets_and_records_actual_times():
     tl.start(t0)
     rows = tl.finish()
     assert [c[0] for c in ctl.calls] == ["cut", "heal", "restore"]
+    assert ctl.causes == {"fault timeline"}
     assert [r["kind"] for r in rows] == ["heal", "cut", "node"]
     assert [r["ok"] for r in rows] == [True, True, False] and rows[2]["error"] == "boom"
     for r in rows:
@@ -452,3 +460,50 @@ def test_a_refused_fault_changes_no_state(tmp_path):
     with pytest.raises(SpecError, match="up down: .*this kernel lacks nftables"):
         swarm.links.cut("sat01", "sat02")
     assert swarm.links.rows() == [] and not runner.in_node("nft")
+
+
+def test_up_with_link_delay_resolves_the_links_once_and_builds_one_link_controller(tmp_path, monkeypatch):
+    """One `up` with a delay on every link: the spec's links are resolved once and one link controller checks and
+    applies them (preflight, the links add-on's check and its start share it). Counted by wrapping the resolver
+    and the controller's constructor; the backend's node phase is skipped (no nodes are made here)."""
+    import netem.runtime.links as links_module
+    import swarm.runtime.swarm as swarm_module
+
+    swarm, runner = make_swarm(tmp_path, {"default": {"delay": "10ms"}}, caps=NETEM_CAPS)
+    resolved, built = [], []
+    resolve, init = links_module.resolve_links, links_module.LinkController.__init__
+    monkeypatch.setattr(links_module, "resolve_links", lambda *a: resolved.append(a) or resolve(*a))
+    monkeypatch.setattr(links_module.LinkController, "__init__",
+                        lambda self, *a, **kw: built.append(self) or init(self, *a, **kw))
+    monkeypatch.setattr(links_module, "_RESOLVED", {})  # nothing resolved by an earlier test in this process
+    monkeypatch.setenv("SWARM_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setattr(swarm, "_check_conflicts", lambda: None)  # the recording runner lists the namespaces
+    monkeypatch.setattr(swarm, "_nodes", lambda timeout: None)
+    monkeypatch.setattr(swarm_module, "ensure_neighbour_capacity", lambda *a: {})
+    swarm.owner = "/runs/r1"  # an experiment run's swarm: its state names the run (for `--resume`)
+    swarm.up()
+    assert len(resolved) == 1 and len(built) == 1
+    assert json.loads((tmp_path / ".swarm" / "t" / "state.json").read_text())["owner"] == "/runs/r1"
+    assert {n for n, argv, _ in runner.in_node("tc") if argv[1] == "-batch"} == {"sat01", "sat02", "sat03"}
+    assert swarm.links is built[0]  # what `impair` and the mesh use afterwards: the controller `up` used
+
+
+def test_a_swarms_services_are_built_once_and_again_when_its_context_changes(tmp_path):
+    swarm, _runner = make_swarm(tmp_path)
+    first = swarm.links
+    assert swarm.links is first and swarm.dtn is swarm.dtn and swarm.mesh is swarm.mesh and swarm.mesh.links is first
+    swarm.runner = InputRunner()  # something the services use was replaced: they are built again, with it
+    assert swarm.links is not first and swarm.links.swarm.runner is swarm.runner
+
+
+def test_a_controller_caused_by_someone_says_so_in_the_events_it_logs(tmp_path):
+    from swarm.observe.events import EVENTS_FILE
+
+    swarm, _runner = make_swarm(tmp_path)
+    swarm.links.caused_by("fault timeline").cut("sat01", "sat02")
+    swarm.links.heal()
+    events = [json.loads(line) for line in (tmp_path / ".swarm" / "t" / EVENTS_FILE).read_text().splitlines()]
+    causes = {(e["type"], e.get("kind"), e["cause"]) for e in events}
+    assert ("fault", "cut", "fault timeline") in causes and ("link", None, "fault timeline") in causes
+    assert [e["cause"] for e in events if e.get("kind") == "heal"] != ["fault timeline"]
+    assert swarm.links.cause is None  # the swarm's own controller was not changed

@@ -1,4 +1,4 @@
-"""experiments.traffic.iperf3 against real iperf3 3.12 output (tests/fixtures/iperf3/, see record.sh there) and
+"""experiments.traffic.tools.iperf3.parse against real iperf3 3.12 output (tests/fixtures/iperf3/, see record.sh there) and
 synthetic interval data. Expected numbers were read out of the fixture files by hand; re-recording
 the fixtures means re-reading them."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.traffic.iperf3 import (FlowResult, Interval, concurrent_window, parse_client_json, start_skew,
-                          window_figures)
+from experiments.traffic.tools.iperf3.parse import parse_client_json
+from experiments.traffic.tools.result import FlowResult, Interval, concurrent_window, start_skew, window_figures
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "iperf3"
 

@@ -9,6 +9,7 @@ shape the README's map describes stays the shape of the code.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,11 @@ LAYER_OF = [
     ("netem", "plan"),           # link engines, link state, the orbit planner and its exporters
     ("compose", "plan"),
     ("swarm.mesh", "plan"), ("swarm.dtn", "plan"), ("swarm.cfs", "plan"),  # each feature's pure planning
-    ("netem.runtime", "runtime"),  # the link controller, the swarm-linkd driver, the live orbit driver
+    # DTN agent adapters (the registry, base interface, one package per agent): the swarm spec checks `dtn.agent`
+    # and its CLA against the registry, so they sit with the spec and import only spec sections
+    ("swarm.dtn.agents", "spec"),
+    ("netem.runtime", "runtime"),  # the link controller, the live orbit driver
+    ("netem.engines.drivers", "runtime"),  # each link engine's driver: applies its plans to a running swarm
     ("swarm.runtime", "runtime"),  # Swarm, SwarmContext, backends, add-ons and their services (mesh, dtn, cfs_image)
     ("swarm.observe", "runtime"),  # capture, events, the live view
     ("experiments", "experiments"),
@@ -42,13 +47,14 @@ ALLOWED = {
     # analysis reads result files with the experiments' pure parsers (raw iperf3 JSON, the app's records).
     ("analysis", "experiments"): lambda src, dst: dst in PURE_EXPERIMENT_MODULES,
 }
-PURE_EXPERIMENT_MODULES = {"experiments.traffic.iperf3", "experiments.traffic.muxresult", "experiments.app.parse", "experiments.dtn.parse",
+PURE_EXPERIMENT_MODULES = {"experiments.traffic.tools",  # the traffic tools' registry: their records read back
+                           "experiments.app.parse", "experiments.dtn.parse",
                            "experiments.orbits.bundles",  # bundles judged against the contact plan
                            "experiments.orbits.model"}  # the orbits report re-plans from the stored experiment
 
 # Imports inside functions: only these, for the CLI's start-up time (pandas, matplotlib) and the package's
 # lazy `Swarm` attribute (PEP 562).
-FUNCTION_LEVEL_OK = {("swarm.cli.main", "experiments.runs"), ("swarm.cli.main", "experiments"),
+FUNCTION_LEVEL_OK = {("swarm.cli.experiments", "experiments.runs"), ("swarm.cli.experiments", "experiments"),
                      ("swarm", "swarm.runtime.swarm"),
                      # the entry point loads the CLI inside its Ctrl-C handler (issue 29, defect 6)
                      ("swarm.cli.entry", "swarm.cli.main"),
@@ -200,22 +206,63 @@ def test_no_service_imports_the_swarm_facade(graph):
     assert users == []
 
 
+def test_no_module_keeps_state_in_context_variables_or_hook_lists():
+    """What a swarm's services need (its owner, hooks before `down`, who caused an event) is handed to them as
+    arguments or held by the SwarmContext, not set in process-wide variables a reader cannot see being passed."""
+    hook_list = re.compile(r"^[A-Z_]+\s*:\s*list\[Callable")
+    found = [f"{name}:{i}: {line.strip()}" for name, path in modules().items()
+             for i, line in enumerate(path.read_text().splitlines(), 1)
+             if "ContextVar" in line or hook_list.search(line)]
+    assert found == []
+
+
+def name_comparisons(subject: str, names) -> re.Pattern:
+    """A line comparing the name of a `subject` (backend, engine) with one of `names`: `subject.name == "x"`,
+    `subject in ("x", ...)`, `"x" != subject.name`, `getattr(subject, "name", "") == "x"`."""
+    alts = "|".join(names)
+    return re.compile(rf"""{subject}\w*(\.name)?\s*(==|!=|\bnot in\b|\bin\b)\s*[(\[{{]?[^\n]*["']({alts})["']"""
+                      rf"""|["']({alts})["']\s*(==|!=)\s*[\w.]*{subject}"""
+                      rf"""|{subject}["'][^\n]*["']name["'][^\n]*(==|!=|\bnot in\b|\bin\b)\s*[(\[{{]?\s*["']({alts})["']""")
+
+
+def comparing_lines(pattern: re.Pattern, outside: str, exempt: set[str] = frozenset()) -> list[str]:
+    """Lines of the packages' modules (outside the package `outside`, and not in `exempt`) matching `pattern`."""
+    return [f"{name}:{i}: {line.strip()}" for name, path in modules().items()
+            if not name.startswith(outside) and name not in exempt
+            for i, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+
+
 def test_no_module_outside_the_backends_compares_a_backend_name():
     """What differs between backends is asked of their traits (swarm.caps.BackendTraits) or done by their own
     methods (install_binary, start_daemon(at_hop=), describe_hosts, ...), never decided by comparing names."""
-    import re
-
     from swarm.runtime.backends import REGISTRY
 
-    names = "|".join(REGISTRY)
-    compares = re.compile(rf"""backend\w*(\.name)?\s*(==|!=|\bnot in\b|\bin\b)\s*[(\[{{]?[^\n]*["']({names})["']"""
-                          rf"""|["']({names})["']\s*(==|!=)\s*[\w.]*backend""")
-    # the spec's own `backend:` field, validated against its `hosts:` section (input, not a running backend)
-    exempt = {"swarm.spec.model"}
-    hits = [f"{name}:{i}: {line.strip()}" for name, path in modules().items()
-            if not name.startswith("swarm.runtime.backends") and name not in exempt
-            for i, line in enumerate(path.read_text().splitlines(), 1) if compares.search(line)]
-    assert hits == []
+    assert comparing_lines(name_comparisons("backend", REGISTRY), "swarm.runtime.backends") == []
+
+
+def test_no_module_outside_the_engines_compares_an_engine_name():
+    """What differs between link engines is asked of their traits (netem.engines.base.Engine: schedules,
+    plans_ahead, owns_nft_table, runs_processes) or done by their drivers (netem.engines.drivers: hold, apply,
+    placement, notes), never decided by comparing names outside netem/engines/."""
+    from netem.engines import ENGINES
+
+    assert comparing_lines(name_comparisons("engine", ENGINES), "netem.engines") == []
+
+
+def test_the_name_rules_see_the_comparisons_they_forbid():
+    """The rules above match the forms of comparison they forbid (so an empty list means none, not a blind regex),
+    and not a record's key that happens to be an engine's name."""
+    from netem.engines import ENGINES
+
+    engine = name_comparisons("engine", ENGINES)
+    for line in ('if self.engine.name == "userspace":', 'if ctl.engine.name != "nft":', 'engine == "nft"',
+                 'skip = engine.name in ("userspace", "nft")', '"netem" == self.engine.name',
+                 'if getattr(getattr(self.ctl, "engine", None), "name", "") != "userspace":'):
+        assert engine.search(line), line
+    for line in ('if not engine.plans_ahead or "nft" not in rec:', 'self.counts = {"nft": 0}',
+                 'engine_names = ("netem", "userspace", "nft")'):
+        assert not engine.search(line), line
+    assert name_comparisons("backend", ["netns"]).search('if swarm.backend.name == "netns":')
 
 
 def test_every_backend_declares_its_traits():
@@ -224,3 +271,101 @@ def test_every_backend_declares_its_traits():
 
     assert {name: isinstance(getattr(cls, "traits", None), BackendTraits) for name, cls in REGISTRY.items()} == \
         {name: True for name in REGISTRY}
+
+
+def agent_name_uses(source: str, names: set[str], keys: int = 1) -> list[int]:
+    """Lines where a DTN agent's name (a string literal) is compared (==, !=, in, not in, also inside a tuple,
+    list or set on the right of `in`) or used as a dict key (`keys`: in a dict with at least that many such keys,
+    i.e. a registry of its own where one name as a key is a record's field)."""
+    def named(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Constant) and node.value in names
+
+    hits = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            parts = [node.left, *node.comparators]
+            parts += [e for c in node.comparators if isinstance(c, (ast.Tuple, ast.List, ast.Set)) for e in c.elts]
+            if any(named(p) for p in parts):
+                hits.append(node.lineno)
+        elif isinstance(node, ast.Dict) and sum(named(k) for k in node.keys) >= keys:
+            hits.append(node.lineno)
+    return hits
+
+
+def test_the_agent_name_rule_sees_comparisons_keys_and_membership():
+    snippet = ('a = piece.agent == "dtn7"\nb = "dtn7" != x\nc = x in ("dtn7", "hardy")\nd = {"dtn7": 1}\n'
+               'e = x not in ["dtn7"]\nf = "dtn7-rs"\ng = {"agent": "dtn7"}\n')
+    assert agent_name_uses(snippet, {"dtn7"}) == [1, 2, 3, 4, 5]
+
+
+def test_no_module_outside_the_agents_compares_an_agent_name():
+    """What differs between DTN agents is asked of their adapters (swarm.dtn.agents.base.Agent), never decided by
+    comparing `dtn.agent` with a name, as for backends."""
+    from swarm.dtn.agents import REGISTRY
+
+    hits = [f"{name}:{line}" for name, path in modules().items() if not name.startswith("swarm.dtn.agents")
+            for line in agent_name_uses(path.read_text(), set(REGISTRY))]
+    assert hits == []
+
+
+def test_the_spec_takes_its_agents_and_their_clas_from_the_registry():
+    """No list of agent names in the spec: `dtn.agent` and the CLA it carries are checked against the registry."""
+    import swarm.spec.dtn as spec_dtn
+    from swarm.dtn.agents import REGISTRY
+
+    source = Path(spec_dtn.__file__).read_text()
+    assert not hasattr(spec_dtn, "AGENTS") and agent_name_uses(source, set(REGISTRY)) == []
+
+
+def test_no_module_outside_the_traffic_tools_compares_a_tool_name():
+    """What differs between traffic tools (iperf3, mux) is asked of the tool (experiments.traffic.tools.base.Tool:
+    uses_options, stamps_start, owns_raw, read_raw) or done by its runner (tools/runners.py), never decided by
+    comparing `engine:` with a name, nor by a dict keyed by the tools' names outside experiments/traffic/tools/.
+    flightsw/ holds the tools' in-node programs (agent.py starts iperf3 and knows its process by name,
+    trafficd.py is the mux engine), which run with the standard library only and cannot import the registry;
+    a host fact naming one program's version (`"iperf3": caps.iperf3_version`) is a record's field."""
+    from experiments.traffic.tools import TOOLS
+
+    hits = [f"{name}:{line}" for name, path in modules().items()
+            if not name.startswith(("experiments.traffic.tools", "flightsw"))
+            for line in agent_name_uses(path.read_text(), set(TOOLS), keys=2)]
+    assert hits == []
+
+
+def test_the_tool_name_rule_sees_comparisons_and_registries_of_its_own():
+    snippet = ('a = exp.engine == "mux"\nb = doc.get("engine") != "iperf3"\nc = RUNNERS = {"iperf3": A, "mux": B}\n'
+               'd = {"iperf3": caps.iperf3_version, "docker": v}\ne = engine in ("mux",)\n')
+    assert agent_name_uses(snippet, {"iperf3", "mux"}, keys=2) == [1, 2, 3, 5]
+
+
+def test_the_experiment_takes_its_tools_from_the_registry():
+    """`engine:` is checked against experiments.traffic.tools.TOOLS, not a list of names of the model's own."""
+    import experiments.traffic.model as model
+    from experiments.traffic.tools import TOOLS
+    from experiments.traffic.tools.runners import RUNNERS
+
+    assert agent_name_uses(Path(model.__file__).read_text(), set(TOOLS)) == []
+    assert set(RUNNERS) == set(TOOLS) and all(RUNNERS[n].tool.name == n for n in TOOLS)
+
+
+def test_no_module_outside_the_mesh_implementations_compares_an_implementation_name():
+    """What differs between batman-adv and batmand is asked of the implementation
+    (swarm.mesh.implementations.base.MeshImplementation: unavailable, start_plan, routes, originators, how),
+    never decided by comparing `mesh.implementation` with a name outside swarm/mesh/implementations/."""
+    from swarm.mesh.implementations import IMPLEMENTATIONS
+
+    hits = [f"{name}:{line}" for name, path in modules().items() if not name.startswith("swarm.mesh.implementations")
+            for line in agent_name_uses(path.read_text(), set(IMPLEMENTATIONS))]
+    assert hits == []
+
+
+def test_the_mesh_spec_names_every_implementation_of_the_registry():
+    """`mesh.implementation` offers `auto` and exactly the registry's implementations (the spec names them instead
+    of importing the registry, which plans from the spec, as netem/spec/links.py names the link engines)."""
+    from typing import get_args
+
+    from swarm.mesh.implementations import IMPLEMENTATIONS, PREFERENCE
+    from swarm.spec.mesh import MeshSpec
+
+    assert get_args(MeshSpec.model_fields["implementation"].annotation) == ("auto", *IMPLEMENTATIONS)
+    assert sorted(PREFERENCE) == sorted(IMPLEMENTATIONS)

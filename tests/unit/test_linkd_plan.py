@@ -11,14 +11,19 @@ from dataclasses import replace
 
 import pytest
 
-from netem.engines import (LINKD_MAX_BYTES, LinkdHold, NodeCommands, UserspaceEngine, choose_engine, linkd_line, plan_ipt,
-                           plan_linkd, tcp_buffer_bytes, tcp_buffer_sysctls)
+from netem.engines import choose_engine
+
+from netem.engines.base import tcp_buffer_bytes, tcp_buffer_sysctls
+
+from netem.engines.hold import LINKD_MAX_BYTES, LinkdHold
+
+from netem.engines.userspace import UserspaceEngine, UserspacePlan, linkd_line, plan_ipt, plan_linkd
 from netem.tc import netem_args, netem_limit
 from netem.spec.links import Impairment, LinksSpec, impairment, links_with_engine, resolve_links
 from swarm.caps import Capabilities
 from swarm.errors import SpecError
 from swarm.runtime.backends.netns.backend import switch_port
-from netem.runtime.linkd import (KERNEL_HOLD, KERNEL_HOLD_ENV, cache_dir, ctl_argv, ctl_body, ctl_socket, engine_argv,
+from netem.engines.drivers.linkd import (KERNEL_HOLD, KERNEL_HOLD_ENV, cache_dir, ctl_argv, ctl_body, ctl_socket, engine_argv,
                                  instance_spec, jump_argv, kernel_hold_setting, linkd_binary,
                                  parse_kv, swarm_engine_argv)
 
@@ -32,7 +37,7 @@ NODES = ["sat01", "sat02", "sat03"]
 MAC = {"sat01": "02:42:0A:C8:00:02", "sat02": "02:42:0a:c8:00:03", "sat03": "02:42:0a:c8:00:04"}
 
 
-def node_plan(spec: dict, node: str) -> NodeCommands:
+def node_plan(spec: dict, node: str) -> UserspacePlan:
     eff = resolve_links(LinksSpec.model_validate(spec), NODES)
     ingress = {MAC[s]: imp for (s, d), imp in eff.items() if d == node}
     egress = {MAC[d]: imp for (s, d), imp in eff.items() if s == node}
@@ -287,3 +292,58 @@ def test_kernel_hold_setting(monkeypatch):
         monkeypatch.setenv(KERNEL_HOLD_ENV, bad)
         with pytest.raises(SpecError, match=f"SWARM_LINKD_KERNEL_HOLD '{bad}'"):
             kernel_hold_setting()
+
+
+def _swarm_macs(n: int) -> list[str]:
+    return [f"02:42:0a:40:00:{i:02x}" for i in range(2, n + 2)]
+
+
+def test_a_condition_most_senders_share_is_one_default_line_and_one_rule():
+    """Issue 39: 40 senders with one delay (a `links: default:`) and two exceptions are held as `link *` plus the
+    exceptions, behind a RETURN for the sender with no condition and one catch-all NFQUEUE rule."""
+    macs = _swarm_macs(40)
+    ingress = {m: impairment(delay="10ms") for m in macs[:37]}
+    ingress[macs[37]] = impairment(delay="50ms")
+    ingress[macs[38]] = Impairment(up=False)
+    hold = replace(LinkdHold.at_hop(40), senders=frozenset(macs))
+    cmds = UserspaceEngine(CAPS).plan_node("eth1", {}, ingress, {}, hold)
+    assert cmds.linkd.splitlines() == [linkd_line("*", impairment(delay="10ms"), "default: 37 senders"),
+                                       linkd_line(macs[37], impairment(delay="50ms")), f"link {macs[38]} down"]
+    assert cmds.linkd.startswith("link * delay=10000us ")
+    assert cmds.ipt == ("*mangle\n:SWARM_EMU_LINKS_40 - [0:0]\n"
+                        f"-A SWARM_EMU_LINKS_40 -m mac --mac-source {macs[39]} -j RETURN\n"
+                        "-A SWARM_EMU_LINKS_40 -j NFQUEUE --queue-num 41\nCOMMIT\n")
+
+
+def test_without_a_shared_condition_or_the_swarm_s_senders_each_sender_keeps_its_line():
+    macs = _swarm_macs(40)
+    ingress = {m: impairment(delay="10ms") for m in macs}
+    plain = UserspaceEngine(CAPS).plan_node("eth1", {}, ingress, {}, LinkdHold())  # senders not known
+    assert plain.linkd.count("\n") == 40 and plain.ipt.count("NFQUEUE") == 40 and "link *" not in plain.linkd
+    few = {m: impairment(delay="10ms") for m in macs[:15]}  # below DEFAULT_MIN_SENDERS: as before
+    cmds = UserspaceEngine(CAPS).plan_node("eth1", {}, few, {}, LinkdHold(senders=frozenset(macs)))
+    assert "link *" not in cmds.linkd and cmds.ipt.count("--mac-source") == 15
+    half = {m: impairment(delay="10ms") for m in macs[:18]}  # more senders with no condition than with it
+    cmds = UserspaceEngine(CAPS).plan_node("eth1", {}, half, {}, LinkdHold(senders=frozenset(macs)))
+    assert "link *" not in cmds.linkd and "RETURN" not in cmds.ipt
+
+
+def test_pre_armed_senders_keep_a_pass_through_line_beside_a_default():
+    macs = _swarm_macs(20)
+    ingress = {m: Impairment(up=False) for m in macs[:19]} | {macs[19]: Impairment()}
+    hold = LinkdHold(senders=frozenset(macs), passthrough=frozenset([macs[19]]))
+    cmds = UserspaceEngine(CAPS).plan_node("eth1", {}, ingress, {}, hold)
+    assert cmds.linkd.splitlines() == ["link * down  # default: 19 senders", f"link {macs[19]}"]
+    assert "RETURN" not in cmds.ipt and cmds.ipt.count("NFQUEUE") == 1
+
+
+def test_the_engine_parses_a_default_with_exceptions():
+    binary = linkd_binary()
+    if not binary:
+        pytest.skip("swarm-linkd not built (make setup)")
+    macs = _swarm_macs(20)
+    cfg = plan_linkd({m: impairment(delay="10ms", rate="10Mbit") for m in macs[:19]} | {macs[19]: Impairment(up=False)},
+                     hold=LinkdHold(senders=frozenset(macs)))
+    assert cfg.startswith("link * ")
+    res = subprocess.run([binary, "check"], input=cfg, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr

@@ -124,3 +124,33 @@ def test_a_kill_during_the_loop_tears_down_like_ctrl_c_and_the_handler_is_restor
         run_tests(ctx, Loop(tests=TESTS[:1], swarm_of=lambda t: t.size, run_test=killed))
     assert ctx.log == [("up", 2, {}), ("down", 2)]
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_run_experiment_names_the_run_as_owner_and_logs_its_messages_in_each_swarms_events(tmp_path, monkeypatch):
+    """experiments.runs.run_experiment: what used to be the CLI's wiring. The run gets its folder as the owner of
+    the swarms it brings up, no before-down hook without a capture section, and its messages and progress reach
+    the caller and the event log of each of its swarms that is up."""
+    import json
+
+    from experiments.runs import run_experiment
+    from swarm.observe.events import EVENTS_FILE
+
+    monkeypatch.setenv("SWARM_WORKDIR", str(tmp_path / "work"))
+    state = tmp_path / "work" / ".swarm" / "s1"
+    state.mkdir(parents=True)
+    store, seen, said, steps = store_of(tmp_path), [], [], []
+
+    def run(ctx):
+        seen.append(ctx)
+        ctx.message("hello")
+        ctx.progress(1, 2, "test one")
+        return store.dir
+
+    kind = SimpleNamespace(name="fake", swarms=lambda exp: [SimpleNamespace(name="s1")], run=run)
+    assert run_experiment(kind, SimpleNamespace(name="exp"), store, message=said.append,
+                          progress=lambda d, t, w: steps.append((d, t, w))) == store.dir
+    assert seen[0].owner == str(store.dir.resolve()) and seen[0].before_down == ()
+    assert said == ["hello"] and steps == [(1, 2, "test one")]
+    events = [json.loads(line) for line in (state / EVENTS_FILE).read_text().splitlines()]
+    assert [(e["type"], e.get("message"), e.get("what"), e["cause"]) for e in events] == [
+        ("run", "hello", None, "experiment exp"), ("run", None, "test one", "experiment exp")]

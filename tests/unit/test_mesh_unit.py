@@ -8,11 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from netem.engines import NetemEngine
+from netem.engines.kernel import NetemEngine
 from swarm.errors import SpecError
 from netem.spec.links import impairment
-from swarm.mesh.plan import BATMAND_HOST_TABLE, batmand_argv, evaluate, healed_pairs, parse_batmand_originators, parse_route_table, plan_batman_adv, reachable, usable_neighbours
-from swarm.spec.mesh import MeshSpec, choose_implementation
+from swarm.mesh.implementations import choose_implementation
+from swarm.mesh.implementations.batman_adv import plan_batman_adv
+from swarm.mesh.implementations.batmand import BATMAND_HOST_TABLE, batmand_argv, parse_batmand_originators, parse_route_table
+from swarm.mesh.plan import evaluate, healed_pairs, reachable, usable_neighbours
+from swarm.spec.mesh import MeshSpec
 from swarm.caps import Capabilities
 from swarm.spec.model import spec_from_dict
 
@@ -246,7 +249,7 @@ def test_wait_converged_times_the_first_converged_snapshot_and_its_resolution(mo
 def test_batman_adv_originators_json_recorded_in_the_kernel_lab():
     """`batctl meshif bat0 oj` from sat01 (02:42:0a:dc:00:02) of three batman-adv nodes on one bridge (kernel lab,
     batman-adv 2022.3): every originator with its best next hop (flagged `best`) and every candidate's TQ."""
-    from swarm.mesh.plan import parse_batadv_neighbours, parse_batadv_originators
+    from swarm.mesh.implementations.batman_adv import parse_batadv_neighbours, parse_batadv_originators
 
     origs = {o.address: o for o in parse_batadv_originators((FIX / "batadv_oj.json").read_text())}
     assert set(origs) == {"02:42:0a:dc:00:03", "02:42:0a:dc:00:04"}
@@ -266,7 +269,7 @@ def test_batman_adv_routes_are_named_by_the_nodes_isl_macs():
     """Mesh.node_routes under batman-adv: originator and next-hop MACs -> node names, through the backend."""
     from types import SimpleNamespace
 
-    from swarm.mesh.plan import batadv_originators_argv
+    from swarm.mesh.implementations.batman_adv import batadv_originators_argv
     from swarm.runtime.mesh import Mesh
 
     calls = []

@@ -5,8 +5,9 @@ import pytest
 
 from swarm.errors import SpecError
 from experiments.traffic.model import experiment_from_dict, plan_flows, plan_tests
-from experiments.traffic.iperf3 import concurrent_window, start_skew, window_figures
-from experiments.traffic.mux import engine_plans, flow_result, size_bytes
+from experiments.traffic.tools.mux.plan import engine_plans, size_bytes
+from experiments.traffic.tools.mux.result import flow_result
+from experiments.traffic.tools.result import concurrent_window, start_skew, window_figures
 from swarm.spec.model import plan_nodes, spec_from_dict
 
 EXP = {"name": "m", "sizes": [3], "protocols": ["udp", "tcp"], "rates": ["1M"], "duration": 2, "engine": "mux",
@@ -73,9 +74,11 @@ def test_udp_flow_loss_per_interval_and_whole_test():
     r = flow_result("udp", _send(1000.25, 200, [75, 100, 25]), _recv(180, [70_000, 90_000, 20_000], [70, 90, 20]),
                     release, 2.0, 1.0)
     assert r.ok and r.spawn_ts == 1000.25
-    # the 3rd bin (late arrivals / last sends past the 2 s mark) folds into the last interval
+    # the 3rd bin (late arrivals / last sends past the 2 s mark) folds into the last interval, for the bytes
+    # received and for the packets sent and lost alike: the intervals add up to the whole test's 200 sent, 20 lost
     assert [(iv.start, iv.end, iv.bytes) for iv in r.intervals] == [(0.0, 0.75, 70_000), (0.75, 1.75, 110_000)]
-    assert [(iv.packets, iv.lost_packets) for iv in r.intervals] == [(75, 5), (100, 10)]
+    assert [(iv.packets, iv.lost_packets) for iv in r.intervals] == [(75, 5), (125, 15)]
+    assert sum(iv.packets for iv in r.intervals) == r.packets and sum(iv.lost_packets for iv in r.intervals) == 20
     assert (r.packets, r.lost_packets, r.lost_percent, r.jitter_ms) == (200, 20, 10.0, 0.5)
     assert r.bits_per_second == pytest.approx(8 * 180_000 / 1.75)
     assert r.intervals_from_receiver
@@ -111,3 +114,23 @@ def test_tcp_send_error_fails_the_flow_but_keeps_bytes():
 
 def test_traffic_type_may_be_written_out():
     assert experiment_from_dict({**EXP, "type": "traffic"}).type == "traffic"
+
+
+def test_the_report_reads_every_tools_raw_record_through_one_function():
+    """experiments.traffic.tools.read_flow: the runner's mux record and iperf3's own JSON come back as the FlowResults
+    their tools' readers give, each record owned by exactly one tool, without the caller naming a tool."""
+    import json
+    from pathlib import Path
+
+    from experiments.traffic.tools import TOOLS, read_flow
+    from experiments.traffic.tools.iperf3.parse import parse_client_json
+    from experiments.traffic.tools.mux.runner import MuxRunner
+
+    send, recv = _send(1000.25, 200, [75, 100, 25]), _recv(180, [70_000, 90_000, 20_000], [70, 90, 20])
+    record = json.dumps(MuxRunner.tool.raw_record(send, recv, 1000.0, "swarm-trafficd", "trafficd.py"))
+    assert read_flow(record, "udp", None, 2.0, 1.0) == flow_result("udp", send, recv, 1000.0, 2.0, 1.0)
+    iperf = (Path(__file__).resolve().parents[1] / "fixtures" / "iperf3" / "udp.json").read_text()
+    assert read_flow(iperf, "udp", 5.0, 2.0, 1.0) == parse_client_json(iperf, 5.0)
+    for text in (record, iperf, ""):
+        assert sum(t.owns_raw(t.load(text)) for t in TOOLS.values()) == 1
+    assert not read_flow("", "tcp", None, 2.0, 1.0).ok

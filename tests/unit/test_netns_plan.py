@@ -7,7 +7,7 @@ from swarm.runtime.backends.netns.backend import host_link, marker, node_ns, pla
 from swarm.errors import CommandError, SpecError
 from swarm.caps import Capabilities
 from swarm.runtime.runner import RecordingRunner
-from swarm.spec.model import BACKENDS, plan_nodes, spec_from_dict
+from swarm.spec.model import SwarmSpec, plan_nodes, spec_from_dict
 
 from conftest import golden
 
@@ -82,7 +82,11 @@ def test_host_link_name_fits_kernel_limit():
 
 
 def test_registry_matches_spec_literal_and_unknown_name_is_an_error(tmp_path):
-    assert tuple(sorted(REGISTRY)) == tuple(sorted(BACKENDS))
+    from swarm.caps import BACKEND_TRAITS
+
+    assert {name: cls.traits for name, cls in REGISTRY.items()} == BACKEND_TRAITS  # one table, one class a name
+    choices = SwarmSpec.model_json_schema()["properties"]["backend"]["anyOf"][0]["enum"]
+    assert choices == sorted(REGISTRY)
     with pytest.raises(SpecError, match="backend 'k8s': unknown backend"):
         get_backend("k8s", RecordingRunner(), CAPS, tmp_path)
 

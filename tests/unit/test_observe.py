@@ -1,6 +1,8 @@
 """Pure parts of swarm.observe: what a capture runs and filters, the event log's lines and the view's state."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from swarm.errors import SpecError
@@ -43,9 +45,67 @@ def test_an_unwritable_output_is_refused_before_anything_starts(tmp_path):
             check_output(bad)
 
 
+
+def test_an_existing_output_is_refused_without_force_and_never_opened(tmp_path):
+    """`capture -o` (issue 40, item 3): an existing name, a link (to a victim, or dangling) is refused without
+    --force and never opened, so no victim changes and no empty file appears at a dangling link's target; a FIFO
+    or a device is no capture file, with --force too (a FIFO would hang dumpcap)."""
+    import os
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / "old.pcapng").write_text("old")
+    (tmp_path / "link.pcapng").symlink_to(victim)
+    (tmp_path / "dangling.pcapng").symlink_to(tmp_path / "ab")
+    for name, why in (("old.pcapng", "already exists; give --force"), ("link.pcapng", r"\(a symbolic link\)"),
+                      ("dangling.pcapng", "already exists")):
+        with pytest.raises(SpecError, match=why):
+            check_output(tmp_path / name)
+        check_output(tmp_path / name, force=True)  # replaced at the end, by a rename
+    assert victim.read_text() == "precious" and (tmp_path / "old.pcapng").read_text() == "old"
+    assert not (tmp_path / "ab").exists()
+    os.mkfifo(tmp_path / "fifo")
+    reader = os.open(tmp_path / "fifo", os.O_RDONLY | os.O_NONBLOCK)  # so that a writer's open would not block
+    try:
+        for force in (False, True):
+            with pytest.raises(SpecError, match="already exists" if not force else "not a regular file"):
+                check_output(tmp_path / "fifo", force=force)
+        with pytest.raises(SpecError, match="not a regular file"):
+            check_output(Path("/dev/null"), force=True)
+    finally:
+        os.close(reader)
+
+
+def test_the_capture_replaces_a_link_with_force_and_never_clobbers_without(tmp_path, nodes):
+    from swarm.errors import RuntimeFailure
+    from swarm.observe.capture import Capture
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    out = tmp_path / "out.pcapng"
+    out.symlink_to(victim)
+    made = tmp_path / "made"
+    made.write_text("pcapng")
+    Capture(None, [node_end(nodes[0], "isl")], out, force=True)._publish(made)
+    assert victim.read_text() == "precious" and not out.is_symlink() and out.read_text() == "pcapng"
+    made.write_text("second")
+    with pytest.raises(RuntimeFailure, match="appeared during the capture; the capture is in"):
+        Capture(None, [node_end(nodes[0], "isl")], out)._publish(made)  # someone took the name meanwhile
+    assert out.read_text() == "pcapng"
+    assert [p.read_text() for p in tmp_path.glob("out.pcapng.*.pcapng")] == ["second"]
+
+
+@pytest.mark.parametrize("duration", ["nan", "inf", "-inf", "0.2", "2.5", "0", "-1"])
+def test_a_capture_duration_dumpcap_cannot_keep_is_one_line(duration):
+    """--duration nan|inf was a traceback and 0.2 silently captured 1 s (issue 40, item 11): dumpcap stops on
+    whole seconds."""
+    from test_reliability import cli, one_line
+    code, _out, err = cli("capture", "obs-nosuch", "--node", "sat01", "-o", "/nonexistent-dir/x.pcapng",
+                          "--duration", duration)
+    assert code == 2 and "--duration" in one_line(err), err
+
+
 # ------------------------------------------------------------------------------------------------ events
 from netem.spec.links import NONE, Impairment, impairment  # noqa: E402
-from swarm.observe.events import (EVENTS_FILE, LogWatch, NodeWatch, caused_by, emit, follow, format_event,  # noqa: E402
+from swarm.observe.events import (EVENTS_FILE, LogWatch, NodeWatch, emit, follow, format_event,  # noqa: E402
                                   link_changes, link_view)
 
 
@@ -64,8 +124,7 @@ def test_link_view_and_changes_name_cuts_downs_and_conditions():
 
 def test_emit_appends_json_lines_that_follow_reads_back_in_order(tmp_path):
     emit(tmp_path, "fault", kind="cut", args=["a", "b"])
-    with caused_by("fault timeline"):
-        emit(tmp_path, "link", src="a", dst="b", state="cut", conditions="")
+    emit(tmp_path, "link", src="a", dst="b", state="cut", conditions="", cause="fault timeline")
     emit(tmp_path / "gone", "link", src="a")  # no state directory: nothing written, no error
     lines = (tmp_path / EVENTS_FILE).read_text().splitlines()
     assert len(lines) == 2

@@ -18,7 +18,7 @@ import pytest
 from experiments.dtn.parse import read_events
 from experiments.dtn.plan import traffic_plans
 from experiments.dtn.run import TrafficReader
-from experiments.traffic.muxresult import flow_result
+from experiments.traffic.tools.mux.result import flow_result
 from flightsw import dtn_traffic, protocol as proto, trafficd
 from swarm.runtime.image import image_context_files
 

@@ -368,16 +368,20 @@ impl Engine {
         let mut batch: Vec<(usize, f64)> = Vec::new();
         loop {
             let t = now();
-            if t >= end {
-                return;
-            }
+            // Past the end: what fell due before it still goes (a wake-up the host made late must not shorten
+            // the flow: R bit/s for D s is R*D bits), then the sender stops.
+            let last = t >= end;
             batch.clear();
             while let Some(Reverse(Due(due, _))) = heap.peek() {
-                if *due > t || (batch.len() >= BURST && self.normal_policy.is_none()) {
+                let not_yet = if last { *due >= end } else { *due > t };
+                if not_yet || (batch.len() >= BURST && self.normal_policy.is_none()) {
                     break;
                 }
                 let Reverse(Due(due, n)) = heap.pop().unwrap();
                 batch.push((n, due));
+            }
+            if last && batch.is_empty() {
+                return;
             }
             let tried = self.send_datagrams(&batch, t, &gaps, &mut heap);
             self.drop_realtime(); // every flow has its first datagram out

@@ -2,7 +2,7 @@
 //!
 //! It speaks exactly the protocol of flightsw/trafficd.py (JSON lines on stdin/stdout, names from
 //! flightsw/protocol.py) and writes the same per-flow reports, so the host cannot tell the two apart
-//! except by the CPU they leave to the rest of the swarm (issue 27: the Python engine took ~2/3 of a
+//! except by the CPU they leave to the rest of the swarm (the Python engine took ~2/3 of a
 //! 2-core host at n=32 and n=100, the link engine's share came out of the senders):
 //!
 //! 1. host -> plan (one JSON line); engine -> {"listening": P}

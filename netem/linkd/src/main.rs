@@ -178,6 +178,32 @@ struct Engine {
     lines: BTreeMap<Option<Mac>, String>,
 }
 
+/// The senders' links made from the default take its conditions (a new `link *`).
+fn follow_default(links: &mut HashMap<Option<Mac>, Link>, cfg: &LinkCfg, gen: u64) {
+    for l in links.values_mut() {
+        if l.from_default && l.cfg != *cfg {
+            l.reconfigure(cfg.clone(), gen);
+        }
+    }
+}
+
+/// The link a packet from `src` meets: the sender's own, else one made for it from the default (`link *`) at
+/// its first packet (O(1): the table grows with the senders that send, not with the pairs configured), else
+/// the default itself for a frame without a source MAC; None: no link (the packet passes).
+fn link_key(links: &mut HashMap<Option<Mac>, Link>, src: Option<Mac>) -> Option<Option<Mac>> {
+    let Some(m) = src else {
+        return links.contains_key(&None).then_some(None);
+    };
+    if links.contains_key(&Some(m)) {
+        return Some(Some(m));
+    }
+    let d = links.get(&None)?;
+    let mut l = Link::new(d.cfg.clone(), d.gen);
+    l.from_default = true;
+    links.insert(Some(m), l);
+    Some(Some(m))
+}
+
 /// Upper bounds (microseconds) of the release-lateness histogram in `stats`.
 /// One packet read in a batch: (packet id, source MAC, wire length, offset of its copied bytes in the arena,
 /// bytes copied, checksum not yet computed, kernel arrival stamp in ns).
@@ -193,15 +219,25 @@ impl Engine {
         self.set_at = real_ns();
         self.first_packet_at = 0;
         let gen = self.gen;
-        self.links.retain(|k, _| cfgs.contains_key(k));
+        let default = cfgs.get(&None).cloned();
+        // a sender's link made from the default stays (its state kept) while there is a default and no line of
+        // its own; it takes the default's new conditions
+        self.links
+            .retain(|k, l| cfgs.contains_key(k) || (l.from_default && default.is_some()));
         for (k, cfg) in cfgs {
             match self.links.get_mut(&k) {
-                Some(l) if l.cfg == cfg => {}
-                Some(l) => l.reconfigure(cfg, gen),
+                Some(l) if l.cfg == cfg => l.from_default = false,
+                Some(l) => {
+                    l.reconfigure(cfg, gen);
+                    l.from_default = false;
+                }
                 None => {
                     self.links.insert(k, Link::new(cfg, gen));
                 }
             }
+        }
+        if let Some(d) = default {
+            follow_default(&mut self.links, &d, gen);
         }
         gen
     }
@@ -212,9 +248,15 @@ impl Engine {
         self.set_at = real_ns();
         self.first_packet_at = 0;
         let gen = self.gen;
+        if key.is_none() {
+            follow_default(&mut self.links, &cfg, gen);
+        }
         match self.links.get_mut(&key) {
-            Some(l) if l.cfg == cfg => {}
-            Some(l) => l.reconfigure(cfg, gen),
+            Some(l) if l.cfg == cfg => l.from_default = false,
+            Some(l) => {
+                l.reconfigure(cfg, gen);
+                l.from_default = false;
+            }
             None => {
                 self.links.insert(key, Link::new(cfg, gen));
             }
@@ -262,10 +304,9 @@ impl Engine {
 
     /// `arrived`: when the packet reached the hook (the kernel's stamp, else `now`), where its hold begins.
     fn on_packet(&mut self, q: &mut nfq::Queue, p: nfq::Packet, arrived: u64, now: u64) {
-        let key = match p.hw_src {
-            Some(m) if self.links.contains_key(&Some(m)) => Some(m),
-            _ if self.links.contains_key(&None) => None,
-            _ => {
+        let key = match link_key(&mut self.links, p.hw_src) {
+            Some(k) => k,
+            None => {
                 self.unmatched += 1;
                 q.verdict(p.id, nfq::NF_ACCEPT, None);
                 return;
@@ -1324,7 +1365,29 @@ fn main() {
 
 #[cfg(test)]
 mod tests {
-    use super::keep_bytes;
+    use super::{follow_default, keep_bytes, link_key};
+    use crate::model::{parse_link_line, Link};
+    use std::collections::HashMap;
+
+    #[test]
+    fn a_sender_without_a_line_gets_a_link_of_its_own_from_the_default() {
+        let cfg = |l: &str| parse_link_line(l).unwrap().1;
+        let a = Some([2, 0, 0, 0, 0, 1]);
+        let b = Some([2, 0, 0, 0, 0, 2]);
+        let mut links = HashMap::new();
+        assert_eq!(link_key(&mut links, a), None); // no default: the packet passes
+        links.insert(None, Link::new(cfg("link * delay=10ms rate=1mbit"), 1));
+        links.insert(b, Link::new(cfg("link 02:00:00:00:00:02 down"), 1));
+        assert_eq!(link_key(&mut links, a), Some(a)); // made from the default, with state of its own
+        assert!(links[&a].from_default && links[&a].cfg.delay_ns == 10_000_000);
+        assert_eq!(link_key(&mut links, b), Some(b)); // its own line
+        assert!(!links[&b].from_default);
+        assert_eq!(link_key(&mut links, None), Some(None)); // no source MAC: the default itself
+        follow_default(&mut links, &cfg("link * delay=20ms"), 2);
+        assert_eq!(links[&a].cfg.delay_ns, 20_000_000);
+        assert!(links[&b].cfg.down); // a sender with its own line keeps it
+        assert_eq!(links.len(), 3);
+    }
 
     #[test]
     fn bytes_are_kept_only_past_the_kernel_bound_for_whole_ipv4_packets_that_fit() {

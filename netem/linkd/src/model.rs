@@ -431,6 +431,10 @@ pub fn check_bound(
 pub struct Link {
     pub cfg: LinkCfg,
     pub gen: u64,
+    /// made from the `link *` line for a sender without a line of its own, at its first packet: each sender
+    /// keeps its own state (rate backlog, loss run, counters) under the default's conditions, and the
+    /// configuration stays one line for all of them
+    pub from_default: bool,
     delay_rnd: Correlated,
     loss_rnd: Correlated,
     ge_bad: bool,
@@ -481,6 +485,7 @@ impl Link {
         Link {
             cfg,
             gen,
+            from_default: false,
             delay_rnd: Correlated::default(),
             loss_rnd: Correlated::default(),
             ge_bad: false,

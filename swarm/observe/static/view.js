@@ -2,14 +2,11 @@
 // hundred elements at most). Links are drawn per node pair; the pair's state is the worse of its two
 // directions. While an orbit plan drives the links (the state has `orbit`), the nodes are drawn where they
 // are on a latitude/longitude map with their ground tracks, and only the links that are up (or cut by a
-// fault) are drawn. `?report=URL` posts what the page shows after each change (used by the browser test).
+// fault) are drawn. The page only reads (GET) from the server it came from; what it shows is in the DOM
+// (data-* attributes, body's data-mode and data-t-plan), where the browser tests read it.
 "use strict";
 const SVG = "http://www.w3.org/2000/svg";
-const params = new URLSearchParams(location.search);
-const report = params.get("report");
 let nextEvent = 0;
-let lastShown = "";
-let lastState = null;
 
 function el(tag, attrs, text) {
   const e = document.createElementNS(SVG, tag);
@@ -73,7 +70,10 @@ function draw(st) {
   document.getElementById("facts").textContent = facts + (st.down ? " · DOWN" : "");
   document.getElementById("clock").textContent = new Date(st.t * 1000).toLocaleTimeString();
   setMode(st.orbit && track && track.nodes ? "map" : "graph");
-  if (mode === "map") return drawMap(st);
+  if (mode === "map") {
+    document.body.dataset.tPlan = st.orbit.t_plan;
+    return drawMap(st);
+  }
   // the topology is rebuilt only when a node's state or a link changed; otherwise only the figures move
   // (a browser redrawing 500 lines twice a second costs the swarm it watches CPU on a small host)
   const key = JSON.stringify([st.nodes.map(n => [n.name, n.state]), st.links]);
@@ -232,7 +232,8 @@ function describe(ev) {
   else if (ev.type === "node") what = `${ev.node}: ${ev.action || ""} ${ev.state}`;
   else if (ev.type === "engine") what = `${ev.node}: engine ${ev.what}`;
   else if (ev.type === "mesh") what = `${ev.state}${ev.converge_s !== "" ? " in " + ev.converge_s + " s" : ""} ${ev.problem || ""}`;
-  else if (ev.type === "run") what = ev.message || `${ev.what || ""} (${(ev.done || 0).toFixed(0)}/${(ev.total || 0).toFixed(0)})`;
+  else if (ev.type === "run") what = ev.message || `${ev.what || ""} (${Number(ev.done || 0).toFixed(0)}/${Number(ev.total || 0).toFixed(0)})`;
+  else if (ev.type === "log") what = `${ev.message || ""}`;
   else what = `${ev.state || ""}`;
   return `${when} ${ev.type} ${what} — ${ev.cause || ""}`;
 }
@@ -246,7 +247,6 @@ async function tick() {
       track = await fetch("api/track").then(r => r.json());
       trackRelease = st.orbit.release;
     }
-    lastState = st;
     linkRates = Object.fromEntries((st.link_rates || []).map(r => [r.src + ">" + r.dst, r.bps]));
     draw(st);
     const list = document.getElementById("events");
@@ -257,33 +257,10 @@ async function tick() {
     }
     while (list.children.length > 300) list.removeChild(list.lastChild);
     nextEvent = evs.next;
-    if (report) send();
   } catch (e) {
     document.getElementById("facts").textContent = "view server not answering: " + e;
   }
   setTimeout(tick, 500);
-}
-
-function send() {
-  const shown = {
-    nodes: [...document.querySelectorAll("g.node")].map(g => g.dataset.node),
-    links: [...document.querySelectorAll("line.link")].map(l => [l.dataset.src, l.dataset.dst, l.dataset.state]),
-    events: document.querySelectorAll("#events li").length,
-    mode,
-  };
-  if (mode === "map" && lastState) {
-    shown.t_plan = lastState.orbit.t_plan;
-    shown.pos = Object.fromEntries([...document.querySelectorAll("g.node")].map(
-      g => [g.dataset.node, [Number(g.dataset.lat), Number(g.dataset.lon)]]));
-    shown.link_bps = Object.fromEntries([...document.querySelectorAll("text.link-rate")].map(
-      t => [t.dataset.src + "-" + t.dataset.dst, Number(t.dataset.bps)]));
-    shown.bundles = Object.fromEntries([...document.querySelectorAll("g.node text.bundles")].map(
-      t => [t.parentNode.dataset.node, parseInt(t.textContent)]));
-  }
-  const text = JSON.stringify(shown);
-  if (text === lastShown) return;
-  lastShown = text;
-  fetch(report, {method: "POST", mode: "no-cors", body: text});
 }
 
 tick();

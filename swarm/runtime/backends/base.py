@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, ClassVar
 
 from swarm.caps import BackendTraits, Capabilities
+from swarm.cfs.node import NO_CFS, CfsRuntime
 from swarm.runtime.runner import Result, Runner
 from swarm.errors import SpecError
 from swarm.spec.model import NodePlan, SwarmSpec, check_swarm_name
@@ -34,6 +35,52 @@ def swarm_dir(workdir: Path, swarm: str) -> Path:
 
 def no_progress(done: int, total: int, what: str) -> None:
     """A progress callback that shows nothing (the library default; the CLI passes a bar)."""
+
+
+class ForwardingHop:
+    """A namespace the framework owns that every frame between a swarm's nodes crosses after the sender let go of
+    it (the netns switch namespace; the compose host at the swarm's ISL bridge). A link engine holding packets
+    there leaves the sender's socket buffers and the receiver's kernel timestamps (ping's RTT) as a real long
+    link would. A backend that has one returns it from Backend.hop(); the userspace engine's driver
+    (netem.engines.drivers.linkd) uses it. The defaults below suit a hop whose namespace is the swarm's own."""
+
+    #: where the swarm's userspace link engine runs at this hop (for the probe, `status` and host.json)
+    placement: str = ""
+
+    def port(self, swarm: str, node_index: int, iface: str) -> tuple[list[str], str] | None:
+        """(argv prefix that runs a command in the hop's namespace, the bridge port towards the node's `iface`),
+        or None (a node that is not running has no port)."""
+        return None
+
+    def hold(self, swarm: str, node_index: int, nodes: int) -> tuple[str, int] | None:
+        """(iptables chain, NFQUEUE number) for the node's packets at the hop; None: the hop's namespace is the
+        swarm's own, so the defaults (netem.engines.hold.LinkdHold.at_hop) apply."""
+        return None
+
+    def comment(self, swarm: str) -> str | None:
+        """A comment on the hop's jump rules naming the swarm (where the hop is shared, as the host is)."""
+        return None
+
+    def prepare(self, swarm: str) -> None:
+        """Make bridged IPv4 go through iptables at the hop (net.bridge.bridge-nf-call-iptables=1)."""
+        return None
+
+    def release(self, swarm: str) -> None:
+        """The framework just removed rules of its own at the hop: undo what the hop holds only for them."""
+        return None
+
+    def notes(self, swarm: str) -> list[str]:
+        """What the backend changed at the hop that a user should know (shown by `impair --show`)."""
+        return []
+
+    def start_daemon(self, swarm: str, argv: list[str], name: str) -> bool:
+        """Start one long-running process for the whole swarm at the hop (with the host's /run; its output in the
+        swarm's logs as `hop.<name>.log`); False where it cannot."""
+        return False
+
+    def stop_daemon(self, swarm: str, name: str) -> None:
+        """End the swarm's process at the hop (to start it anew, e.g. when a node's port changed)."""
+        return None
 
 
 class Backend(ABC):
@@ -72,8 +119,10 @@ class Backend(ABC):
         return {}
 
     @abstractmethod
-    def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress) -> None:
-        """Create and start every node. Raises on failure; the caller rolls back with `down`."""
+    def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress,
+           cfs: CfsRuntime = NO_CFS) -> None:
+        """Create and start every node (`cfs`: the images and ulimits of cFS nodes, on backends that run them).
+        Raises on failure; the caller rolls back with `down`."""
 
     @abstractmethod
     def down(self, swarm: str) -> list[str]:
@@ -82,6 +131,11 @@ class Backend(ABC):
     @abstractmethod
     def node_states(self, swarm: str) -> dict[str, str]:
         """State of each node that exists: running, exited, paused, created, ..."""
+
+    def isl_iface(self, swarm: str, node: str) -> str | None:
+        """The interface a node's ISL links are impaired on, where the backend names it itself (pure; None: the
+        link controller looks inside the node for the one holding its ISL address)."""
+        return None
 
     @abstractmethod
     def exec_prefix(self, swarm: str, node: str, interactive: bool = False) -> list[str]:
@@ -127,53 +181,15 @@ class Backend(ABC):
         node's /run is a host folder; None where it is not (a container's)."""
         return None
 
-    def forwarding_hop(self, swarm: str, node_index: int, iface: str) -> tuple[list[str], str] | None:
-        """Where packets on their way to a node's `iface` pass a namespace the framework owns after the sender let
-        go of them: (argv prefix that runs a command in that namespace, the bridge port towards the node), or
-        None. A link engine holding packets there leaves the sender's socket buffers and the receiver's kernel
-        timestamps (ping's RTT) as a real long link would."""
+    def hop(self) -> ForwardingHop | None:
+        """The backend's forwarding hop on this host (see ForwardingHop), or None where it has none."""
         return None
-
-    def start_hop_daemon(self, swarm: str, argv: list[str], name: str) -> bool:
-        """Start one long-running process for the whole swarm at its forwarding hop (with the host's /run; its
-        output in the swarm's logs as `hop.<name>.log`); False where the backend has no hop of its own."""
-        return False
-
-    def stop_hop_daemon(self, swarm: str, name: str) -> None:
-        """End the swarm's process at its forwarding hop (to start it anew, e.g. when a node's port changed)."""
-        return None
-
-    def hop_placement(self) -> str | None:
-        """Where the swarm's userspace link engine runs when it holds packets at a forwarding hop (for the probe,
-        `status` and host.json), or None where this backend has no hop on this host."""
-        return None
-
-    def hop_hold(self, swarm: str, node_index: int, nodes: int) -> tuple[str, int] | None:
-        """(iptables chain, NFQUEUE number) for the node's packets at the hop; None: the hop's namespace is the
-        swarm's own, so the defaults (netem.engines.LinkdHold.at_hop) apply."""
-        return None
-
-    def hop_comment(self, swarm: str) -> str | None:
-        """A comment on the hop's jump rules naming the swarm (where the hop is shared, as the host is)."""
-        return None
-
-    def prepare_hop(self, swarm: str) -> None:
-        """Make bridged IPv4 go through iptables at the hop (net.bridge.bridge-nf-call-iptables=1)."""
-        return None
-
-    def release_hop(self, swarm: str) -> None:
-        """The framework just removed rules of its own at the hop: undo what the hop holds only for them."""
-        return None
-
-    def hop_notes(self, swarm: str) -> list[str]:
-        """What the backend changed at the hop that a user should know (shown by `impair --show`)."""
-        return []
 
     @abstractmethod
     def start_daemon(self, swarm: str, node: str, argv: list[str], name: str, at_hop: bool = False) -> None:
         """Start a long-running process (e.g. the mesh daemon) in `node`, with private_run_prefix's /run; it
         is removed with the node and its output goes to the node's logs. `at_hop`: at the node's forwarding
-        hop instead (only where forwarding_hop names one)."""
+        hop instead (only where hop() has one)."""
 
     def node_binary(self, host_path: str) -> str:
         """Where a host binary installed with install_binary is found inside a node: at its host path where the

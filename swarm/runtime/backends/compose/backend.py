@@ -17,14 +17,16 @@ import subprocess
 import time
 from pathlib import Path
 
-from swarm.cfs.node import CfsRuntime
+from swarm.cfs.node import NO_CFS, CfsRuntime
 from flightsw import protocol as proto
 from compose.render import (AGENT_COMMAND, GENERATED_HEADER, LABEL_INDEX, LABEL_NODE, LABEL_SWARM, compose_yaml,
                             container_name, network_name, project_name, render_compose)
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.spec.model import NodePlan, SwarmSpec
-from swarm.caps import BackendTraits
-from swarm.runtime.backends.base import Backend, Progress, swarm_dir
+from swarm.caps import BACKEND_TRAITS
+from swarm.runtime.backends.base import Backend, ForwardingHop, Progress, swarm_dir
+from swarm.runtime.backends.compose.hop import ComposeHop
+from swarm.runtime.private import write_private_text
 import swarm.runtime.backends.compose.hostengine as he
 
 RM_BATCH = 10  # containers per `docker rm`: bounded concurrent endpoint releases in the daemon
@@ -36,12 +38,10 @@ class ComposeBackend(Backend):
     """Docker Compose on one host."""
 
     name = "compose"
-    traits = BackendTraits("compose", containers=True, runs_cfs=True)
+    traits = BACKEND_TRAITS[name]
     #: The docker CLI and its global options: the swarm backend aims one instance at each of its hosts.
     docker: tuple[str, ...] | list[str] = ("docker",)
     up_log = "compose-up.log"  # in the swarm's state folder
-    #: Images and ulimits of cFS nodes, set by Swarm.up before `up` (swarm.cfs.node); empty without cFS nodes.
-    cfs: CfsRuntime = CfsRuntime()
     #: The swarm's link engine may run on this machine beside its bridge (False for a remote Docker host).
     host_engine: bool = True
 
@@ -59,24 +59,25 @@ class ComposeBackend(Backend):
     def compose_file(self, swarm: str) -> Path:
         return self.workdir / "compose" / f"{swarm}.yml"
 
-    def write_compose(self, spec: SwarmSpec, image: str, source: str = "") -> Path:
-        """Render and write compose/<swarm>.yml; return its path."""
+    def write_compose(self, spec: SwarmSpec, image: str, source: str = "", cfs: CfsRuntime = NO_CFS) -> Path:
+        """Render and write compose/<swarm>.yml (`cfs`: the cFS nodes' images and ulimits); return its path."""
         path = self.compose_file(spec.name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(compose_yaml(render_compose(spec, image, self.cfs), source))
+        write_private_text(path, compose_yaml(render_compose(spec, image, cfs), source))
         return path
 
     def compose_argv(self, swarm: str, *args: str) -> list[str]:
         return [*self.caps.compose, "-f", str(self.compose_file(swarm)), "-p", project_name(swarm), *args]
 
-    def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress) -> None:
+    def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress,
+           cfs: CfsRuntime = NO_CFS) -> None:
         """`<compose> up -d` in batches of UP_BATCH services, each watched for stalls and retried once.
 
         docker-compose v1 was seen here to hang for good partway through one `up -d` of 50-100 services
         (every thread waiting, the daemon idle). Batches bound its concurrency, let progress move per
         batch, and turn a hang into one retry of that batch (`up` is idempotent) rather than a failure.
         """
-        self.write_compose(spec, image)
+        self.write_compose(spec, image, cfs=cfs)
         log = swarm_dir(self.workdir, spec.name) / self.up_log
         log.parent.mkdir(parents=True, exist_ok=True)
         names = [n.name for n in nodes]
@@ -152,7 +153,7 @@ class ComposeBackend(Backend):
 
     def start_daemon(self, swarm: str, node: str, argv: list[str], name: str, at_hop: bool = False) -> None:
         """`docker exec -d`: the process lives in the container and goes with it (also on `docker restart`)."""
-        if at_hop:  # the host engine serves every node from one process (start_hop_daemon), never one per node
+        if at_hop:  # the host engine serves every node from one process (ComposeHop.start_daemon), never one per node
             raise RuntimeFailure(f"node {node!r}: {name}: the compose backend starts no per-node process on the host")
         self.runner.run([*self.docker, "exec", "-d", container_name(swarm, node),
                          *proto.labelled(list(argv), proto.label(swarm, node))], timeout=60)
@@ -161,12 +162,12 @@ class ComposeBackend(Backend):
     def state_dir(self, swarm: str) -> Path:
         return swarm_dir(self.workdir, swarm)
 
-    def hop_placement(self) -> str | None:
-        """Where the swarm's userspace engine runs when it is used: on the host beside the swarm's ISL bridge, where
-        this machine is the Docker host, we are root (host iptables, NFQUEUE, packet sockets) and iptables sees
-        bridged frames (br_netfilter); None otherwise (then only a pinned engine runs, inside each node)."""
+    def hop(self) -> ForwardingHop | None:
+        """The host beside the swarm's ISL bridge (ComposeHop), where this machine is the Docker host, we are root
+        (host iptables, NFQUEUE, packet sockets) and iptables sees bridged frames (br_netfilter); None otherwise
+        (then the userspace engine runs only when pinned, inside each node)."""
         if self.host_engine and self.caps.root and self.caps.bridge_nf and self.caps.nfqueue:
-            return "on the host at the swarm's ISL bridge (compose; one engine per swarm)"
+            return ComposeHop(self)
         return None
 
     def isl_ports(self, swarm: str) -> dict[int, str]:
@@ -196,80 +197,12 @@ class ComposeBackend(Backend):
         self._ports[swarm] = ports
         return ports
 
-    def forwarding_hop(self, swarm: str, node_index: int, iface: str) -> tuple[list[str], str] | None:
-        """The host (no argv prefix) and the node's port on the swarm's ISL bridge, where the engine can run on the
-        host; None otherwise, or for a node that is not running (no port)."""
-        if self.hop_placement() is None:
-            return None
-        port = self.isl_ports(swarm).get(node_index)
-        return ([], port) if port else None
-
-    def hop_hold(self, swarm: str, node_index: int, nodes: int) -> tuple[str, int]:
-        """The node's chain and NFQUEUE number on the host: the swarm's tagged chain, and its base (allocated once
-        per swarm under the host-wide lock, recorded in the swarm's state) + the node's index."""
-        base = self._hold.get(swarm)
-        record = self.state_dir(swarm) / he.STATE_FILE
-        if base is None:
-            try:
-                got = he.read_record(self.state_dir(swarm))
-                base = int(got["queue_base"]) if int(got.get("queues", 0)) > nodes else None
-            except (ValueError, KeyError, TypeError):
-                base = None
-        if base is None:
-            save = self.runner.run(["iptables-save"], check=False, timeout=30).stdout
-            with he.queue_registry() as reg:
-                base = he.allocate_for(reg, swarm, nodes + 1, save, str(record))  # indexes 0..nodes
-                self._update_record(swarm, queue_base=base, queues=nodes + 1, tag=he.swarm_tag(swarm))
-        self._hold[swarm] = base
-        return he.chain_name(swarm, node_index), base + node_index
-
-    def _update_record(self, swarm: str, **fields) -> None:
-        he.update_record(self.state_dir(swarm), **fields)
-
-    def hop_comment(self, swarm: str) -> str | None:
-        return he.rule_comment(swarm)
-
-    def prepare_hop(self, swarm: str) -> None:
-        """Bridged IPv4 must go through the host's iptables (net.bridge.bridge-nf-call-iptables=1, which Docker
-        sets for its bridges). Where it is off it is turned on, and the swarm's state records it (the probe,
-        `status` and `impair --show` say so): a global setting is never changed silently."""
-        path = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
-        try:
-            value = path.read_text().strip()
-        except OSError:
-            value = ""
-        if value != "1":
-            self.runner.run(["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"], timeout=30)
-            self._update_record(swarm, note=f"set net.bridge.bridge-nf-call-iptables=1 on the host (it was "
-                                            f"{value or 'unset'}) so the host engine sees the bridge's frames")
-
-    def hop_notes(self, swarm: str) -> list[str]:
-        note = he.read_record(self.state_dir(swarm)).get("note")
-        return [note] if note else []
-
     def run_path_on_host(self, swarm: str, node: str, path: str) -> Path | None:
         """With the engine on the host: its control socket and saved configuration for `node` (host paths under
         the swarm's state, short enough for a socket); None when the engine would run in the node."""
-        if self.hop_placement() is None:
+        if self.hop() is None:
             return None
         return he.short_run_path(self.state_dir(swarm), swarm, node, Path(path).relative_to("/run"))
-
-    def start_hop_daemon(self, swarm: str, argv: list[str], name: str) -> bool:
-        """One process on the host for the whole swarm (the link engine), in a session of its own so it outlives
-        the CLI; recorded in the swarm's state as it starts (and found by its `--swarm` label after a crash)."""
-        if self.hop_placement() is None:
-            return False
-        log = self.state_dir(swarm) / "logs" / f"hop.{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        argv = proto.labelled(list(argv), proto.label(swarm, name))  # ps: swarm-emu:<swarm>/linkd, as every process
-        self._update_record(swarm, starting=argv[:8])
-        proc = self.runner.start(argv, stdout_path=str(log))
-        self._update_record(swarm, pids=[proc.pid], started=time.time())
-        return True
-
-    def stop_hop_daemon(self, swarm: str, name: str) -> None:
-        """End the swarm's host engine (every labelled process of it)."""
-        he.kill_engines(swarm)
 
     def _host_cleanup(self, swarm: str | None) -> list[str]:
         """End the host engines of `swarm` (None: of every swarm), remove their host chains and the rules jumping
@@ -281,17 +214,21 @@ class ComposeBackend(Backend):
         if killed:
             removed.append(f"{killed} host engine process(es)")
         save = self._mangle()
-        script = he.cleanup_script(save, swarm)
+        shared = False
+        if swarm and he.QUEUE_DIR.exists():
+            with he.queue_registry() as reg:
+                shared = he.tag_holder(reg, swarm, "") is not None  # a colliding name's swarm runs: keep its chains
+        script = he.cleanup_script(save, swarm, shared)
         if script:
             self.runner.run(["iptables-restore", "--noflush"], input=script, timeout=30)
-            removed.append(f"{len(he.our_chains(save, swarm))} host chain(s)")
+            removed.append(f"{len(he.owned_chains(save, swarm, shared) if swarm else he.our_chains(save))} host chain(s)")
             self._drop_empty_mangle()
         if he.QUEUE_DIR.exists():
             with he.queue_registry() as reg:
                 for name in [n for n in reg if swarm is None or n == swarm]:
                     del reg[name]
-            for name in ([swarm] if swarm else []):
-                shutil.rmtree(he.QUEUE_DIR / he.swarm_tag(name), ignore_errors=True)
+            if swarm and not shared:
+                shutil.rmtree(he.QUEUE_DIR / he.swarm_tag(swarm), ignore_errors=True)
             if swarm is None:
                 for d in he.QUEUE_DIR.iterdir():
                     if d.is_dir() and re.fullmatch(r"[0-9a-f]{8}", d.name):
@@ -412,17 +349,21 @@ class ComposeBackend(Backend):
         br_netfilter was unloaded)."""
         return self.host_engine and self.caps.root and self.caps.nfqueue
 
-    def release_hop(self, swarm: str) -> None:
-        """A link's host chain was removed while the swarm runs (e.g. `impair --clear`): if it was the last rule
-        anyone had in mangle, drop the table, or `down` (which then finds no chain of ours) would leave it."""
-        if self._may_have_host_engines():
-            self._drop_empty_mangle()
-
     def _drop_empty_mangle(self) -> None:
-        """iptables-nft makes `table ip mangle` for our first rule and never drops it: drop it once nobody's rule
-        or chain is left in it (he.mangle_unused)."""
-        if he.mangle_unused(self._mangle()):
-            self.runner.run(["nft", "delete", "table", "ip", "mangle"], check=False, timeout=30)
+        """iptables-nft makes `table ip mangle` for our first rule and never drops it: drop it once nobody's rule,
+        chain, set or object is left in it (he.mangle_unused and he.nft_mangle_unused), checked and deleted under
+        the host-wide registry lock so two swarms' `down`s do not race."""
+        if not he.mangle_unused(self._mangle()):
+            return
+        with he.queue_registry():
+            if not he.mangle_unused(self._mangle()):
+                return
+            try:
+                listing = self.runner.run(["nft", "list", "table", "ip", "mangle"], check=False, timeout=30)
+            except CommandError:  # no nft: nothing tells what else the table holds, so it stays
+                return
+            if listing.ok and he.nft_mangle_unused(listing.stdout):
+                self.runner.run(["nft", "delete", "table", "ip", "mangle"], check=False, timeout=30)
 
     def _mangle(self) -> str:
         """The host's mangle table (`iptables-save -t mangle`); '' where iptables cannot be run."""

@@ -1,7 +1,7 @@
 """The compose backend's userspace link engine on the host, beside the swarm's Docker ISL bridge.
 
 A compose swarm's ISL network is a Docker bridge in the host's network namespace; with br_netfilter the host's
-iptables sees every frame crossing it. So the swarm's one link engine (netem.runtime.linkd) runs on the host, as
+iptables sees every frame crossing it. So the swarm's one link engine (netem.engines.drivers.linkd) runs on the host, as
 on the netns backend it runs in the swarm's switch namespace: mangle FORWARD jumps, for frames leaving through the
 bridge port towards node N (the container's host-side veth, found from the container's iflink), to the chain
 `SWARM_EMU_H<tag>_<N>`, which queues the impaired sources' frames to NFQUEUE `<base> + N`. No binary is copied
@@ -9,7 +9,9 @@ into the node image, and every NetEm condition works for a user's own image.
 
 The host is shared (with Docker, with other swarms, with the user's own rules), so everything here is named:
 - `tag`: 8 hex digits of the swarm name's SHA-256; chains carry HOST_CHAIN_PREFIX + tag, jumps a comment
-  `swarm-emu:<swarm>`; `down` and `wipe` remove only chains with that prefix and the rules jumping to them;
+  `swarm-emu:<swarm>`; `down` and `wipe` remove only chains with that prefix and the rules jumping to them.
+  Two names can share a tag (one pair in ~10^5 names): a swarm whose tag another swarm on the host holds is
+  refused under the registry lock, and `down` leaves chains whose jumps name another swarm;
 - NFQUEUE numbers: allocated per swarm under a host-wide lock (QUEUE_DIR/linkd-queues.json), first fit from
   QUEUE_FIRST past every range another swarm holds and every queue number already in the host's rules;
 - the engine process: its argv carries `--swarm <name>` (its supervising `sh` too), so `ps` names its swarm
@@ -25,12 +27,14 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from swarm.errors import RuntimeFailure
+from swarm.runtime.private import open_private, private_dir
 
 HOST_CHAIN_PREFIX = "SWARM_EMU_H"  # every host chain of the framework starts with this
 CHAIN_MAX = 28  # iptables chain names: at most 28 characters
@@ -99,10 +103,11 @@ def our_chains(save: str, swarm: str | None = None) -> list[str]:
     return [ln[1:].split()[0] for ln in save.splitlines() if ln.startswith(":" + prefix)]
 
 
-def cleanup_script(save: str, swarm: str | None = None) -> str | None:
-    """iptables-restore --noflush script (mangle) removing the framework's host chains (of `swarm`, or of every
-    swarm) and every rule that jumps to them; None when there are none. Nothing else is touched (pure)."""
-    chains = our_chains(save, swarm)
+def cleanup_script(save: str, swarm: str | None = None, shared: bool = False) -> str | None:
+    """iptables-restore --noflush script (mangle) removing the framework's host chains (of `swarm`, see
+    owned_chains; or of every swarm) and every rule that jumps to them; None when there are none. Nothing else
+    is touched (pure)."""
+    chains = owned_chains(save, swarm, shared) if swarm else our_chains(save)
     if not chains:
         return None
     mine = set(chains)
@@ -128,6 +133,23 @@ def mangle_unused(save: str) -> bool:
     return chains <= BUILTIN_MANGLE and not any(ln.startswith("-A ") for ln in lines)
 
 
+_NFT_EMPTY_BASE = re.compile(r"chain (\S+) \{ type filter hook \S+ priority (mangle|-150); policy accept; \}")
+
+
+def nft_mangle_unused(listing: str) -> bool:
+    """True when `nft list table ip mangle` shows nothing but empty built-in chains with policy accept (what
+    iptables-nft leaves): no rule, set, map, object or other chain of anyone's -- iptables-save shows none of
+    an nft user's sets, so it alone cannot tell (pure)."""
+    body = " ".join(ln.strip() for ln in listing.splitlines() if ln.strip() and not ln.lstrip().startswith("#"))
+    if not body.startswith("table ip mangle {") or not body.endswith("}"):
+        return False
+    rest = body[len("table ip mangle {"):-1].strip()
+    for m in _NFT_EMPTY_BASE.finditer(rest):
+        if m.group(1) not in BUILTIN_MANGLE:
+            return False
+    return _NFT_EMPTY_BASE.sub("", rest).strip() == ""
+
+
 def chain_owners(save: str) -> dict[str, str]:
     """{chain: swarm} from the comments on the jumps to the framework's host chains (pure); a chain whose jump
     is gone is named by its tag."""
@@ -139,7 +161,7 @@ def chain_owners(save: str) -> dict[str, str]:
     return owners
 
 
-SUPERVISOR_MARK = "swarm-linkd: engine exited"  # in the restart loop's script (netem.runtime.linkd.SUPERVISE)
+SUPERVISOR_MARK = "swarm-linkd: engine exited"  # in the restart loop's script (netem.engines.drivers.linkd.SUPERVISE)
 
 
 def engine_of(argv: list[str]) -> tuple[str, bool] | None:
@@ -239,10 +261,10 @@ def _signal(pid: int, sig: int) -> None:
 # ------------------------------------------------------------------------------ host-wide queue registry
 @contextmanager
 def queue_registry() -> Iterator[dict]:
-    """The host-wide registry {swarm: {base, count, tag, state}}, locked (flock) for the block and saved after."""
-    QUEUE_DIR.mkdir(parents=True, exist_ok=True)
-    path = QUEUE_DIR / "linkd-queues.json"
-    with open(QUEUE_DIR / "linkd-queues.lock", "w") as lock:
+    """The host-wide registry {swarm: {base, count, tag, state}}, locked (flock) for the block and saved after.
+    Root writes it: its folder is checked and its lock opened without following links (swarm.runtime.private)."""
+    path = private_dir(QUEUE_DIR, "host engine folder") / "linkd-queues.json"
+    with os.fdopen(open_private(QUEUE_DIR / "linkd-queues.lock", os.O_RDWR | os.O_CREAT), "r+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         reg = _read_json(path)
         before = json.dumps(reg, sort_keys=True)
@@ -259,7 +281,11 @@ def read_record(state_dir: Path) -> dict:
 def update_record(state_dir: Path, **fields) -> None:
     """Merge `fields` into the swarm's host engine record (queue range, tag, engine pids, notes)."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(state_dir / STATE_FILE, {**read_record(state_dir), **fields})
+    # Read-merge-write under a lock: the CLI's threads and the engine's supervisor update it at once (a CI run
+    # lost a rename when two writers shared one temporary name).
+    with open(state_dir / (STATE_FILE + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _write_json(state_dir / STATE_FILE, {**read_record(state_dir), **fields})
 
 
 def _read_json(path: Path) -> dict:
@@ -271,17 +297,43 @@ def _read_json(path: Path) -> dict:
 
 def _write_json(path: Path, doc: dict) -> None:
     """Written whole or not at all (a temporary file renamed over it): a crash never leaves half a record."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
-    tmp.replace(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one per writer
+    try:
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def tag_holder(reg: dict, swarm: str, save: str) -> str | None:
+    """Another swarm holding `swarm`'s tag on this host (in the registry, or by the comment on a jump to a chain
+    with the tag), or None (pure)."""
+    tag = swarm_tag(swarm)
+    for other, entry in reg.items():
+        if other != swarm and entry.get("tag", swarm_tag(other)) == tag:
+            return other
+    owners = chain_owners(save)
+    return next((o for c in our_chains(save, swarm) if (o := owners[c]) != swarm and not o.startswith("tag ")), None)
+
+
+def owned_chains(save: str, swarm: str, shared: bool) -> list[str]:
+    """`swarm`'s host chains to remove: those with its tag whose jump names it, and those whose jump is gone
+    unless another swarm holds the tag (`shared`) (pure)."""
+    owners = chain_owners(save)
+    return [c for c in our_chains(save, swarm) if owners[c] == swarm or (not shared and owners[c].startswith("tag "))]
 
 
 def allocate_for(reg: dict, swarm: str, count: int, save: str, state: str) -> int:
     """The queue base of `swarm` in the locked registry `reg`, allocated if it has none (or too few); entries of
-    swarms whose state file is gone and that have no chain on the host are dropped first (a crash's leftovers)."""
+    swarms whose state file is gone and that have no chain on the host are dropped first (a crash's leftovers).
+    A swarm whose tag another swarm holds is refused (RuntimeFailure, one line): they would share chains."""
     for other, entry in list(reg.items()):
         if other != swarm and not Path(entry.get("state", "")).exists() and not our_chains(save, other):
             del reg[other]
+    holder = tag_holder(reg, swarm, save)
+    if holder:
+        raise RuntimeFailure(f"swarm {swarm!r}: its host tag {swarm_tag(swarm)} is held by swarm {holder!r} on this "
+                             "host (the names' 8-hex tags collide); rename one of them")
     entry = reg.get(swarm)
     if entry and entry.get("count", 0) >= count:
         return int(entry["base"])

@@ -40,9 +40,9 @@ from typing import Any
 
 from flightsw import protocol as proto
 from compose.render import AGENT_COMMAND, LABEL_SWARM, container_name, network_name
-from swarm.cfs.node import CfsRuntime
+from swarm.cfs.node import NO_CFS, CfsRuntime
 from swarm.errors import CommandError
-from swarm.caps import BackendTraits
+from swarm.caps import BACKEND_TRAITS
 from swarm.runtime.backends.base import Backend, Progress, swarm_dir
 from swarm.runtime.clocks import PROBE_ARGV, ClockOffset, estimate
 from swarm.spec.hosts import HostSpec
@@ -60,11 +60,10 @@ class SwarmBackend(Preflight, Joining, Overlays, Release, Backend):
     """Docker Swarm overlays over several hosts; each host's share is a Compose project."""
 
     name = "swarm"
-    traits = BackendTraits("swarm", containers=True, multi_host=True)
+    traits = BACKEND_TRAITS[name]
     #: The orchestrator is on no overlay: ground addresses are probed from a node, not from the host.
     host_reaches_ground = False
     #: Images and ulimits of cFS nodes (unused: the swarm backend refuses cFS nodes at check_spec).
-    cfs: CfsRuntime = CfsRuntime()
 
     def __init__(self, runner, caps, workdir: Path):
         super().__init__(runner, caps, workdir)
@@ -116,11 +115,11 @@ class SwarmBackend(Preflight, Joining, Overlays, Release, Backend):
     def _compose(self, swarm: str, host: HostSpec, plan: dict | None = None) -> HostCompose:
         placement = (plan or self.plan(swarm) or {"placement": {}})["placement"]
         hc = HostCompose(self.runner, self.caps, self.workdir, host, [n for n, h in placement.items() if h == host.name])
-        hc.cfs = self.cfs
         return hc
 
     # ---------------------------------------------------------------------------------------------- up
-    def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress) -> None:
+    def up(self, spec: SwarmSpec, nodes: list[NodePlan], image: str, progress: Progress,
+           cfs: CfsRuntime = NO_CFS) -> None:
         plan = self._preflight.pop(spec.name, None) or self.check_spec(spec, nodes)
         plan["image"] = image
         self._save(spec.name, plan)
@@ -145,7 +144,7 @@ class SwarmBackend(Preflight, Joining, Overlays, Release, Backend):
                 return
             hc = self._compose(spec.name, h, plan)
             try:
-                hc.up(spec, shares[h.name], image, host_progress(h.name))
+                hc.up(spec, shares[h.name], image, host_progress(h.name), cfs=cfs)
             finally:
                 if h.name in anchors:
                     self.runner.run([*self._docker(h), "rm", "-f", anchors[h.name]], check=False, timeout=120)
@@ -212,6 +211,7 @@ class SwarmBackend(Preflight, Joining, Overlays, Release, Backend):
             if node is None:
                 continue
             proc = self.runner.popen(self.exec_prefix(swarm, node, interactive=True) + PROBE_ARGV)
+            assert proc.stdin is not None and proc.stdout is not None  # popen makes both pipes
             samples = []
             try:
                 for _ in range(exchanges):

@@ -3,11 +3,20 @@ the local host, time limits; HostCompose, one host's share as a Compose project.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from compose.render import LABEL_SWARM, compose_yaml, network_name, render_compose
+from swarm.cfs.node import NO_CFS, CfsRuntime
 from swarm.runtime.backends.compose.backend import ComposeBackend
+from swarm.runtime.private import write_private_text
 from swarm.spec.hosts import HostSpec
 from swarm.spec.model import SwarmSpec
+
+if TYPE_CHECKING:
+    import threading
+
+    from swarm.caps import Capabilities
+    from swarm.runtime.runner import Runner
 
 
 
@@ -53,13 +62,13 @@ class HostCompose(ComposeBackend):
                 base = ["env", f"REQUESTS_CA_BUNDLE={self.host.tls.ca}", *base]
         return [*base, "-f", str(self.compose_file(swarm)), "-p", swarm, *args]
 
-    def write_compose(self, spec: SwarmSpec, image: str, source: str = "") -> Path:
-        doc = render_compose(spec, image, self.cfs)
+    def write_compose(self, spec: SwarmSpec, image: str, source: str = "", cfs: CfsRuntime = NO_CFS) -> Path:
+        doc = render_compose(spec, image, cfs)
         doc["services"] = {k: v for k, v in doc["services"].items() if k in set(self.node_names)}
         doc["networks"] = {w: {"external": True, "name": network_name(spec.name, w)} for w in ("isl", "ground")}
         path = self.compose_file(spec.name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(compose_yaml(doc, f"{source or spec.name} (host {self.host.name})"))
+        write_private_text(path, compose_yaml(doc, f"{source or spec.name} (host {self.host.name})"))
         return path
 
     def remove_containers(self, swarm: str) -> list[str]:
@@ -86,3 +95,25 @@ class HostCompose(ComposeBackend):
 # A worker's request to attach a container to an overlay goes through the manager; on a busy host Docker 20.10
 # answers "attaching to network failed ... context deadline exceeded" now and then (seen in CI over TLS) and the
 # same request succeeds a moment later. Such an attachment is tried again; anything else fails at once.
+
+
+class MultiHostParts:
+    """What the multi-host backend's mixins (Preflight, Joining, Overlays, Release) use of the SwarmBackend they
+    are mixed into, declared once so that each mixin type-checks on its own; SwarmBackend provides all of it."""
+
+    if TYPE_CHECKING:
+        runner: Runner
+        caps: Capabilities
+        workdir: Path
+        _plans: dict[str, dict]
+        _preflight: dict[str, dict]
+        _lock: threading.Lock
+
+        def _docker(self, host: HostSpec) -> list[str]: ...
+        def _reach(self, host: HostSpec) -> str: ...
+        def _swarm_info(self, host: HostSpec) -> dict: ...
+        def _save(self, swarm: str, plan: dict) -> None: ...
+        def _record(self, swarm: str, plan: dict, what: dict) -> None: ...
+        def plan(self, swarm: str) -> dict | None: ...
+        def hosts(self, swarm: str) -> list[HostSpec]: ...
+        def _compose(self, swarm: str, host: HostSpec, plan: dict | None = None) -> HostCompose: ...

@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 import time
 
-from swarm.errors import SpecError
+from swarm.errors import CommandError, SpecError
+from swarm.runtime.runner import redacted_error
 from swarm.runtime.backends.base import Progress
 from swarm.spec.hosts import HostSpec
 from swarm.spec.model import NodePlan, SwarmSpec
 
-from swarm.runtime.backends.multihost.common import (LABEL_CREATED, LABEL_JOINED, LABEL_GWBRIDGE, LABEL_ENDPOINT,
-                                                     LOCAL_HOST)
+from swarm.runtime.backends.multihost.common import (LABEL_CREATED, LABEL_ENDPOINT, LABEL_GWBRIDGE, LABEL_JOINED,
+                                                     LOCAL_HOST, MultiHostParts)
 
 
-class Joining:
+class Joining(MultiHostParts):
     """SwarmBackend's Swarm membership and image shipping (a mixin)."""
 
     def _ensure_swarm(self, swarm: str, plan: dict, hosts: list[HostSpec]) -> None:
@@ -36,16 +37,26 @@ class Joining:
                 continue
             gw_before = self._has_gwbridge(h)
             self._record(swarm, plan, {"host": h.name, "what": "swarm-join", "gwbridge_before": gw_before})
-            argv = [*self._docker(h), "swarm", "join", "--token", token]
-            if h.advertise_addr:
-                argv += ["--advertise-addr", h.advertise_addr]
-            self.runner.run([*argv, f"{addr}:2377"], timeout=120)
+            self._join(h, token, f"{addr}:2377")
             node_id = self.runner.run([*self._docker(h), "info", "--format", "{{.Swarm.NodeID}}"], timeout=30).stdout.strip()
             plan["swarm_state"][h.name] = "active"
             self._node_labels(mgr, node_id, {LABEL_JOINED: "1", LABEL_ENDPOINT: json.dumps(h.docker_args()),
                                              **({} if gw_before else {LABEL_GWBRIDGE: "1"})})
         plan["swarm_state"][mgr.name] = "active"
         self._save(swarm, plan)
+
+    def _join(self, host: HostSpec, token: str, remote: str) -> None:
+        """`docker swarm join` without the token on any command line: `docker swarm join --token` has no stdin or
+        environment form (its argv is in `ps` for the join's duration), so the Engine API's POST /swarm/join is
+        sent as one HTTP request on the stdin of `docker system dial-stdio`, which relays it to the host's
+        daemon wherever the CLI reaches it (the local socket, ssh:// through the remote's own dial-stdio, tcp://
+        with TLS). The token is in the request body only, and out of the log and of any error message."""
+        argv = [*self._docker(host), "system", "dial-stdio"]
+        res = self.runner.run(argv, input=join_request(token, remote, host.advertise_addr), timeout=120,
+                              check=False, secrets=[token])
+        why = join_refused(res.stdout) if res.ok else ((res.stderr or res.stdout).strip() or f"exit {res.returncode}")
+        if why:
+            raise redacted_error(CommandError([*argv, "(POST /swarm/join)"], res.returncode or 1, "", why), [token])
 
     def _has_gwbridge(self, host: HostSpec) -> bool:
         return self.runner.run([*self._docker(host), "network", "inspect", "docker_gwbridge"], check=False, timeout=30).ok
@@ -66,8 +77,7 @@ class Joining:
             wanted = {n.spec.image or image for n in nodes if plan["placement"][n.name] == h.name}
             if wanted:
                 wanted.add(image)  # the anchor that attaches the overlays on the host runs the node image
-            wanted = sorted(wanted)
-            for tag in wanted:
+            for tag in sorted(wanted):
                 if self.runner.run([*self._docker(h), "image", "inspect", "--format", "{{.Id}}", tag],
                                    check=False, timeout=60).ok:
                     continue
@@ -79,3 +89,25 @@ class Joining:
                 plan.setdefault("images", []).append({"host": h.name, "tag": tag, "seconds": round(time.monotonic() - t0, 1)})
                 self._save(spec.name, plan)
 
+
+def join_request(token: str, remote: str, advertise_addr: str | None) -> str:
+    """The Engine API request `docker swarm join --token T [--advertise-addr A] REMOTE` makes (pure): the CLI's
+    defaults (listen on 0.0.0.0:2377, availability active), the token in the JSON body."""
+    body = json.dumps({"ListenAddr": "0.0.0.0:2377", "AdvertiseAddr": advertise_addr or "", "DataPathAddr": "",
+                       "RemoteAddrs": [remote], "JoinToken": token, "Availability": "active"})
+    return ("POST /swarm/join HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body.encode())}\r\nConnection: close\r\n\r\n{body}")
+
+
+def join_refused(response: str) -> str:
+    """'' when the daemon's HTTP answer to the join is a success, else its message as one line (pure)."""
+    head, _, body = response.partition("\r\n\r\n")
+    status = head.split("\r\n", 1)[0].split()
+    if len(status) >= 2 and status[1].isdigit() and 200 <= int(status[1]) < 300:
+        return ""
+    try:
+        message = str(json.loads(body).get("message", "")) if body.strip() else ""
+    except (ValueError, AttributeError):
+        message = body.strip()
+    said = " ".join(status[1:]) if len(status) >= 2 else "no HTTP answer"
+    return f"Error response from daemon ({said}): {' '.join((message or 'no message').split())[:300]}"

@@ -11,7 +11,7 @@ from swarm.runtime.backends.base import Progress
 from swarm.spec.hosts import HostSpec
 from swarm.spec.model import SwarmSpec, gateway_address
 
-from swarm.runtime.backends.multihost.common import LABEL_ANCHOR
+from swarm.runtime.backends.multihost.common import MultiHostParts, LABEL_ANCHOR
 
 
 ATTACH_TRANSIENT = ("attaching to network failed", "context deadline exceeded")
@@ -22,7 +22,7 @@ GWBRIDGE_RM_S = 10.0  # how long docker_gwbridge removal is retried while the in
 PEER_WAIT_S = 30.0  # how long `up` waits for a newly attached host to appear in the others' overlay peers
 
 
-class Overlays:
+class Overlays(MultiHostParts):
     """SwarmBackend's overlays (a mixin)."""
 
     def _create_overlays(self, spec: SwarmSpec, plan: dict, mgr: HostSpec) -> None:
@@ -107,5 +107,6 @@ class Overlays:
                 if attempt + 1 == ATTACH_ATTEMPTS or not any(m in exc.stderr for m in ATTACH_TRANSIENT):
                     raise
                 time.sleep(2.0 * (attempt + 1))
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     # ----------------------------------------------------------------------------------------- looking

@@ -13,10 +13,10 @@ from swarm.errors import CommandError, SpecError
 from swarm.spec.hosts import HostSpec, dynamic_range, node_mtu, overlay_driver_mtu, place, placeables
 from swarm.spec.model import NodePlan, SwarmSpec
 
-from swarm.runtime.backends.multihost.common import REACH_TIMEOUT, _hosts_of
+from swarm.runtime.backends.multihost.common import MultiHostParts, REACH_TIMEOUT, _hosts_of
 
 
-class Preflight:
+class Preflight(MultiHostParts):
     """SwarmBackend's checks (a mixin: the methods use the backend's runner, caps and state)."""
 
     # ------------------------------------------------------------------------------------------ checks

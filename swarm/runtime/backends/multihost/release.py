@@ -10,11 +10,11 @@ from compose.render import LABEL_SWARM, network_name
 from swarm.errors import RuntimeFailure
 from swarm.spec.hosts import HostSpec
 
-from swarm.runtime.backends.multihost.common import LABEL_CREATED, LABEL_JOINED, LABEL_GWBRIDGE, LABEL_ENDPOINT
+from swarm.runtime.backends.multihost.common import MultiHostParts, LABEL_CREATED, LABEL_JOINED, LABEL_GWBRIDGE, LABEL_ENDPOINT
 from swarm.runtime.backends.multihost.overlays import GWBRIDGE_RM_S, INGRESS_SETTLE_S, LEAVE_ATTEMPTS
 
 
-class Release:
+class Release(MultiHostParts):
     """SwarmBackend's down and wipe (a mixin)."""
 
     def down(self, swarm: str) -> list[str]:

@@ -1,11 +1,12 @@
-"""Result assembly of the multiplexing traffic engine (pure, no planning imports): `flow_result` joins the
-sender's and the receiver's records of one flow into a FlowResult. Split from experiments.traffic.mux so
-the report (analysis/) can rebuild a flow's intervals from its raw record without the runtime."""
+"""Reading the multiplexing tool's records (pure, no planning imports): `flow_result` joins the sender's and the
+receiver's records of one flow into the tool-neutral FlowResult, so the report (analysis/) can rebuild a flow's
+intervals from its raw record without the runtime."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from experiments.traffic.iperf3 import NAN, FlowResult, Interval
+from experiments.traffic.tools.result import NAN, FlowResult, Interval
 
 
 def flow_result(protocol: str, send: dict | None, recv: dict | None, release: float, duration: float,
@@ -16,9 +17,9 @@ def flow_result(protocol: str, send: dict | None, recv: dict | None, release: fl
     stamped by the sender. Interval k covers [release + k*interval, release + (k+1)*interval] clipped to
     [first send, release + duration]; bytes are the receiver's, binned by receive time (anything that
     arrived after the end counts in the last interval); for UDP, packets are those sent in the interval
-    and lost packets those of them that never arrived.
+    (one due before the end but sent after it in the last) and lost packets those of them that never arrived.
     """
-    base = {"protocol": protocol, "planned_duration": duration, "summary_side": "server"}
+    base: dict[str, Any] = {"protocol": protocol, "planned_duration": duration, "summary_side": "server"}
     if send is None:
         return FlowResult(error="no report from the sending node's engine", **base)
     first = send.get("first_send_ts")
@@ -30,6 +31,9 @@ def flow_result(protocol: str, send: dict | None, recv: dict | None, release: fl
     span = max(end - first, 1e-9)
     count = max(1, math.ceil(duration / interval - 1e-9))
     recv_bytes = _folded(recv.get("bins_bytes", []), count)
+    # a datagram due before the end but sent after it (a late wake-up on a busy host) counts in the last interval
+    sent_packets = _folded(send.get("bins_packets", []), count)
+    arrived_by_send = _folded(recv.get("bins_sent_packets", []), count)
     intervals = []
     for k in range(count):
         a = max(release + k * interval, first)
@@ -38,8 +42,8 @@ def flow_result(protocol: str, send: dict | None, recv: dict | None, release: fl
             continue
         packets = lost = None
         if protocol == "udp":
-            packets = _at(send.get("bins_packets", []), k)
-            lost = max(0, packets - _at(recv.get("bins_sent_packets", []), k))
+            packets = sent_packets[k]
+            lost = max(0, packets - arrived_by_send[k])
         intervals.append(Interval(start=a - first, end=b - first, bytes=recv_bytes[k],
                                   bits_per_second=8.0 * recv_bytes[k] / (b - a), packets=packets, lost_packets=lost))
     ok = not (protocol == "tcp" and send.get("error"))

@@ -33,11 +33,13 @@ import socket
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
-from netem.engines import LINKD_CONTROL, LINKD_MAX_BYTES, LINKD_QUEUE, LINKD_STATE, LinkdHold, choose_engine
+
+from netem.engines.hold import LINKD_CONTROL, LINKD_MAX_BYTES, LINKD_QUEUE, LINKD_STATE, LinkdHold
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.runtime.runner import Result
 
@@ -133,15 +135,6 @@ def swarm_engine_argv(binary: str, instances: list[str], kernel_hold: int = KERN
             "--max-packets", str(MAX_PACKETS), "--realtime"]
 
 
-def engine_for(caps, backend, pinned: str | None = None):
-    """The impairment engine a swarm on `backend` uses here (netem.engines.choose_engine): on a container backend
-    the userspace engine is a default only where it runs at the backend's forwarding hop (compose: on the host
-    beside the swarm's bridge), else only when pinned, inside each node (its binary copied in)."""
-    hop = backend.hop_placement() if caps.bridge_nf else None
-    skip = ("userspace",) if backend.traits.containers and not hop else ()
-    return choose_engine(caps, pinned, skip)
-
-
 def kernel_hold_setting() -> int:
     """$SWARM_LINKD_KERNEL_HOLD, else KERNEL_HOLD; a bad value is a SpecError naming it."""
     raw = os.environ.get(KERNEL_HOLD_ENV, "")
@@ -221,16 +214,20 @@ class Linkd:
     def __init__(self, swarm: "SwarmContext"):
         self.swarm = swarm
         self.backend = swarm.backend
+        # the backend's forwarding hop, where the engine holds packets if iptables sees bridged frames there
+        self.at_hop = swarm.backend.hop() if swarm.caps.bridge_nf else None
         self.host_binary = swarm.caps.linkd or linkd_binary() or ""
         self._start_lock = threading.Lock()  # nodes are configured in parallel; the swarm's engine starts once
+        # see batched_rules: node -> (argv prefix at the hop, bridge port, hold, chain body; None: remove the chain)
+        self._batch: dict[str, tuple[list[str], str, LinkdHold, str | None]] | None = None
 
     def hop(self, node: "NodePlan", iface: str) -> tuple[list[str], str] | None:
         """The forwarding hop where this node's packets are held (argv prefix, bridge port), or None: in the node."""
-        return self.backend.forwarding_hop(self.swarm.name, node.index, iface) if self.swarm.caps.bridge_nf else None
+        return self.at_hop.port(self.swarm.name, node.index, iface) if self.at_hop else None
 
     def hold(self, node: "NodePlan", iface: str, cut_frames: bool = True) -> LinkdHold:
-        if self.hop(node, iface):
-            shared = self.backend.hop_hold(self.swarm.name, node.index, len(self.swarm.nodes))
+        if self.at_hop and self.hop(node, iface):
+            shared = self.at_hop.hold(self.swarm.name, node.index, len(self.swarm.nodes))
             if shared:  # the host: the swarm's tagged chain and its queue range there
                 return LinkdHold(chain=shared[0], queue=shared[1], cut_frames=cut_frames)
             return LinkdHold.at_hop(node.index, cut_frames)
@@ -238,12 +235,15 @@ class Linkd:
 
     def placement(self) -> str:
         """Where this swarm's userspace engine runs (probe, status, host.json)."""
-        where = self.backend.hop_placement() if self.swarm.caps.bridge_nf else None
-        if where:
-            return where
+        if self.at_hop:
+            return self.at_hop.placement
         if self.backend.traits.containers:
             return "inside each node (the binary copied into the container; pinned only)"
         return "in each node's namespace, at its ingress (no br_netfilter here)"
+
+    def hop_notes(self) -> list[str]:
+        """What the backend changed at its forwarding hop that a user should know."""
+        return self.at_hop.notes(self.swarm.name) if self.at_hop else []
 
     def label(self) -> str | None:
         """The swarm's name for the engine's `--swarm` label, where the binary takes it."""
@@ -276,7 +276,8 @@ class Linkd:
         if hop and self._port_moved(node, hop[1]):  # a restarted container: new veth, so a new engine for all
             with self._start_lock:
                 if self._port_moved(node, hop[1]):
-                    self.backend.stop_hop_daemon(self.swarm.name, "linkd")
+                    if self.at_hop:
+                        self.at_hop.stop_daemon(self.swarm.name, "linkd")
                     listing = self._engine_list()
                     if listing is not None:
                         listing.unlink(missing_ok=True)
@@ -336,7 +337,7 @@ class Linkd:
                 return False
             specs, names = instances
             argv = swarm_engine_argv(binary, specs, kernel_hold_setting(), self.label())
-            if listing is None or not self.backend.start_hop_daemon(self.swarm.name, argv, "linkd"):
+            if listing is None or not self.at_hop or not self.at_hop.start_daemon(self.swarm.name, argv, "linkd"):
                 return False
             ports = {n: p for n, p in ports.items() if n in served} | names
             listing.write_text("".join(f"{n} {p}\n" for n, p in sorted(ports.items())))
@@ -407,18 +408,22 @@ class Linkd:
         """Drop what the engine still has pending of a schedule (a stopped run)."""
         self._ctl(node, "schedclear", timeout=15)
 
-    def stats(self, node: str) -> tuple[dict[str, str], list[dict[str, str]]]:
-        """The engine's counters: the engine's own, and one dict per link."""
+    def stats(self, node: str, links: bool = True) -> tuple[dict[str, str], list[dict[str, str]]]:
+        """The engine's counters: the engine's own, and one dict per link (`links` False: not parsed; a node of
+        a 1,000-node swarm has a line per sender that sent)."""
         res = self._ctl(node, "stats", timeout=15)
         if not res.ok:
             return {}, []
-        lines = res.stdout.splitlines()
-        head = parse_kv(lines[0]) if lines else {}
-        links = [{"mac": ln.split()[1], **parse_kv(ln)} for ln in lines[1:] if ln.startswith("link ")]
-        return head, links
+        head_line, _, rest = res.stdout.partition("\n")
+        head = parse_kv(head_line)
+        if not links:
+            return head, []
+        lines = rest.splitlines()
+        links_out = [{"mac": ln.split()[1], **parse_kv(ln)} for ln in lines if ln.startswith("link ")]
+        return head, links_out
 
     def _comment(self, port: str | None) -> str | None:
-        return self.backend.hop_comment(self.swarm.name) if port else None
+        return self.at_hop.comment(self.swarm.name) if port and self.at_hop else None
 
     def _drop_stale_jumps(self, prefix: list[str], chain: str, port: str) -> None:
         """Remove jumps to `chain` through a port the node no longer has (at a hop whose ports change: the host)."""
@@ -433,17 +438,77 @@ class Linkd:
             return hop
         return self.backend.exec_prefix(self.swarm.name, plan.name, interactive=interactive), None
 
+    @contextmanager
+    def batched_rules(self) -> Iterator[list[str]]:
+        """At a hop of the swarm's own (netns): every node's chain and jump set within the block goes to the hop in
+        one `iptables-restore` when the block ends (one listing of FORWARD, one sysctl), instead of four or five
+        commands per node; the engines were configured first, so no packet meets an engine that does not know
+        its link. Yields the nodes whose rules were batched (to mark stale if the restore fails)."""
+        if not self.at_hop or self._comment("x") is not None:
+            yield []
+            return
+        self._batch = {}
+        nodes: list[str] = []
+        try:
+            yield nodes
+            batch, self._batch = self._batch, None
+            nodes += sorted(batch)
+            if batch:
+                self._flush_rules(batch)
+        finally:
+            self._batch = None
+
+    def _flush_rules(self, batch: dict[str, tuple[list[str], str, LinkdHold, str | None]]) -> None:
+        """One iptables-restore for the batched nodes (see batched_rules): chains filled and jumps made, or jumps
+        and chains removed (a node with no link through the engine any more)."""
+        hop = self.at_hop
+        assert hop is not None  # batched only at a hop
+        prefix = next(iter(batch.values()))[0]
+        listing = self.swarm.runner.run(prefix + ["iptables", "-t", "mangle", "-S"], check=False, timeout=60)
+        lines = listing.stdout.splitlines()
+        have = set(lines)
+        exists = {ln[3:] for ln in lines if ln.startswith("-N ")}
+        by_chain: dict[str, list[str]] = {}  # FORWARD's jumps by target chain, read once (not once per node)
+        for ln in lines:
+            if ln.startswith("-A FORWARD "):
+                by_chain.setdefault(ln.rsplit(" ", 1)[-1], []).append(ln)
+        chains, rules, removed = [], [], False
+        for _node, (_prefix, port, hold, body) in sorted(batch.items()):
+            jump = f"-A FORWARD -m physdev --physdev-out {port} -j {hold.chain}"
+            stale = [" ".join(w) for w in stale_jumps("\n".join(by_chain.get(hold.chain, [])), hold.chain, port)]
+            if body is None:  # remove: every jump to the chain, then the chain
+                removed = True
+                rules += stale + (["-D" + jump[2:]] if jump in have else [])
+                if hold.chain in exists:
+                    rules += [f"-F {hold.chain}", f"-X {hold.chain}"]
+                continue
+            body_lines = body.splitlines()
+            chains += [ln for ln in body_lines if ln.startswith(":")]
+            rules += [ln for ln in body_lines if ln.startswith("-A ")]
+            if jump not in have:
+                rules += stale + [f"-I FORWARD -m physdev --physdev-out {port} -j {hold.chain}"]
+        if chains:
+            hop.prepare(self.swarm.name)
+        script = "*mangle\n" + "".join(f"{c}\n" for c in chains) + "".join(f"{r}\n" for r in rules) + "COMMIT\n"
+        self.swarm.runner.run(prefix + ["iptables-restore", "--noflush"], input=script, timeout=300)
+        if removed:
+            hop.release(self.swarm.name)
+
     def set_rules(self, plan: "NodePlan", iface: str, script: str | None) -> None:
         """Fill the node's chain (or empty it) and make sure the jump to it exists (once)."""
         hold = self.hold(plan, iface)
         prefix, port = self._rules_prefix(plan, iface, interactive=True)
         body = script or f"*mangle\n:{hold.chain} - [0:0]\nCOMMIT\n"
+        if self._batch is not None and port:
+            with self._start_lock:
+                self._batch[plan.name] = (self._rules_prefix(plan, iface)[0], port, hold, body)
+            return
         self.swarm.runner.run(prefix + ["iptables-restore", "--noflush"], input=body, timeout=30)
         prefix, port = self._rules_prefix(plan, iface)
         comment = self._comment(port)
         if not self.swarm.runner.run(prefix + jump_argv("-C", iface, hold, port, comment), check=False, timeout=30).ok:
-            if port:  # bridged IPv4 through iptables at the hop (see prepare_hop); no jump through an old port
-                self.backend.prepare_hop(self.swarm.name)
+            if port and self.at_hop:  # bridged IPv4 through iptables at the hop; no jump through an old port
+                self.at_hop.prepare(self.swarm.name)
                 self._drop_stale_jumps(prefix, hold.chain, port)
             self.swarm.runner.run(prefix + jump_argv("-I", iface, hold, port, comment), timeout=30)
 
@@ -451,6 +516,10 @@ class Linkd:
         """Remove the jump and the chain (only ours), tolerating their absence."""
         hold = self.hold(plan, iface)
         prefix, port = self._rules_prefix(plan, iface)
+        if self._batch is not None and port:
+            with self._start_lock:
+                self._batch[plan.name] = (prefix, port, hold, None)
+            return
         run = self.swarm.runner.run
         while run(prefix + jump_argv("-D", iface, hold, port, self._comment(port)), check=False, timeout=30).ok:
             pass
@@ -458,5 +527,5 @@ class Linkd:
             self._drop_stale_jumps(prefix, hold.chain, port)
         run(prefix + ["iptables", "-t", "mangle", "-F", hold.chain], check=False, timeout=30)
         run(prefix + ["iptables", "-t", "mangle", "-X", hold.chain], check=False, timeout=30)
-        if port:
-            self.backend.release_hop(self.swarm.name)
+        if port and self.at_hop:
+            self.at_hop.release(self.swarm.name)

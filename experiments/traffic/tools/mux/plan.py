@@ -1,17 +1,12 @@
-"""Pure planning and result assembly for the multiplexing traffic engine (`engine: mux`).
+"""Pure planning for the multiplexing traffic tool (`engine: mux`).
 
-The engine itself is flightsw/trafficd.py: one process per node carries all of the node's flows.
-`engine_plans` gives each node's plan (what it receives on one port, what it sends where at which
-rate); `flow_result` joins the sender's and the receiver's reports of one flow into the same
-`FlowResult` the iperf3 engine produces, so skew, concurrent window, tables and plots are computed by
-the same code for both engines.
+The engine itself is flightsw/trafficd.py (or the Rust swarm-trafficd): one process per node carries all of the
+node's flows. `engine_plans` gives each node's plan (what it receives on one port, what it sends where at which
+rate); result.py reads the records the engines give back.
 """
 from __future__ import annotations
 
-
-from experiments.traffic.model import ExperimentSpec, Flow, TestCase, _ips, server_ip
-from experiments.traffic.iperf3 import FlowResult  # noqa: F401  (flow_result's type)
-from experiments.traffic.muxresult import flow_result  # noqa: F401  (pure, so analysis can read mux records)
+from experiments.traffic.model import ExperimentSpec, Flow, TestCase, flow_ips, server_ip
 from flightsw import protocol as proto
 
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
@@ -40,7 +35,7 @@ def engine_plans(flows: list[Flow], exp: ExperimentSpec, test: TestCase) -> dict
         return plans[node.name]
 
     for f in flows:
-        _src_ip, dst_ip = _ips(f, exp.network)
+        _src_ip, dst_ip = flow_ips(f, exp.network)
         plan_of(f.src)["out"].append(proto.mux_out(f.flow_id, f.src.index, dst_ip, exp.base_port,
                                                    test.rate_bps if test.protocol == "udp" else None))
         plan_of(f.dst)["in"].append(proto.mux_in(f.flow_id, f.src.index))
