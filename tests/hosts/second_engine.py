@@ -47,6 +47,7 @@ if str(_REPO) not in sys.path:  # run as a script: make the framework importable
     sys.path.insert(0, str(_REPO))
 
 from swarm.errors import CommandError, RuntimeFailure, SpecError  # noqa: E402  (after the sys.path line)
+from swarm.runtime.backends.multihost.joining import join_refused, join_request  # noqa: E402
 from swarm.runtime.runner import Runner  # noqa: E402
 
 DEFAULT_NAME = "mh2-host2"
@@ -379,8 +380,14 @@ class SwarmPair:
         try:
             token = self._main("swarm", "join-token", "-q", "worker").stdout.strip()
             addr = self._main("info", "--format", "{{.Swarm.NodeAddr}}").stdout.strip()
-            self.engine.docker("swarm", "join", "--token", token, "--advertise-addr", self.engine.address,
-                               f"{addr}:2377", timeout=120)
+            # as the backend joins (swarm.runtime.backends.multihost.joining): the token in the body of the Engine
+            # API's POST /swarm/join on dial-stdio's stdin, never on a command line that `ps` shows
+            res = self.runner.run(["docker", "-H", self.engine.host, "system", "dial-stdio"], check=False,
+                                  timeout=120, input=join_request(token, f"{addr}:2377", self.engine.address),
+                                  secrets=[token])
+            why = join_refused(res.stdout) if res.ok else ((res.stderr or res.stdout).strip() or f"exit {res.returncode}")
+            if why:
+                raise RuntimeFailure(f"{self.engine.name}: joining the main Engine's Swarm failed: {why}")
             self.node_id = self.engine.docker("info", "--format", "{{.Swarm.NodeID}}").stdout.strip()
         except BaseException:
             self.__exit__()
