@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -88,15 +89,22 @@ def up(spec_file: str, backend: str | None, keep_on_failure: bool, timeout: floa
         out.print(f"{spec_file}: valid ({len(swarm.nodes)} nodes, backend {swarm.backend.name}, impairment engine "
                   f"{chosen.name}, mesh {mesh})")
         return
-    with ProgressBar("up") as bar:
-        swarm = Swarm.from_yaml(spec_file, backend=backend, progress=bar, keep_on_failure=keep_on_failure,
-                                message=lambda m: err.print(m), engine=engine)
-        seconds = swarm.up(ready_timeout=timeout)
-    out.print(f"swarm {swarm.name!r}: {len(swarm.nodes)} nodes up with backend {swarm.backend.name} in {seconds:.1f} s")
-    for line in swarm.backend_facts():
-        out.print(line)
-    if swarm.mesh_result is not None:
-        out.print(convergence_line("start", swarm.mesh_result, swarm.mesh.implementation or "none"))
+    made: Swarm | None = None
+    try:  # all or nothing: a Ctrl-C before the summary is printed removes the swarm (Swarm.undo_up), one after
+        with ProgressBar("up") as bar:  # it is ignored (the swarm is up and said so)
+            made = swarm = Swarm.from_yaml(spec_file, backend=backend, progress=bar, keep_on_failure=keep_on_failure,
+                                           message=lambda m: err.print(m), engine=engine)
+            seconds = swarm.up(ready_timeout=timeout)
+        out.print(f"swarm {swarm.name!r}: {len(swarm.nodes)} nodes up with backend {swarm.backend.name} in {seconds:.1f} s")
+        for line in swarm.backend_facts():
+            out.print(line)
+        if swarm.mesh_result is not None:
+            out.print(convergence_line("start", swarm.mesh_result, swarm.mesh.implementation or "none"))
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except KeyboardInterrupt:
+        if made is not None:
+            made.undo_up()
+        raise
 
 
 

@@ -126,6 +126,7 @@ class Swarm:
         self.nodes: list[NodePlan] = plan_nodes(spec)
         self.progress = progress
         self.keep_on_failure = keep_on_failure
+        self.claimed = False  # this object's `up` claimed the name and made things: undo_up() removes them
         self.message = message
         self.image = ""
         self.clocks: dict = {}  # {host: ClockOffset} measured at `up` on multi-host backends
@@ -205,8 +206,20 @@ class Swarm:
         lifecycle operation per swarm name at a time (swarm.runtime.locks).
 
         Ordered phases: preflight -> images -> nodes -> add-ons (swarm.runtime.addons) -> ready."""
-        with swarm_operation(self.name, "up"):
-            return self._up(ready_timeout)
+        self.claimed = False  # set by _up once the name is this `up`'s (a second `up` of this object starts afresh)
+        try:
+            with swarm_operation(self.name, "up"):
+                return self._up(ready_timeout)
+        except KeyboardInterrupt:  # landed after _up's own rollback scope (its last event, the lock's release)
+            self.undo_up()
+            raise
+
+    def undo_up(self) -> None:
+        """Remove what this object's `up` made, if it made anything and has not removed it yet: for a Ctrl-C
+        that lands once `up` has returned but before the caller has said so (the CLI's summary), so that an
+        interrupted `up` is all or nothing. Never touches a swarm another `up` made under the same name."""
+        if self.claimed and not self.keep_on_failure:
+            self._rollback()
 
     def _up(self, ready_timeout: float | None) -> float:
         self.preflight()
@@ -214,12 +227,11 @@ class Swarm:
         active = self._active_addons(ctx)
         started = time.monotonic()
         self.image = self._images(ctx, active)
-        claimed = False  # the name's state is ours from the claim on: a failure or Ctrl-C after it rolls back
         previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
         try:  # host settings recorded for this swarm (swarm.runtime.host): given back by the rollback or `down`
             with host_lock():  # checked again and claimed in one step: another `up` may have passed preflight too
                 self._check_conflicts()
-                claimed = True  # set before the write: a Ctrl-C inside it or in the lock's release still rolls back
+                self.claimed = True  # set before the write: a Ctrl-C inside it or in the lock's release rolls back
                 write_state(self.workdir, self.name, {"name": self.name, "backend": self.backend.name,
                                                    "spec": self.spec.model_dump(mode="json", exclude_none=True),
                                                    "image": self.image, "created": time.time(),
@@ -231,13 +243,13 @@ class Swarm:
             self._nodes(ready_timeout)
             for addon in active:  # in registry order: cFS ready, link conditions, mesh, DTN agents
                 addon.start(ctx, ready_timeout)
+            emit(swarm_dir(self.workdir, self.name), "swarm", state="up", nodes=len(self.nodes),
+                 backend=self.backend.traits.name)
         except BaseException:
-            if claimed and not self.keep_on_failure:
-                self._rollback()
+            self.undo_up()
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
-        emit(swarm_dir(self.workdir, self.name), "swarm", state="up", nodes=len(self.nodes), backend=self.backend.traits.name)
         return time.monotonic() - started
 
     def _active_addons(self, ctx: SwarmContext) -> list[AddOn]:
@@ -319,6 +331,7 @@ class Swarm:
             removed += release_settings(self.runner, self.name)  # host settings no other swarm needs, said
             if forget_state(self.workdir, self.name):
                 removed.append("state")
+        self.claimed = False  # nothing of this object's `up` is left for undo_up()
         return removed
 
     def __enter__(self) -> "Swarm":
