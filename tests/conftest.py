@@ -73,6 +73,19 @@ def need_dtn7(need_netns):
     require_dtn7()
 
 
+@pytest.fixture(scope="module")
+def need_hardy():
+    """The Hardy node program (swarm-hardy) built by `make setup`; on CI its absence is a failure, not a skip."""
+    from swarm.dtn.agents.hardy import Hardy
+    from swarm.runtime.dtn_image import _cache_root
+
+    if not (_cache_root(Hardy.install) / "bin" / "swarm-hardy").is_file():
+        reason = "swarm-hardy not built (make setup builds it into ~/.cache/swarm-emu/hardy-target)"
+        if CI:
+            pytest.fail(f"CI machine lacks swarm-hardy: {reason}")
+        pytest.skip(reason)
+
+
 def require_dtn7() -> None:
     """Skip (fail under CI) unless dtn7-rs is built (`make setup`); for module-scoped fixtures, which cannot use
     the function-scoped `need_dtn7`."""

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from alloc import nets_yaml, octets
-from conftest import CI, REPO
+from conftest import REPO
 
 NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 NAME = "hdy-mix"
@@ -32,18 +32,6 @@ ENV = {**os.environ, "SWARM_WORKDIR": str(REPO)}
 
 def swarm(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run(SWARM + list(args), capture_output=True, text=True, env=ENV, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def need_hardy():
-    from swarm.dtn.agents.hardy import Hardy
-    from swarm.runtime.dtn_image import _cache_root
-
-    if not (_cache_root(Hardy.install) / "bin" / "swarm-hardy").is_file():
-        reason = "swarm-hardy not built (make setup builds it into ~/.cache/swarm-emu/hardy-target)"
-        if CI:
-            pytest.fail(f"CI machine lacks swarm-hardy: {reason}")
-        pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")

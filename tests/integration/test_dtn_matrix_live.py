@@ -12,23 +12,11 @@ import sys
 import pytest
 
 from alloc import nets, octets
-from conftest import CI, REPO, csv_rows, run_dtn_doc, swarm_namespaces
+from conftest import REPO, csv_rows, run_dtn_doc, swarm_namespaces
 
 NET = octets(__file__)
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 PAIRS = {("dtn7", "dtn7"), ("dtn7", "hardy"), ("hardy", "dtn7"), ("hardy", "hardy")}
-
-
-@pytest.fixture(scope="module")
-def need_hardy():
-    from swarm.dtn.agents.hardy import Hardy
-    from swarm.runtime.dtn_image import _cache_root
-
-    if not (_cache_root(Hardy.install) / "bin" / "swarm-hardy").is_file():
-        reason = "swarm-hardy not built (make setup builds it into ~/.cache/swarm-emu/hardy-target)"
-        if CI:
-            pytest.fail(f"CI machine lacks swarm-hardy: {reason}")
-        pytest.skip(reason)
 
 
 def test_every_pair_of_agents_delivers_every_bundle_once_and_the_report_draws_the_matrix(need_dtn7, need_hardy,
