@@ -78,6 +78,22 @@ def netns_left(name: str) -> int:
     return sum(1 for ln in out if name in ln)
 
 
+def fresh_swarm(spec) -> Swarm:
+    """The case's Swarm, its messages timestamped on stderr, with whatever an earlier interrupted run left removed."""
+    swarm = Swarm(spec)
+    swarm.message = lambda m: print(f"  [{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True)
+    swarm.down()
+    return swarm
+
+
+def take_down(swarm: Swarm, name: str, row: dict) -> None:
+    """`down`, timed into the row, and the namespaces it left (0 when whole)."""
+    t = time.monotonic()
+    swarm.down()
+    row["down_s"] = round(time.monotonic() - t, 1)
+    row["netns_left"] = netns_left(name)
+
+
 def walker_orbits(sats: int, planes: int, duration: str) -> dict:
     return {"epoch": "2026-03-20T12:00:00Z", "duration": duration, "step": "1s",
             "satellites": [{"walker": {"total": sats, "planes": planes, "phasing": 1, "altitude": "550km",
@@ -115,9 +131,7 @@ def bench_delay(n: int, out: Path, profile: bool, counter: CommandCounter) -> di
     name = f"bc-delay-{n}"
     spec = spec_from_dict({"name": name, "backend": "netns", "nodes": n, "networks": NETS,
                            "links": {"default": {"delay": "10ms"}}})
-    swarm = Swarm(spec)
-    swarm.message = lambda m: print(f"  [{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True)
-    swarm.down()
+    swarm = fresh_swarm(spec)
     mem0 = mem_used_mib()
     counter.tools.clear()
     row: dict = {"case": "delay", "nodes": n}
@@ -133,10 +147,7 @@ def bench_delay(n: int, out: Path, profile: bool, counter: CommandCounter) -> di
         row["show_s"], row["show_lines"], row["show_rc"] = round(secs, 1), lines, rc
         (out / f"show-{n}.txt").write_text(text)
     finally:
-        t = time.monotonic()
-        swarm.down()
-        row["down_s"] = round(time.monotonic() - t, 1)
-        row["netns_left"] = netns_left(name)
+        take_down(swarm, name, row)
     return row
 
 
@@ -152,9 +163,7 @@ def bench_walker(n: int, planes: int, duration: str, out: Path, profile: bool, c
     sats = sum(1 for k in plan.kinds.values() if k == "sat")
     spec = spec_from_dict({"name": name, "backend": "netns", "networks": NETS,
                            "groups": [{"prefix": "sat", "count": sats}, {"prefix": "gs", "count": len(plan.nodes) - sats}]})
-    swarm = Swarm(spec)
-    swarm.message = lambda m: print(f"  [{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True)
-    swarm.down()
+    swarm = fresh_swarm(spec)
     mem0 = mem_used_mib()
     counter.tools.clear()
     row: dict = {"case": "walker", "nodes": n + 1, "planes": planes, "plan_s": round(plan_s, 1), "pairs_ever_up": len(plan.links())}
@@ -182,10 +191,7 @@ def bench_walker(n: int, planes: int, duration: str, out: Path, profile: bool, c
                 row[key] = summary[key]
         row["load_before"] = round(load0, 1)
     finally:
-        t = time.monotonic()
-        swarm.down()
-        row["down_s"] = round(time.monotonic() - t, 1)
-        row["netns_left"] = netns_left(name)
+        take_down(swarm, name, row)
     return row
 
 
