@@ -2,27 +2,35 @@
 second on a small host) or while an error is being reported ends in one line and exit 130, never in a
 KeyboardInterrupt traceback. Nothing has been started while the modules load.
 
-A Ctrl-C is never lost. Python runs a signal handler between any two bytecodes, including those of the
-import system's own clean-up callbacks (importlib's module-lock weakref callback), where an exception is
-printed as "Exception ignored in ..." and dropped: seen in CI, the interrupted `up` then went on and left the
-swarm up. The handler below therefore raises KeyboardInterrupt only outside the import machinery, and
-defers it by a few milliseconds (SIGALRM) while the interrupted frame is importlib's."""
+A Ctrl-C is never lost. Python runs a signal handler between any two bytecodes, including those of code whose
+exceptions it prints as "Exception ignored in ..." and drops: finalizers (`__del__`, such as Popen's) and weakref
+callbacks (importlib's module-lock clean-up, `weakref.finalize`). Seen in CI both ways: the interrupted `up` then
+went on and left the swarm up. The handler below therefore raises KeyboardInterrupt only when no frame of the
+interrupted stack is such code, and otherwise defers it by a few milliseconds (SIGALRM), to the code after it."""
 from __future__ import annotations
 
 import signal
 import sys
 
-DEFER_S = 0.005  # how soon a Ctrl-C that landed inside importlib is raised again, in the importing code
+DEFER_S = 0.005  # how soon a Ctrl-C that landed where it would be dropped is raised again, in the code after it
 
 
-def _in_import_machinery(frame) -> bool:
-    return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib")
+def _where_dropped(frame) -> bool:
+    """`frame` or a caller of it is code whose exceptions Python drops: a finalizer (`__del__`), importlib's own
+    code (its module-lock weakref callback), or weakref.py's (`finalize` callbacks)."""
+    while frame is not None:
+        code = frame.f_code
+        if (code.co_name == "__del__" or code.co_filename.startswith("<frozen importlib")
+                or code.co_filename.endswith("/weakref.py")):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def on_interrupt(signum, frame) -> None:
-    """SIGINT (and the deferral's SIGALRM): KeyboardInterrupt, unless `frame` is importlib's own code, where it
-    would be swallowed; then once more in DEFER_S."""
-    if _in_import_machinery(frame):
+    """SIGINT (and the deferral's SIGALRM): KeyboardInterrupt, unless the interrupted stack is in code where it
+    would be dropped; then once more in DEFER_S."""
+    if _where_dropped(frame):
         signal.signal(signal.SIGALRM, on_interrupt)
         signal.setitimer(signal.ITIMER_REAL, DEFER_S)
         return
