@@ -13,16 +13,16 @@ APT_PACKAGES := iperf3 iproute2 nftables fping iputils-ping traceroute procps ut
 # tshark (pulls wireshark-common: dumpcap, mergecap, editcap, capinfos): `swarm capture` runs dumpcap from the host in
 # a node's namespace (pcapng, ring buffer, duration stop), mergecap joins a link's two ends; tshark reads them back
 APT_PACKAGES += tshark
-# openssh-server: sshd inside the second Docker Engine's namespace, so the multi-host backend's ssh:// endpoint is
-# tested for real (tests/hosts/ssh_host.py: its own config and throw-away keys). The tests start no ssh service on the
-# machine itself; on a machine booted with systemd, Debian's package enables and starts the system's sshd on port 22
-# (`systemctl disable --now ssh` to stop it; README and docs/RELIABILITY.md say so)
-APT_PACKAGES += openssh-server
 # python3-paramiko: Debian's docker-compose v1 (docker-py) imports it for any ssh:// host, though it then runs the
 # system's ssh client
 APT_PACKAGES += python3-paramiko
+# Packages only the test suite needs, installed by `make test`/`make integration`, not by `make setup`/`make demo`.
+# openssh-server: sshd inside the second Docker Engine's namespace, so the multi-host backend's ssh:// endpoint is
+# tested for real (tests/hosts/ssh_host.py: its own config and throw-away keys). Like every package here it is
+# installed by images/apt-install.sh, which starts no service: the system's sshd is neither started nor enabled.
+TEST_APT_PACKAGES := openssh-server
 
-.PHONY: setup rust linkd ltpcla trafficd hardy linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn bench-dtn-delay wipe clean help lint lint-py lint-rust
+.PHONY: setup test-packages rust linkd ltpcla trafficd hardy linkd-static linkd-test bench-linkd dtn7 kernel-lab demo test unit integration image bench-up bench-sweep bench-dtn bench-dtn-delay wipe clean help lint lint-py lint-rust
 
 help:
 	@echo "make demo   - bring up a small swarm, status + ISL reachability, short TCP/UDP sweep, report, tear down"
@@ -100,13 +100,7 @@ dtn7:
 	else echo "no Rust toolchain (cargo): DTN agents (dtn7-rs) not built; see https://rustup.rs"; fi
 
 $(VENV)/.installed: pyproject.toml
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	  if [ -n "$$missing" ]; then echo "installing Debian packages:" $$missing; \
-	    for try in 1 2 3 4 5 6 7 8 9 10 11 12; do apt-get update -q && break; \
-	      [ $$try = 12 ] && exit 100; echo "apt-get update failed (another apt holding its lock?): retry in 10 s"; sleep 10; done; \
-	    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends $$missing; fi; \
-	else echo "not root: make sure these Debian packages are installed: $(APT_PACKAGES)"; fi
+	@bash images/apt-install.sh "the framework" $(APT_PACKAGES)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[test]'
@@ -127,13 +121,16 @@ kernel-lab: setup
 TEST_WORKERS ?= 4
 TEST_REPORT ?= .pytest-report.xml  # JUnit: python tests/durations.py $(TEST_REPORT) [--write] gives the time per file
 PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
-test: setup kernel-lab
+test-packages:
+	@bash images/apt-install.sh "the test suite" $(TEST_APT_PACKAGES)
+
+test: setup kernel-lab test-packages
 	$(PY) -m pytest tests $(PYTEST_PARALLEL) --durations=30 --junitxml=$(TEST_REPORT) $(PYTEST_ARGS)
 
 unit: setup
 	$(PY) -m pytest tests/unit
 
-integration: setup
+integration: setup test-packages
 	$(PY) -m pytest tests/integration $(PYTEST_PARALLEL) --durations=30 $(PYTEST_ARGS)
 
 image: setup

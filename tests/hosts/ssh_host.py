@@ -42,7 +42,7 @@ class SshEndpoint:
     def start(self, timeout: float = 30.0) -> "SshEndpoint":
         """Keys, configs and sshd (idempotent: an sshd already answering is kept)."""
         if not Path(SSHD).exists():
-            raise SpecError(f"ssh endpoint: {SSHD} missing (Debian's openssh-server; `make setup` installs it)")
+            raise SpecError(f"ssh endpoint: {SSHD} missing (Debian's openssh-server; `make test` installs it)")
         if self._answers() and (self.dir / "client_config").exists():
             return self
         d, run = self.dir, self.engine.runner.run
