@@ -11,9 +11,13 @@
 //! - Applications use a small HTTP/1.1 API on loopback, the subset of dtn7's that the framework's traffic program
 //!   speaks: POST /send?dst=EID&lifetime=Ns (body = payload), GET /endpoint?SERVICE (the next whole bundle
 //!   delivered to the node's SERVICE, or "Nothing to receive"), GET /status/{nodeid,peers,info,store}.
+//! - `--window N`: TCPCL transfers in flight per session (hardy-tcpclv4 as patched at build time:
+//!   images/hardy/hardy-tcpclv4-0.4.0.patch) and bundles handed to the CLA at once per peer (WindowPolicy);
+//!   1, the default, is Hardy's published behaviour: the next bundle after the previous one's final XFER_ACK.
 //! - One line per event on stdout (`<epoch s> <kind> ...`), which the adapter's log parser reads.
 use hardy_bpa::bpa::{Bpa, BpaRegistration};
 use hardy_bpa::cla::{self, ClaAddress, ClaAddressType, ForwardBundleResult};
+use hardy_bpa::policy;
 use hardy_bpa::services::{self, ApplicationSink, StatusNotify};
 use hardy_bpa::{Bytes, async_trait};
 use hardy_bpv7::eid::{Eid, NodeId, Service as ServiceId};
@@ -59,6 +63,61 @@ impl State {
         names.sort();
         names.dedup();
         names
+    }
+}
+
+/// The most transfers in flight `--window` takes (the framework's dtn.tcpcl.window allows up to 1,024).
+const MAX_WINDOW: usize = 1024;
+
+/// Up to `window` bundles handed to the CLA at once per peer. hardy-bpa's egress queue forwards one bundle and
+/// awaits its result before it takes the next, and a TCPCL result comes with the final XFER_ACK, so without
+/// this a windowed session still carries one bundle per round trip. Each forward runs as a task holding one of
+/// `window` slots; the queue's poller waits for a free slot, so no more than `window` are in flight.
+struct WindowPolicy {
+    window: usize,
+}
+
+struct WindowController {
+    queue: Arc<dyn policy::EgressQueue>,
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+#[async_trait]
+impl policy::EgressPolicy for WindowPolicy {
+    fn queue_count(&self) -> u32 {
+        0 // one FIFO queue per peer, as hardy-bpa's null policy
+    }
+
+    fn classify(&self, _flow_label: Option<u32>) -> Option<u32> {
+        None
+    }
+
+    async fn new_controller(
+        &self,
+        queues: HashMap<Option<u32>, Arc<dyn policy::EgressQueue>>,
+    ) -> Arc<dyn policy::EgressController> {
+        let queue = queues
+            .get(&None)
+            .cloned()
+            .expect("hardy-bpa gives every peer its default queue");
+        Arc::new(WindowController {
+            queue,
+            slots: Arc::new(tokio::sync::Semaphore::new(self.window)),
+        })
+    }
+}
+
+#[async_trait]
+impl policy::EgressController for WindowController {
+    async fn forward(&self, _queue: Option<u32>, bundle: hardy_bpa::bundle::Bundle) {
+        let Ok(slot) = self.slots.clone().acquire_owned().await else {
+            return; // never closed
+        };
+        let queue = self.queue.clone();
+        tokio::spawn(async move {
+            queue.forward(bundle).await;
+            drop(slot);
+        });
     }
 }
 
@@ -227,6 +286,7 @@ struct Args {
     routes: Vec<(String, String)>,
     segment_mru: u64,
     keepalive: u16,
+    window: usize,
     debug: bool,
     accept_no_crc: bool,
 }
@@ -242,6 +302,7 @@ fn parse_args() -> Res<Args> {
         routes: vec![],
         segment_mru: 64000,
         keepalive: 30,
+        window: 1,
         debug: false,
         accept_no_crc: false,
     };
@@ -275,6 +336,13 @@ fn parse_args() -> Res<Args> {
             "--accept-no-crc" => a.accept_no_crc = v == "1",
             "--keepalive" => {
                 a.keepalive = v.parse().map_err(|e| format!("--keepalive {v}: {e}"))?
+            }
+            "--window" => {
+                a.window = v
+                    .parse()
+                    .ok()
+                    .filter(|w| (1..=MAX_WINDOW).contains(w))
+                    .ok_or_else(|| format!("--window {v}: want 1..{MAX_WINDOW}"))?
             }
             _ => return Err(format!("unknown option {flag}").into()),
         }
@@ -549,6 +617,11 @@ async fn main() {
     }
 }
 
+/// Hardy's own policy (None) for window 1, else WindowPolicy.
+fn egress_policy(window: usize) -> Option<Arc<dyn policy::EgressPolicy>> {
+    (window > 1).then(|| Arc::new(WindowPolicy { window }) as Arc<dyn policy::EgressPolicy>)
+}
+
 async fn run(args: Args) -> Res<()> {
     if args.debug {
         // Hardy's own trace (large): why a bundle waits, is dropped or a session ends
@@ -564,6 +637,7 @@ async fn run(args: Args) -> Res<()> {
         segment_mru: args.segment_mru,
         session_defaults: hardy_tcpclv4::config::SessionConfig {
             keepalive_interval: Some(args.keepalive),
+            transfer_window: args.window,
             ..Default::default()
         },
         ..Default::default()
@@ -576,7 +650,7 @@ async fn run(args: Args) -> Res<()> {
     let bpa = Bpa::builder()
         .routing_agent("static", Arc::new(static_routes(&args.routes)?))
         .node_ids(hardy_bpa::node_ids::NodeIds::try_from(&[node_id][..])?)
-        .cla("tcp", counted, None)
+        .cla("tcp", counted, egress_policy(args.window))
         .build()
         .await?;
     if args.accept_no_crc {
