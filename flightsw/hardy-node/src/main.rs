@@ -21,7 +21,7 @@ use hardy_bpa::policy;
 use hardy_bpa::services::{self, ApplicationSink, StatusNotify};
 use hardy_bpa::{Bytes, async_trait};
 use hardy_bpv7::eid::{Eid, NodeId, Service as ServiceId};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -73,6 +73,11 @@ const MAX_WINDOW: usize = 1024;
 /// awaits its result before it takes the next, and a TCPCL result comes with the final XFER_ACK, so without
 /// this a windowed session still carries one bundle per round trip. Each forward runs as a task holding one of
 /// `window` slots; the queue's poller waits for a free slot, so no more than `window` are in flight.
+/// A bundle already in flight is not forwarded twice: hardy-bpa's store channel, once congested, re-reads every
+/// bundle still ForwardPending from storage (its storage/channel.rs says a bundle may come twice), which is each
+/// one in flight here (seen: 100 bundles Hardy -> dtn7 at 100 ms round trip made 203 duplicates). A copy that
+/// comes after its forward ended finds its data gone and is dropped by hardy-bpa itself (load_data_or_drop); one
+/// whose forward failed is routed again and comes back as new.
 struct WindowPolicy {
     window: usize,
 }
@@ -80,6 +85,7 @@ struct WindowPolicy {
 struct WindowController {
     queue: Arc<dyn policy::EgressQueue>,
     slots: Arc<tokio::sync::Semaphore>,
+    in_flight: Arc<Mutex<HashSet<hardy_bpv7::bundle::Id>>>,
 }
 
 #[async_trait]
@@ -103,6 +109,7 @@ impl policy::EgressPolicy for WindowPolicy {
         Arc::new(WindowController {
             queue,
             slots: Arc::new(tokio::sync::Semaphore::new(self.window)),
+            in_flight: Arc::default(),
         })
     }
 }
@@ -110,12 +117,18 @@ impl policy::EgressPolicy for WindowPolicy {
 #[async_trait]
 impl policy::EgressController for WindowController {
     async fn forward(&self, _queue: Option<u32>, bundle: hardy_bpa::bundle::Bundle) {
+        let id = bundle.bundle.id.clone();
+        if !self.in_flight.lock().unwrap().insert(id.clone()) {
+            return; // this bundle's forward is running: the store offered it again
+        }
         let Ok(slot) = self.slots.clone().acquire_owned().await else {
+            self.in_flight.lock().unwrap().remove(&id);
             return; // never closed
         };
-        let queue = self.queue.clone();
+        let (queue, in_flight) = (self.queue.clone(), self.in_flight.clone());
         tokio::spawn(async move {
             queue.forward(bundle).await;
+            in_flight.lock().unwrap().remove(&id);
             drop(slot);
         });
     }
