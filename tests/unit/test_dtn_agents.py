@@ -66,9 +66,10 @@ def test_a_mixed_swarm_plans_each_node_with_its_own_agent():
                         {("sat02", "sat01"): 150.0, ("sat01", "sat02"): 150.0})
     assert [p.agent for p in plans] == ["dtn7", "hardy", "hardy"]
     assert plans[0].argv[-4:] == ["-s", "tcp://10.210.0.3:4556/sat02", "-s", "tcp://10.210.0.4:4556/sat03"]
-    # sat02: 0.3 s round trip -> keepalive 4 x 0.3 + 10 s, rounded up (like dtnd's)
+    # sat02: 0.3 s round trip -> keepalive 4 x 0.3 + 10 s, rounded up (like dtnd's); links of no rate: the most
+    # transfers in flight the framework sets by itself (swarm.dtn.agents.tcpcl.AUTO_MAX_WINDOW)
     assert plans[1].argv == ["swarm-hardy", "--node", "sat02", "--listen", "10.210.0.3:4556", "--http", "3000",
-                             "--service", "in", "--keepalive", "30",
+                             "--service", "in", "--keepalive", "30", "--window", "64",
                              "--peer", "sat01@10.210.0.2:4556",
                              "--peer", "sat03@10.210.0.4:4556"]
     assert plans[1].expected_peers == ("sat01", "sat03") and plans[1].workdir == "/w/sat02"
@@ -155,6 +156,23 @@ def _window(piece: DtnSpec, delay_ms: float, rate=None) -> list[str]:
                                                                      ("ground", "sat01"): delay_ms},
                        link_of=lambda a, b: LinkView(delay_ms / 1000, rate))[0]
     return [plan.argv[i + 1] for i, w in enumerate(plan.argv) if w == "-O" and "window" in plan.argv[i + 1]]
+
+
+@pytest.mark.parametrize("tcpcl, rtt, rate, window", [
+    ({}, 0.1, 100e6, "14"),          # 100 Mbit/s x 100 ms over 100 kB bundles, + 1 queued: as dtn7's
+    ({}, 0.1, None, "64"),           # an unlimited link: the framework's most
+    ({}, 0.0, 100e6, None),          # no round trip: Hardy's published behaviour, no option
+    ({"window": 8}, 0.1, 100e6, "8"),  # the spec's own
+    ({"window": 1}, 0.1, 100e6, None),
+])
+def test_hardy_window_from_the_links_or_the_spec(tcpcl, rtt, rate, window):
+    from swarm.dtn.agents.hardy import Hardy
+
+    plan = Hardy().plan("sat01", 1, "10.210.0.2", DtnSpec(agent="hardy", tcpcl=tcpcl),
+                        [Peer("sat02", "10.210.0.3", 2)], "/w", "10.210.0.0/16", rtt,
+                        lambda a, b: LinkView(rtt / 2, rate))
+    got = plan.argv[plan.argv.index("--window") + 1] if "--window" in plan.argv else None
+    assert got == window
 
 
 def test_dtnd_window_from_the_links_or_the_spec():

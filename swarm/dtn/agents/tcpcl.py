@@ -1,5 +1,6 @@
 """TCPCL (RFC 9174) transfers in flight per session, sized from a link's bandwidth-delay product (pure), for
-any agent that pipelines transfers (dtn7 as patched: `-O tcp:window=N`).
+any agent that pipelines transfers (dtn7 as patched: `-O tcp:window=N`; swarm-hardy on hardy-tcpclv4 as
+patched: `--window N`).
 
 With one transfer in flight a session carries at most one bundle per round trip whatever the link's rate
 (9.6 bundles/s of 100 kB at 100 ms round trip). To fill the link the sender needs rate x RTT bytes in flight,
@@ -27,3 +28,9 @@ def tcp_window(rate_bps: Optional[float], rtt: float, bundle_bytes: int, most: i
     if not rate_bps:
         return most
     return max(1, min(most, math.ceil(rate_bps * rtt / (8 * bundle_bytes)) + 1))
+
+
+def fastest_rate(rates: list[Optional[float]]) -> Optional[float]:
+    """The rate a node's window is sized for: its fastest link toward its peers (bit/s), None (unlimited) when it
+    has none or any of them is unlimited."""
+    return None if not rates or not all(rates) else max(r for r in rates if r)

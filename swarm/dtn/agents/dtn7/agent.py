@@ -17,6 +17,7 @@ from swarm.dtn.agents.base import Agent, AgentPlan, Counters, Install, LinkView,
 from swarm.dtn.agents.dtn7.log import failure_lines, handovers, parse_dtnd_log
 from swarm.dtn.agents.dtn7.plan import guard_rules, peer_clas, peer_names, plan_agent, readiness
 from swarm.dtn.agents.ltp import plan_ltp
+from swarm.dtn.agents.tcpcl import fastest_rate
 from swarm.spec.dtn import CLAS, DtnSpec
 
 HTTP_TIMEOUT = 3.0
@@ -69,8 +70,7 @@ class Dtn7(Agent):
         if piece.cla == "ltp" and piece.peers != "static":
             raise ValueError(f"node {node!r}: dtn.peers {piece.peers!r}: cla ltp needs static peers (its one-way "
                              "light time and rate come from the links toward them)")
-        rates = [link_of(node, p.name).rate for p in peers]
-        rate = None if not rates or not all(rates) else max(r for r in rates if r)  # any unlimited link: unlimited
+        rate = fastest_rate([link_of(node, p.name).rate for p in peers])
         plan = replace(plan_agent(node, piece, peers, workdir, isl_subnet, rtt, isl_ip=isl_ip, rate=rate,
                                   node_id=piece.node_id(node, index)),
                        agent=self.name)

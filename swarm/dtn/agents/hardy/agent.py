@@ -16,6 +16,7 @@ from swarm.dtn.agents.base import Agent, AgentPlan, Counters, Install, LinkView,
 from swarm.dtn.agents.dtn7.agent import http_many, status_api_ready
 from swarm.dtn.agents.dtn7.plan import guard_rules
 from swarm.dtn.agents.hardy.plan import failure_lines, parse_log, peer_names, plan_hardy, readiness
+from swarm.dtn.agents.tcpcl import fastest_rate
 from swarm.spec.dtn import DtnSpec
 
 #: Run inside a node: POST stdin's bytes to swarm-hardy's /send on loopback, print its answer (the bundle ID).
@@ -37,7 +38,8 @@ class Hardy(Agent):
 
     def plan(self, node: str, index: int, isl_ip: str, piece: DtnSpec, peers: list[Peer], workdir: str,
              isl_subnet: str, rtt: float, link_of: Callable[[str, str], LinkView]) -> AgentPlan:
-        return plan_hardy(node, isl_ip, piece, peers, workdir, rtt, piece.node_id(node, index))
+        return plan_hardy(node, isl_ip, piece, peers, workdir, rtt, piece.node_id(node, index),
+                          rate=fastest_rate([link_of(node, p.name).rate for p in peers]))
 
     def guard(self, piece: DtnSpec, isl_subnet: str) -> str:
         return guard_rules(piece, isl_subnet)  # the HTTP port answers loopback, TCPCL the ISL only

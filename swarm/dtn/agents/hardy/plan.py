@@ -1,10 +1,12 @@
 """swarm-hardy's command for a node, its readiness and its log (pure).
 
     swarm-hardy --node <node> --listen <ISL address>:<tcp port> --http <web port> --service in
-                --keepalive <s> --peer <peer>@<peer ISL address>:<tcp port> ...
+                --keepalive <s> [--window <n>] --peer <peer>@<peer ISL address>:<tcp port> ...
 
 A node is its name (node ID dtn://<node>/) or, with `dtn.eid: ipn`, its node ID ipn:<number>.0 (applications on
-service 1). One `--peer` per
+service 1). `--window`: TCPCL transfers in flight per session, from `dtn.tcpcl.window` or the links' rate x round
+trip as for dtn7 (swarm.dtn.agents.tcpcl; Hardy's crate as patched at build time,
+images/hardy/hardy-tcpclv4-0.4.0.patch), left out at 1. One `--peer` per
 static peer (every other DTN node by default): swarm-hardy dials each and re-dials it whenever
 its session is gone; a TCPCL session gives a route to the peer's node ID (hardy-bpa adds it), so bundles go
 straight to a peer (whatever `dtn.routing` says: Hardy has no epidemic routing); with `routing: static`, each of
@@ -24,6 +26,7 @@ from typing import Optional
 from swarm.dtn.agents.base import AgentPlan, Peer
 from swarm.dtn.agents.dtn7.plan import cla_timeouts, route_attributes
 from swarm.dtn.agents.dtn7.plan import readiness as dtn7_readiness
+from swarm.dtn.agents.tcpcl import tcp_window
 from swarm.spec.dtn import DtnSpec, endpoint, node_key
 
 PROGRAM = "swarm-hardy"
@@ -35,15 +38,18 @@ BUNDLE_EVENTS = {"created", "received", "forwarded", "failed", "delivered"}
 
 
 def plan_hardy(node: str, isl_ip: str, piece: DtnSpec, peers: list[Peer], workdir: str, rtt: float,
-               node_id: str = "") -> AgentPlan:
-    """The agent of `node` (endpoint ID `node_id`, default dtn://<node>/); ValueError (one line naming the field)
-    for a piece swarm-hardy cannot run."""
+               node_id: str = "", rate: Optional[float] = None) -> AgentPlan:
+    """The agent of `node` (endpoint ID `node_id`, default dtn://<node>/; `rate`: its fastest link toward its
+    peers, bit/s, None unlimited); ValueError (one line naming the field) for a piece swarm-hardy cannot run."""
     node_id = node_id or endpoint(node)
     if piece.peers != "static":
         raise ValueError(f"node {node!r}: dtn.peers {piece.peers!r}: agent 'hardy' needs static peers (no discovery)")
     port = piece.cla_port()
     argv = [PROGRAM, "--node", _node_arg(node_id), "--listen", f"{isl_ip}:{port}", "--http", str(piece.web_port),
             "--service", piece.app_service(), "--keepalive", str(cla_timeouts(rtt).keepalive)]
+    window = piece.tcpcl.window or tcp_window(rate, rtt, piece.tcpcl.bundle)
+    if window > 1:  # transfers in flight per session, sized like dtn7's (swarm.dtn.agents.tcpcl)
+        argv += ["--window", str(window)]
     for peer in peers:
         argv += ["--peer", f"{_node_arg(peer.eid)}@{peer.isl_ip}:{port}"]
     for route in piece.routes:  # routing: static (without routes: each peer directly, as a session gives)
