@@ -18,7 +18,11 @@ ATTACH_TRANSIENT = ("attaching to network failed", "context deadline exceeded")
 ATTACH_ATTEMPTS = 3
 LEAVE_ATTEMPTS = 3
 INGRESS_SETTLE_S = 15.0  # how long a leave waits for the engine to finish setting up the Swarm's ingress
-GWBRIDGE_RM_S = 10.0  # how long docker_gwbridge removal is retried while the ingress sandbox lets go of it
+# How long docker_gwbridge removal is retried while the ingress sandbox lets go of it. Docker 20.10's leave waits 5 s
+# for its ingress release job and then goes on ("timeout while waiting for ingress network removal"); the job runs
+# on, behind the ingress set-up, and frees the bridge when done: on a busy host after more than 10 s (a stress run,
+# 2026-11-27: the second engine kept its `ingress` and docker_gwbridge past a 10 s retry).
+GWBRIDGE_RM_S = 60.0
 PEER_WAIT_S = 30.0  # how long `up` waits for a newly attached host to appear in the others' overlay peers
 
 

@@ -115,8 +115,8 @@ class Release(MultiHostParts):
                 remaining.append(f"host {mgr.name}: did not leave the Swarm it initialised ({why})")
             else:
                 removed.append(f"{mgr.name}: left the Swarm it initialised")
-                if gw_here and self._remove_gwbridge(d):
-                    removed.append(f"{mgr.name}: docker_gwbridge")
+                if gw_here:
+                    self._gwbridge_gone(d, mgr.name, removed, remaining)
         removed = self._finish_rejoins(hosts, reach, plan, removed)
         plan["pending_leave"] = plan.get("pending_leave", []) + retry
         return removed
@@ -137,8 +137,8 @@ class Release(MultiHostParts):
             retry.append({"args": args, "gwbridge": LABEL_GWBRIDGE in labels})
         else:
             removed.append(f"{host_name}: left the Swarm")
-            if LABEL_GWBRIDGE in labels and self._remove_gwbridge(wd):
-                removed.append(f"{host_name}: docker_gwbridge")
+            if LABEL_GWBRIDGE in labels:
+                self._gwbridge_gone(wd, host_name, removed, remaining)
         self.runner.run([*d, "node", "rm", "--force", node["ID"]], check=False, timeout=60)
         return host_name
 
@@ -207,6 +207,15 @@ class Release(MultiHostParts):
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.2)
+
+    def _gwbridge_gone(self, docker: list[str], host: str, removed: list[str], remaining: list[str]) -> None:
+        """docker_gwbridge removed (said in `removed`), or said in `remaining` with why it stays."""
+        if self._remove_gwbridge(docker):
+            removed.append(f"{host}: docker_gwbridge")
+        else:
+            remaining.append(f"host {host}: docker_gwbridge still held by Docker's ingress sandbox after "
+                             f"{GWBRIDGE_RM_S:.0f} s (Docker did not finish releasing the Swarm's ingress network; "
+                             "restarting that host's dockerd removes both)")
 
     def _remove_gwbridge(self, docker: list[str]) -> bool:
         """Remove docker_gwbridge (made by joining the Swarm); retried while Docker's ingress sandbox still holds
