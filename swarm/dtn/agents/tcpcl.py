@@ -34,3 +34,9 @@ def fastest_rate(rates: list[Optional[float]]) -> Optional[float]:
     """The rate a node's window is sized for: its fastest link toward its peers (bit/s), None (unlimited) when it
     has none or any of them is unlimited."""
     return None if not rates or not all(rates) else max(r for r in rates if r)
+
+
+def session_window(configured: Optional[int], rate_bps: Optional[float], rtt: float, bundle_bytes: int) -> int:
+    """A node's TCPCL window: the spec's `dtn.tcpcl.window` when set (`configured`), else tcp_window; one rule for
+    every agent that pipelines (dtn7's `-O tcp:window`, swarm-hardy's `--window`)."""
+    return configured or tcp_window(rate_bps, rtt, bundle_bytes)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from swarm.dtn.agents.base import AgentPlan, Peer
-from swarm.dtn.agents.tcpcl import tcp_window
+from swarm.dtn.agents.tcpcl import session_window
 from swarm.spec.dtn import DISCOVERY_PORT, DtnSpec, eid_glob, endpoint, node_key
 
 DTND = "dtnd"
@@ -81,7 +81,7 @@ def window_args(piece: DtnSpec, rtt: float, rate: Optional[float]) -> list[str]:
     and its longest round trip; none when it is 1, the crate's own behaviour."""
     if piece.cla != "tcp":
         return []
-    window = piece.tcpcl.window or tcp_window(rate, rtt, piece.tcpcl.bundle)
+    window = session_window(piece.tcpcl.window, rate, rtt, piece.tcpcl.bundle)
     return [] if window == 1 else ["-O", f"tcp:window={window}"]
 
 

@@ -26,7 +26,7 @@ from typing import Optional
 from swarm.dtn.agents.base import AgentPlan, Peer
 from swarm.dtn.agents.dtn7.plan import cla_timeouts, route_attributes
 from swarm.dtn.agents.dtn7.plan import readiness as dtn7_readiness
-from swarm.dtn.agents.tcpcl import tcp_window
+from swarm.dtn.agents.tcpcl import session_window
 from swarm.spec.dtn import DtnSpec, endpoint, node_key
 
 PROGRAM = "swarm-hardy"
@@ -47,7 +47,7 @@ def plan_hardy(node: str, isl_ip: str, piece: DtnSpec, peers: list[Peer], workdi
     port = piece.cla_port()
     argv = [PROGRAM, "--node", _node_arg(node_id), "--listen", f"{isl_ip}:{port}", "--http", str(piece.web_port),
             "--service", piece.app_service(), "--keepalive", str(cla_timeouts(rtt).keepalive)]
-    window = piece.tcpcl.window or tcp_window(rate, rtt, piece.tcpcl.bundle)
+    window = session_window(piece.tcpcl.window, rate, rtt, piece.tcpcl.bundle)
     if window > 1:  # transfers in flight per session, sized like dtn7's (swarm.dtn.agents.tcpcl)
         argv += ["--window", str(window)]
     for peer in peers:
