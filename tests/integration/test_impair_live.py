@@ -293,10 +293,15 @@ def test_sweep_fault_timeline_recorded_and_plotted(need_netns, need_iperf3, need
     late = faults["offset_s"] - faults["at_s"]
     assert ((late >= 0) & (late < 0.5)).all(), faults
     flows = pd.read_csv(store.dir / "flows.csv")
+    def said(flow) -> str:  # what a failure needs to be understood: the flow's error and timing vs the release
+        return (f"{flow.src}->{flow.dst} ok={flow.ok} error={flow.error!r} lost={flow.lost_percent} "
+                f"start+{flow.start_ts - flow.release_ts:.3f}s exit+{flow.exit_ts - flow.release_ts:.3f}s "
+                f"raw: {sorted(p.name for p in store.dir.glob('raw/*/*'))}")
+
     cut_flow = flows[(flows.src == "sat01") & (flows.dst == "sat02")].iloc[0]
-    assert 15 < cut_flow["lost_percent"] < 50  # 1.5 s of 5 cut (30 %) plus 0.5 % loss
+    assert 15 < cut_flow["lost_percent"] < 50, said(cut_flow)  # 1.5 s of 5 cut (30 %) plus 0.5 % loss
     lossy = flows[(flows.src == "sat02") & (flows.dst == "sat03")].iloc[0]
-    assert 10 < lossy["lost_percent"] < 35  # 50 % over the last 1.5 s of 5 (15 %)
+    assert 10 < lossy["lost_percent"] < 35, said(lossy)  # 50 % over the last 1.5 s of 5 (15 %)
     host = json.loads((store.dir / "host.json").read_text())
     assert host["impairment_engine"] == "nft"
     paths = write_report(store.dir, flows, host, pd.read_csv(store.dir / "tests.csv"))
