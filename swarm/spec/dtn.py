@@ -118,6 +118,22 @@ class LtpPeer(Strict):
     address: str
     rate: Optional[int] = None  # bit/s
     owlt: float = 0.0  # s
+    node: Optional[str] = None  # its node ID (dtn://<name>/ or ipn:<n>.0); with eid ipn default ipn:<engine>.0
+
+    @field_validator("node")
+    @classmethod
+    def _node(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not _NODE_ID_RE.match(v):
+            raise ValueError(f"dtn.ltp.peers.node {v!r}: expected a node ID, dtn://<name>/ or ipn:<number>.0")
+        return v
+
+    def node_id(self, scheme: str) -> Optional[str]:
+        """The outside node's node ID, which the agent is given as a static peer so that bundles go to it: `node`,
+        else (eid ipn, where engine and node numbers agree as in ION) ipn:<engine>.0, else None (no dtn:// name
+        can be guessed from an engine ID)."""
+        if self.node is not None:
+            return self.node
+        return f"ipn:{self.engine}.0" if scheme == "ipn" else None
 
     @field_validator("address")
     @classmethod
@@ -422,6 +438,8 @@ def check_dtn_nodes(pieces: dict[str, Optional[DtnSpec]]) -> None:
             name = _resolve(peer, piece.eid, numbers, node, "dtn.static_peers", dtn_nodes)
             if name == node:
                 raise ValueError(f"node {node!r}: dtn.static_peers names the node itself")
+        for i, ext in enumerate(piece.ltp.peers if piece.cla == "ltp" else []):
+            _check_outside_node(node, i, ext, piece.eid, numbers)
         for i, route in enumerate(piece.routes):
             if route.to != "*":
                 _resolve(route.to, piece.eid, numbers, node, f"dtn.routes[{i}].to", dtn_nodes)
@@ -435,6 +453,22 @@ def _resolve(token: str, scheme: str, numbers: dict[str, int], node: str, field:
         return resolve_node(token, scheme, numbers, field)
     except ValueError as exc:
         raise ValueError(f"node {node!r}: {exc} (DTN nodes: {_span(dtn_nodes)})") from None
+
+
+def _check_outside_node(node: str, i: int, ext: LtpPeer, scheme: str, numbers: dict[str, int]) -> None:
+    """An outside LTP peer's node ID is of the swarm's scheme and is no node of the swarm."""
+    node_id = ext.node_id(scheme)
+    if node_id is None:
+        return
+    m = _NODE_ID_RE.match(node_id)
+    assert m is not None  # LtpPeer checked it
+    field = f"node {node!r}: dtn.ltp.peers[{i}].node {node_id!r}"
+    given = "dtn" if m.group(1) else "ipn"
+    if given != scheme:
+        raise ValueError(f"{field}: a {given} node ID, but dtn.eid is {scheme!r}")
+    clash = m.group(1) if given == "dtn" else {str(n): name for name, n in numbers.items()}.get(m.group(2))
+    if clash in numbers:
+        raise ValueError(f"{field}: that is node {clash!r} of this swarm, not a node outside it")
 
 
 def _check_ltp_engines(pieces: dict[str, Optional[DtnSpec]]) -> None:

@@ -5,6 +5,11 @@ aggregated into one block (several BPv7 bundles back to back), and blocks either
 Run inside a node's namespace: python3 ion_style_ltp.py ENGINE DEST_IP:PORT LISTEN_IP:PORT DEST_EID SPEC...
 where each SPEC is `red:<payload>,<payload>,...` or `green:<payload>` (one LTP block each). Prints one JSON line:
 what it sent and what came back. A red block is retransmitted whole (new checkpoint) until a report covers it.
+
+    python3 ion_style_ltp.py recv ENGINE PEER_IP:PORT LISTEN_IP:PORT PAYLOAD TIMEOUT_S
+receives as ION's udplsi would: red blocks from the peer engine at LISTEN, each checkpoint answered with a report
+(sent from an ephemeral port to the peer's address) claiming what arrived, until a whole block holding PAYLOAD is
+in; prints "listening" once bound, then one JSON line: the blocks and whether PAYLOAD arrived.
 """
 from __future__ import annotations
 
@@ -78,7 +83,85 @@ def data_segments(engine: int, session: int, block: bytes, red: bool, cp_serial:
     return out
 
 
+def claims(got: dict[int, bytes], upper: int) -> list[tuple[int, int]]:
+    """The contiguous ranges (offset, length) of [0, upper) that arrived, from the data segments `got` (by offset)."""
+    out: list[tuple[int, int]] = []
+    for off in sorted(got):
+        end = min(off + len(got[off]), upper)
+        if off >= upper:
+            break
+        if out and off <= out[-1][0] + out[-1][1]:
+            start = out[-1][0]
+            out[-1] = (start, max(out[-1][0] + out[-1][1], end) - start)
+        else:
+            out.append((off, end - off))
+    return out
+
+
+def receive(engine_id: int, peer: str, listen: str, payload: bytes, timeout: float) -> None:
+    """Take red blocks until one holding `payload` is whole (RFC 5326: a report per checkpoint, claims of what
+    arrived; the sender retransmits the rest)."""
+    phost, pport = peer.rsplit(":", 1)
+    lhost, lport = listen.rsplit(":", 1)
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind((lhost, int(lport)))
+    rx.settimeout(0.2)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.bind((lhost, 0))  # ephemeral, as ION's udplso
+    print("listening", flush=True)
+    sessions: dict[tuple[int, int], dict] = {}
+    out = {"engine": engine_id, "blocks": [], "arrived": False, "reports_sent": 0, "report_acks": 0}
+    deadline = time.monotonic() + timeout
+    serial = 0
+    while time.monotonic() < deadline and not out["arrived"]:
+        try:
+            seg, _frm = rx.recvfrom(65536)
+        except socket.timeout:
+            continue
+        kind = seg[0] & 0x0F
+        pos = 1
+        originator, pos = read_sdnv(seg, pos)
+        number, pos = read_sdnv(seg, pos)
+        pos += 1  # no extensions
+        if kind == 9:
+            out["report_acks"] += 1
+            continue
+        if kind > 3:  # green data and the cancel segments: not what this receiver is for
+            continue
+        _client, pos = read_sdnv(seg, pos)
+        offset, pos = read_sdnv(seg, pos)
+        length, pos = read_sdnv(seg, pos)
+        cp = None
+        if kind in (1, 2, 3):
+            cp, pos = read_sdnv(seg, pos)
+            _rs, pos = read_sdnv(seg, pos)
+        state = sessions.setdefault((originator, number), {"got": {}, "end": None})
+        state["got"][offset] = seg[pos:pos + length]
+        if kind in (2, 3):
+            state["end"] = offset + length
+        if cp is None:
+            continue
+        upper = offset + length
+        have = claims(state["got"], upper)
+        serial += 1
+        body = sdnv(serial) + sdnv(cp) + sdnv(upper) + sdnv(0) + sdnv(len(have))
+        for off, n in have:
+            body += sdnv(off) + sdnv(n)
+        tx.sendto(bytes([8]) + sdnv(originator) + sdnv(number) + b"\x00" + body, (phost, int(pport)))
+        out["reports_sent"] += 1
+        end = state["end"]
+        if end is not None and have == [(0, end)]:
+            block = b"".join(state["got"][o] for o in sorted(state["got"]))[:end]
+            out["blocks"].append({"originator": originator, "session": number, "bytes": end})
+            out["arrived"] = out["arrived"] or payload in block
+    print(json.dumps(out), flush=True)
+
+
 def main() -> None:
+    if sys.argv[1] == "recv":
+        engine, peer, listen, payload, timeout = sys.argv[2:7]
+        receive(int(engine), peer, listen, payload.encode(), float(timeout))
+        return
     engine, dest, listen, dst_eid, *specs = sys.argv[1:]
     engine_id = int(engine)
     dhost, dport = dest.rsplit(":", 1)

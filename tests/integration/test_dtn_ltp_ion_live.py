@@ -2,8 +2,8 @@
 the swarm (`dtn.ltp.peers`, engine 77) that sends from an ephemeral UDP port, as ION's udplso does, puts THREE
 bundles into one red block and one bundle into an all-green block (ion_style_ltp.py, our own LTP sender in the
 node's namespace). Every bundle reaches the application on the receiving node exactly once, the peer's reports
-come back to its declared address, and tshark decodes the capture as LTP carrying BPv7 bundles. One bring-up
-serves both tests. Subnets from tests/alloc.py, swarm name ltp-it-ion."""
+come back to its declared address, and tshark decodes the capture as LTP carrying BPv7 bundles; a bundle sent to the
+outside node (declared with its node ID) reaches it over LTP. One bring-up serves the three tests. Subnets from tests/alloc.py, swarm name ltp-it-ion."""
 from __future__ import annotations
 
 import json
@@ -28,6 +28,7 @@ PEER = Path(__file__).with_name("ion_style_ltp.py")
 # one red block of three bundles (the middle one spans segments), then an all-green block of one bundle
 PAYLOADS = ["ion-red-1", "ion-red-2-" + "x" * 2500, "ion-red-3"]
 GREEN = "ion-green-1"
+TO_ION = "from-sat02-to-ion77"
 
 
 def _ns(node: str) -> str:
@@ -45,7 +46,7 @@ def ion_run(caps, tmp_path_factory):
                     f"{nets_yaml(NET[0])}\n"
                     "links: {default: {delay: 50ms, rate: 10Mbit}}\n"
                     "defaults: {dtn: {cla: ltp, routing: epidemic, ltp: {peers: "
-                    f"[{{engine: 77, address: '{SAT01}:1114', rate: 10Mbit, owlt: 50ms}}]}}}}}}\n")
+                    f"[{{engine: 77, address: '{SAT01}:1114', rate: 10Mbit, owlt: 50ms, node: 'dtn://ion77/'}}]}}}}}}\n")
     env = {**os.environ, "SWARM_WORKDIR": str(REPO)}
     pcap = tmp / "ltp.pcap"
     out: dict = {"pcap": pcap, "received": []}
@@ -71,6 +72,14 @@ def ion_run(caps, tmp_path_factory):
         extra = subprocess.run(SWARM + ["dtn", "recv", NAME, "sat02", "--timeout", "6"],
                                capture_output=True, text=True, env=env)
         out["extra"] = extra.stdout if extra.returncode == 0 else None
+        # the other way: a bundle for the outside node leaves sat02's dtnd (its static peer, from `node:`) over LTP
+        back = subprocess.Popen(["ip", "netns", "exec", _ns("sat01"), sys.executable, str(PEER), "recv", "77",
+                                 f"{SAT02}:1113", f"{SAT01}:1114", TO_ION, "30"], stdout=subprocess.PIPE, text=True)
+        assert back.stdout.readline().strip() == "listening"
+        sent = subprocess.run(SWARM + ["dtn", "send", NAME, "sat02", "dtn://ion77/in", TO_ION],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        out["to_peer"] = json.loads(back.communicate(timeout=60)[0])
         def statuses() -> dict:
             return {str(p.parent): json.loads(p.read_text()) for p in (REPO / ".swarm" / NAME).rglob("ltp-status.json")}
 
@@ -99,6 +108,14 @@ def test_ion_style_peer_delivers_every_bundle_exactly_once(ion_run):
     st = next(s for node, s in ion_run["status"].items() if "sat02" in node)
     assert st["blocks_received"] == 2 and st["bundles_received"] == 4, st
     assert st["unknown_engine"] == 0 and st["duplicates"] == 0 and st["unparsed_blocks"] == 0, st
+
+
+def test_a_bundle_for_the_outside_node_reaches_it_over_ltp(ion_run):
+    """dtnd knows the outside node as a static peer (from `node:`), with no peers/add by hand."""
+    back = ion_run["to_peer"]
+    assert back["arrived"], back
+    # epidemic: sat02 sends it to both peers, so the first whole copy may come through sat01 (engines: the indexes)
+    assert back["blocks"][-1]["originator"] in (1, 2), back
 
 
 def test_the_capture_decodes_as_ltp_carrying_bpv7(ion_run):

@@ -146,3 +146,51 @@ def test_one_outside_peer_declared_on_every_node_is_one_engine():
     from swarm.spec.dtn import check_dtn_nodes
     ion = {"engine": 9, "address": "192.0.2.7:1113"}
     check_dtn_nodes({n: DtnSpec(cla="ltp", ltp={"peers": [ion]}) for n in ("sat01", "sat02", "sat03")})
+
+
+def _static(argv: list[str]) -> list[str]:
+    return [argv[i + 1] for i, x in enumerate(argv) if x == "-s"]
+
+
+def test_an_outside_ltp_peer_with_a_node_id_is_a_static_peer_of_dtnd():
+    """dtnd sends to the outside engine only if it knows it as a peer: its address (where swarm-ltpcla knows it)
+    and its node ID (given, or ipn:<engine>.0 with eid ipn); a dtn:// name cannot be guessed from an engine ID."""
+    link = lambda a, b: LinkView(delay=0.5, rate=1_000_000)  # noqa: E731
+    ion = {"engine": 77, "address": "192.0.2.7:1113", "rate": "10Mbit"}
+
+    def plans(eid, peer, routing="epidemic"):
+        return plan_agents([(n, f"10.190.0.{i}", DtnSpec(cla="ltp", eid=eid, routing=routing, ltp={"peers": [peer]}))
+                            for i, n in enumerate(("sat01", "sat02"), start=1)], "10.190.0.0/24", lambda n: f"/w/{n}",
+                           link_of=link)
+
+    ipn = plans("ipn", ion)
+    assert _static(ipn[0].argv) == ["ecla+ltp://10.190.0.2:1113/2", "ecla+ltp://192.0.2.7:1113/77"]
+    assert ipn[0].expected_peers == ("2",)  # readiness waits for the swarm's peers only
+    named = plans("dtn", {**ion, "node": "dtn://ion77/"})
+    assert _static(named[1].argv) == ["ecla+ltp://10.190.0.1:1113/sat01", "ecla+ltp://192.0.2.7:1113/ion77"]
+    assert _static(plans("dtn", ion)[0].argv) == ["ecla+ltp://10.190.0.2:1113/sat02"]
+    routes = plans("ipn", {**ion, "node": "ipn:900.0"}, routing="static")[0].files["routes.txt"]
+    assert routes.splitlines()[1:] == ["1 ** ipn:2.* ipn:2.0", "2 ** ipn:900.* ipn:900.0"]
+
+
+@pytest.mark.parametrize("eid, node, message", [
+    ("ipn", "dtn://ion/", "node 'sat01': dtn.ltp.peers[0].node 'dtn://ion/': a dtn node ID, but dtn.eid is 'ipn'"),
+    ("dtn", "dtn://sat02/", "node 'sat01': dtn.ltp.peers[0].node 'dtn://sat02/': that is node 'sat02' of this swarm, "
+                            "not a node outside it"),
+    ("ipn", None, "node 'sat01': dtn.ltp.peers[0].node 'ipn:2.0': that is node 'sat02' of this swarm, not a node "
+                  "outside it"),
+])
+def test_an_outside_peers_node_id_of_the_wrong_scheme_or_a_swarm_nodes_is_refused(eid, node, message):
+    from swarm.spec.dtn import check_dtn_nodes
+    peer = {"engine": 2 if node is None else 9, "address": "192.0.2.7:1113", **({"node": node} if node else {})}
+    pieces = {"sat01": DtnSpec(cla="ltp", eid=eid, ltp={"engine": 5, "peers": [peer]}),
+              "sat02": DtnSpec(cla="ltp", eid=eid, number=2 if eid == "ipn" else None, ltp={"engine": 6})}
+    with pytest.raises(ValueError) as err:
+        check_dtn_nodes(pieces)
+    assert str(err.value) == message
+
+
+def test_an_outside_peers_node_that_is_no_node_id_names_field_and_value():
+    with pytest.raises(ValidationError) as err:
+        LtpSpec(peers=[{"engine": 9, "address": "192.0.2.7:1113", "node": "ion77"}])
+    assert "dtn.ltp.peers.node 'ion77': expected a node ID, dtn://<name>/ or ipn:<number>.0" in str(err.value)

@@ -109,6 +109,14 @@ def peer_url(cla: str, peer: Peer, port: int) -> str:
     return f"{scheme}://{peer.isl_ip}:{port}/{peer.key}"
 
 
+def outside_ltp_peers(piece: DtnSpec) -> list[tuple[str, str]]:
+    """(address, node ID) of each LTP peer outside the swarm whose node ID is known (`dtn.ltp.peers`: `node`,
+    or ipn:<engine>.0 with eid ipn): dtnd gets it as a static peer, so bundles for it leave over LTP."""
+    if piece.cla != "ltp":
+        return []
+    return [(ext.address, node_id) for ext in piece.ltp.peers if (node_id := ext.node_id(piece.eid)) is not None]
+
+
 def static_routes(node: str, piece: DtnSpec, peers: list[Peer]) -> str:
     """The routes file of `routing: static`: first one route per direct peer (bundles to a peer go straight to
     it), then the spec's routes in order; dtn7-rs takes the first match. Patterns are glob-match globs, where
@@ -116,8 +124,8 @@ def static_routes(node: str, piece: DtnSpec, peers: list[Peer]) -> str:
     ID (swarm.dtn.plan resolves them: dtn://<name>/ or ipn:<number>.0); the next hop is the peer's node ID."""
     lines = [f"# static routes of {node} (swarm-emu)"]
     index = 1
-    for peer in peers:
-        lines.append(f"{index} ** {eid_glob(peer.eid)} {peer.eid}")
+    for eid in [p.eid for p in peers] + [outside for _, outside in outside_ltp_peers(piece)]:
+        lines.append(f"{index} ** {eid_glob(eid)} {eid}")
         index += 1
     for route in piece.routes:
         dst = "**" if route.to == "*" else eid_glob(_node_id(route.to))
@@ -167,6 +175,8 @@ def plan_agent(node: str, piece: DtnSpec, peers: list[Peer], workdir: str, isl_s
         argv += ["--disable_nd"]
         for peer in peers:
             argv += ["-s", peer_url(piece.cla, peer, piece.cla_port())]
+        for address, outside in outside_ltp_peers(piece):  # ION & co: swarm-ltpcla knows them by this address
+            argv += ["-s", f"ecla+ltp://{address}/{node_key(outside)}"]
     else:
         argv += ["-i", _humantime(piece.discovery_interval), "-p", _humantime(piece.peer_timeout),
                  "-E", f"{broadcast_address(isl_subnet)}:{DISCOVERY_PORT}"]
