@@ -7,7 +7,8 @@ Case `delay`: N nodes, `links: default: {delay: 10ms}`: `up` (and its link phase
 `swarm impair --show` through the CLI (seconds, lines printed), host memory, `down`.
 Case `walker`: N satellites in a Walker delta (planes as asked, 550 km, 53 deg, 4 mutual ISLs within 5,000 km,
 1 s steps) + 1 ground station: `up`, the orbit plan's initial state, then `--duration` of plan at x1 (steps
-applied before the next, lag p50/p99 from the engine), host memory.
+applied before the next, lag p50/p99 from the engine, CPU per step of the engine's processes and of the driver),
+host memory.
 
 Each result row is printed (a Markdown table) and appended to results/bench-constellation-<time>/rows.jsonl as
 it arrives; `--profile` writes a cProfile of `up` (and the initial state) there too (read it with
@@ -127,6 +128,32 @@ def ping_rtt(swarm: Swarm, src: str, dst: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def linkd_cpu_s() -> float:
+    """CPU seconds (user + system) used so far by every running swarm-linkd process (the userspace engine, one per
+    receiving node), from /proc/<pid>/stat."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.index("(") + 1:stat.rindex(")")] == "swarm-linkd":
+            fields = stat[stat.rindex(")") + 2:].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / tick
+
+
+def own_cpu_s() -> float:
+    """CPU seconds of this process (the orbit driver runs in it) and its waited-for children."""
+    import resource
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def bench_delay(n: int, out: Path, profile: bool, counter: CommandCounter) -> dict:
     name = f"bc-delay-{n}"
     spec = spec_from_dict({"name": name, "backend": "netns", "nodes": n, "networks": NETS,
@@ -176,9 +203,14 @@ def bench_walker(n: int, planes: int, duration: str, out: Path, profile: bool, c
                                     message=lambda m: print(f"  [{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr,
                                                             flush=True))
         load0 = os.getloadavg()[0]
+        engine0, own0 = linkd_cpu_s(), own_cpu_s()
         t = time.monotonic()
         summary = profiled(out if profile else None, f"orbits-{n}", driver.run)
         row["run_s"] = round(time.monotonic() - t, 1)
+        # CPU per plan step: every swarm-linkd (the engine) and this process (the driver: plan, batches, shells)
+        steps = max(1, sum(1 for t_s, _ in plan.steps() if t_s > 0))
+        row["engine_cpu_ms_per_step"] = round(1000 * (linkd_cpu_s() - engine0) / steps, 2)
+        row["driver_cpu_ms_per_step"] = round(1000 * (own_cpu_s() - own0) / steps, 2)
         driver.close()
         t = time.monotonic()
         driver.restore()  # as `swarm orbits apply` does after the plan: the spec's links back

@@ -396,3 +396,21 @@ def test_hosts_without_ssh_endpoints_do_not_need_the_ssh_tools(tmp_path, monkeyp
                            "hosts": [{"name": "main", "endpoint": "local"}, {"name": "b", "endpoint": "unix:///run/b.sock"}]})
     with pytest.raises(SpecError, match="unreachable"):  # asked, not refused for ssh
         SwarmBackend(runner, CAPS, tmp_path).check_spec(spec, plan_nodes(spec))
+
+
+def test_a_host_asked_again_to_leave_says_a_docker_gwbridge_that_stays(tmp_path, monkeypatch):
+    """A worker unreachable at one `down` leaves at the next; the docker_gwbridge its join made goes with it, or
+    `remaining` says that it stays and why (a bridge Docker's ingress sandbox still holds), never silently."""
+    import swarm.runtime.backends.multihost.backend as sb
+    import swarm.runtime.backends.multihost.release as rel
+    monkeypatch.setattr(sb.time, "sleep", lambda s: None)
+    monkeypatch.setattr(rel, "GWBRIDGE_RM_S", 0.0)
+    held = "Error response from daemon: error while removing network: network docker_gwbridge id 39 has active endpoints"
+    runner = RecordingRunner(answers=[(lambda a: "leave" in a, lambda a: Result(a, 0, "Node left the swarm.")),
+                                      (lambda a: "info" in a, lambda a: Result(a, 0, "inactive\n")),
+                                      (lambda a: "rm" in a, lambda a: Result(a, 1, "", held))])
+    plan = {"pending_leave": [{"args": ["-H", "ssh://ops@lab2"], "gwbridge": True}]}
+    removed, remaining = [], []
+    assert SwarmBackend(runner, CAPS, tmp_path)._finish_rejoins(plan, removed, remaining) == removed
+    assert removed == ["-H ssh://ops@lab2: left the Swarm"] and plan["pending_leave"] == []
+    assert len(remaining) == 1 and remaining[0].startswith("host -H ssh://ops@lab2: docker_gwbridge still held by")

@@ -90,7 +90,7 @@ class Release(MultiHostParts):
         removed: list[str] = []
         info = self._swarm_info(mgr)
         if info.get("LocalNodeState") != "active" or not info.get("ControlAvailable"):
-            return self._finish_rejoins(hosts, reach, plan, removed)
+            return self._finish_rejoins(plan, removed, remaining)
         if self.runner.run([*d, "network", "ls", "-q", "--filter", f"label={LABEL_SWARM}", "--filter", "driver=overlay"],
                            timeout=60).stdout.split():
             return removed  # another swarm of the framework still uses this Swarm
@@ -117,7 +117,7 @@ class Release(MultiHostParts):
                 removed.append(f"{mgr.name}: left the Swarm it initialised")
                 if gw_here:
                     self._gwbridge_gone(d, mgr.name, removed, remaining)
-        removed = self._finish_rejoins(hosts, reach, plan, removed)
+        removed = self._finish_rejoins(plan, removed, remaining)
         plan["pending_leave"] = plan.get("pending_leave", []) + retry
         return removed
 
@@ -156,7 +156,7 @@ class Release(MultiHostParts):
             elif node_id:
                 removed.append(f"{h.name}: left the Swarm")
                 if not rec.get("gwbridge_before", True):
-                    self._remove_gwbridge(wd)
+                    self._gwbridge_gone(wd, h.name, removed, remaining)
                 self.runner.run([*d, "node", "rm", "--force", node_id], check=False, timeout=60)
 
     def _leave(self, docker: list[str], ingress: str = "") -> str:
@@ -229,15 +229,17 @@ class Release(MultiHostParts):
                 return False
             time.sleep(0.5)
 
-    def _finish_rejoins(self, hosts, reach, plan, removed: list[str]) -> list[str]:
-        """Hosts that were unreachable at an earlier `down` and still think they are in the Swarm."""
+    def _finish_rejoins(self, plan: dict, removed: list[str], remaining: list[str]) -> list[str]:
+        """Hosts that were unreachable at an earlier `down` and still think they are in the Swarm: each leaves
+        (and loses the docker_gwbridge joining made, or `remaining` says why it stays)."""
         pending = []
         for item in plan.get("pending_leave", []):
             wd = ["docker", *item["args"]]
+            host = " ".join(item["args"]) or "local"
             if not self._leave(wd):
-                removed.append(f"{' '.join(item['args']) or 'local'}: left the Swarm")
+                removed.append(f"{host}: left the Swarm")
                 if item.get("gwbridge"):
-                    self._remove_gwbridge(wd)
+                    self._gwbridge_gone(wd, host, removed, remaining)
             else:
                 pending.append(item)
         plan["pending_leave"] = pending
