@@ -432,20 +432,24 @@ def check_dtn_nodes(pieces: dict[str, Optional[DtnSpec]]) -> None:
                                  f"{owner[number]!r})")
             owner[number] = node
     for node, piece in pieces.items():
-        if piece is None:
-            continue
-        for peer in piece.static_peers or []:
-            name = _resolve(peer, piece.eid, numbers, node, "dtn.static_peers", dtn_nodes)
-            if name == node:
-                raise ValueError(f"node {node!r}: dtn.static_peers names the node itself")
-        for i, ext in enumerate(piece.ltp.peers if piece.cla == "ltp" else []):
-            _check_outside_node(node, i, ext, piece.eid, numbers)
-        for i, route in enumerate(piece.routes):
-            if route.to != "*":
-                _resolve(route.to, piece.eid, numbers, node, f"dtn.routes[{i}].to", dtn_nodes)
-            if _resolve(route.via, piece.eid, numbers, node, f"dtn.routes[{i}].via", dtn_nodes) == node:
-                raise ValueError(f"node {node!r}: dtn.routes[{i}].via {route.via!r}: not another DTN node "
-                                 f"(DTN nodes: {_span(dtn_nodes)})")
+        if piece is not None:
+            _check_node_refs(node, piece, numbers, dtn_nodes)
+
+
+def _check_node_refs(node: str, piece: DtnSpec, numbers: dict[str, int], dtn_nodes: list[str]) -> None:
+    """The nodes one node's piece names (static peers, outside LTP peers, routes) are what they must be."""
+    for peer in piece.static_peers or []:
+        name = _resolve(peer, piece.eid, numbers, node, "dtn.static_peers", dtn_nodes)
+        if name == node:
+            raise ValueError(f"node {node!r}: dtn.static_peers names the node itself")
+    for i, ext in enumerate(piece.ltp.peers if piece.cla == "ltp" else []):
+        _check_outside_node(node, i, ext, piece.eid, numbers)
+    for i, route in enumerate(piece.routes):
+        if route.to != "*":
+            _resolve(route.to, piece.eid, numbers, node, f"dtn.routes[{i}].to", dtn_nodes)
+        if _resolve(route.via, piece.eid, numbers, node, f"dtn.routes[{i}].via", dtn_nodes) == node:
+            raise ValueError(f"node {node!r}: dtn.routes[{i}].via {route.via!r}: not another DTN node "
+                             f"(DTN nodes: {_span(dtn_nodes)})")
 
 
 def _resolve(token: str, scheme: str, numbers: dict[str, int], node: str, field: str, dtn_nodes: list[str]) -> str:
