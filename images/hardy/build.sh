@@ -59,12 +59,21 @@ if [ ! -f "$patched/.complete" ]; then
     touch "$patched/.complete"
 fi
 
-# The node's sources in the cache (times kept, so that cargo rebuilds only what changed)
+# The node's sources in the cache: a file is copied (and so dated now) only when its content differs, so cargo
+# rebuilds exactly what changed. Copying with the checkout's times (cp -p) let a change older than the cache's
+# last build, from another checkout, be taken as built (seen: an edit in a worktree, then the cache built from a
+# newer clone of main; swarm-hardy stayed the clone's).
 node="$CACHE/node"
-mkdir -p "$node"
-rm -rf "$node/src"
-cp -p "$node_src/Cargo.toml" "$node_src/Cargo.lock" "$node/"
-cp -rp "$node_src/src" "$node/src"
+mkdir -p "$node/src"
+(cd "$node_src" && find Cargo.toml Cargo.lock src -type f) | while read -r f; do
+    if ! cmp -s "$node_src/$f" "$node/$f"; then
+        mkdir -p "$(dirname "$node/$f")"
+        cp "$node_src/$f" "$node/$f"
+    fi
+done
+(cd "$node" && find src -type f) | while read -r f; do  # a file the checkout no longer has
+    [ -e "$node_src/$f" ] || rm -f "$node/$f"
+done
 use_patch=(--config "patch.crates-io.hardy-tcpclv4.path=\"$patched\"")
 if [ "$mode" = clippy ]; then
     CARGO_TARGET_DIR="$CACHE-clippy" nice -n 10 cargo clippy -q --release --offline "${use_patch[@]}" \

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from alloc import nets_yaml, octets
-from conftest import REPO
+from conftest import REPO, wait_until
 
 NET = octets(__file__)  # this file's subnets (tests/alloc.py)
 NAME = "hdy-mix"
@@ -190,3 +190,20 @@ def test_hardy_relays_between_dtn7_and_hardy_on_static_routes(mixed):
     assert there.get("payload") == "over two hops" and there["previous"] == "ipn:2.0", there
     assert back.get("payload") == "and back" and back["previous"] == "ipn:2.0", back
     assert "nothing received" in recv("sat03", 2).get("error", "")
+
+
+def test_hardys_store_lists_a_bundle_while_it_cannot_leave_and_not_after(mixed):
+    """`swarm dtn` counts what swarm-hardy's BPA holds (GET /status/store): a bundle to sat01 sent while the link
+    is cut waits in sat02's store, and is gone from it once the heal lets it cross."""
+    wait_peered()
+    assert swarm("fault", NAME, "cut", "sat01", "sat02").returncode == 0
+    try:
+        send("sat02", "sat01", "held while cut")
+        held = wait_until(lambda: (lambda r: r if r["sat02"]["stored"] >= 1 else None)(status()), 20,
+                          "sat02 listing the bundle it holds")
+        assert held["sat02"]["stored"] == 1, held["sat02"]
+    finally:
+        assert swarm("fault", NAME, "heal").returncode == 0
+    got = recv("sat01", 60)
+    assert got.get("payload") == "held while cut", got
+    wait_until(lambda: status()["sat02"]["stored"] == 0, 20, "sat02's store empty once the bundle crossed")

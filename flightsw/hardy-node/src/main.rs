@@ -10,16 +10,20 @@
 //!   gone (Hardy's CLA dials only when asked). A session adds a route to the peer's node ID (hardy-bpa does that).
 //! - Applications use a small HTTP/1.1 API on loopback, the subset of dtn7's that the framework's traffic program
 //!   speaks: POST /send?dst=EID&lifetime=Ns (body = payload), GET /endpoint?SERVICE (the next whole bundle
-//!   delivered to the node's SERVICE, or "Nothing to receive"), GET /status/{nodeid,peers,info,store}.
+//!   delivered to the node's SERVICE, or "Nothing to receive"), GET /status/{nodeid,peers,info,store} (store: the IDs of the bundles held).
 //! - `--window N`: TCPCL transfers in flight per session (hardy-tcpclv4 as patched at build time:
 //!   images/hardy/hardy-tcpclv4-0.4.0.patch) and bundles handed to the CLA at once per peer (WindowPolicy);
 //!   1, the default, is Hardy's published behaviour: the next bundle after the previous one's final XFER_ACK.
 //! - One line per event on stdout (`<epoch s> <kind> ...`), which the adapter's log parser reads.
 use hardy_bpa::bpa::{Bpa, BpaRegistration};
+use hardy_bpa::bundle::{Bundle as BpaBundle, BundleMetadata, BundleStatus};
 use hardy_bpa::cla::{self, ClaAddress, ClaAddressType, ForwardBundleResult};
 use hardy_bpa::policy;
 use hardy_bpa::services::{self, ApplicationSink, StatusNotify};
+use hardy_bpa::storage;
+use hardy_bpa::stream::Sender as StreamSender;
 use hardy_bpa::{Bytes, async_trait};
+use hardy_bpv7::bundle::Id as BundleId;
 use hardy_bpv7::eid::{Eid, NodeId, Service as ServiceId};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -41,6 +45,8 @@ struct State {
     peers: Mutex<HashMap<ClaAddress, Vec<String>>>,
     inbox: Mutex<HashMap<String, VecDeque<Bytes>>>,
     sender: OnceLock<Box<dyn ApplicationSink>>,
+    /// The bundles the BPA holds (GET /status/store), kept by ListedStore.
+    held: Arc<Mutex<HashSet<hardy_bpv7::bundle::Id>>>,
 }
 
 fn event(text: std::fmt::Arguments) {
@@ -489,7 +495,11 @@ async fn answer(
         }
         ("GET", "/status/nodeid") => (200, node.to_string().into_bytes()),
         ("GET", "/status/peers") => (200, json_list(&state.peer_names())),
-        ("GET", "/status/store") => (200, b"[]".to_vec()),
+        ("GET", "/status/store") => {
+            let mut ids: Vec<String> = state.held.lock().unwrap().iter().map(bundle_id).collect();
+            ids.sort();
+            (200, json_list(&ids))
+        }
         ("GET", "/status/info") => {
             let n = |c: &AtomicU64| c.load(Relaxed);
             let text = format!(
@@ -503,6 +513,85 @@ async fn answer(
             (200, text.into_bytes())
         }
         _ => (404, b"not found".to_vec()),
+    }
+}
+
+/// hardy-bpa's in-memory metadata store, which lists nothing, with the IDs of the bundles it holds beside it:
+/// an ID is held from its metadata's insertion until its tombstone (delivered, forwarded, expired or dropped).
+/// Every call goes to the inner store unchanged.
+struct ListedStore {
+    inner: storage::MetadataMemStorage,
+    held: Arc<Mutex<HashSet<BundleId>>>,
+}
+
+#[async_trait]
+impl storage::MetadataStorage for ListedStore {
+    async fn get(&self, id: &BundleId) -> storage::Result<Option<BpaBundle>> {
+        self.inner.get(id).await
+    }
+    async fn insert(&self, bundle: &BpaBundle) -> storage::Result<bool> {
+        let new = self.inner.insert(bundle).await?;
+        if new {
+            self.held.lock().unwrap().insert(bundle.bundle.id.clone());
+        }
+        Ok(new)
+    }
+    async fn replace(&self, bundle: &BpaBundle) -> storage::Result<()> {
+        self.inner.replace(bundle).await
+    }
+    async fn update_status(&self, bundle: &BpaBundle) -> storage::Result<()> {
+        self.inner.update_status(bundle).await
+    }
+    async fn tombstone(&self, id: &BundleId) -> storage::Result<()> {
+        self.held.lock().unwrap().remove(id);
+        self.inner.tombstone(id).await
+    }
+    async fn start_recovery(&self) {
+        self.inner.start_recovery().await
+    }
+    async fn confirm_exists(&self, id: &BundleId) -> storage::Result<Option<BundleMetadata>> {
+        self.inner.confirm_exists(id).await
+    }
+    async fn remove_unconfirmed(
+        &self,
+        stream: &dyn StreamSender<BpaBundle>,
+    ) -> storage::Result<()> {
+        self.inner.remove_unconfirmed(stream).await
+    }
+    async fn reset_peer_queue(&self, peer: u32) -> storage::Result<u64> {
+        self.inner.reset_peer_queue(peer).await
+    }
+    async fn poll_expiry(
+        &self,
+        stream: &dyn StreamSender<BpaBundle>,
+        limit: usize,
+    ) -> storage::Result<()> {
+        self.inner.poll_expiry(stream, limit).await
+    }
+    async fn poll_waiting(&self, stream: &dyn StreamSender<BpaBundle>) -> storage::Result<()> {
+        self.inner.poll_waiting(stream).await
+    }
+    async fn poll_service_waiting(
+        &self,
+        source: Eid,
+        stream: &dyn StreamSender<BpaBundle>,
+    ) -> storage::Result<()> {
+        self.inner.poll_service_waiting(source, stream).await
+    }
+    async fn poll_adu_fragments(
+        &self,
+        stream: &dyn StreamSender<BpaBundle>,
+        status: &BundleStatus,
+    ) -> storage::Result<()> {
+        self.inner.poll_adu_fragments(stream, status).await
+    }
+    async fn poll_pending(
+        &self,
+        stream: &dyn StreamSender<BpaBundle>,
+        status: &BundleStatus,
+        limit: usize,
+    ) -> storage::Result<()> {
+        self.inner.poll_pending(stream, status, limit).await
     }
 }
 
@@ -660,7 +749,12 @@ async fn run(args: Args) -> Res<()> {
         inner: tcpcl.clone(),
         state: state.clone(),
     });
+    let listed = Arc::new(ListedStore {
+        inner: storage::MetadataMemStorage::new(&Default::default()),
+        held: state.held.clone(),
+    });
     let bpa = Bpa::builder()
+        .metadata_storage(listed)
         .routing_agent("static", Arc::new(static_routes(&args.routes)?))
         .node_ids(hardy_bpa::node_ids::NodeIds::try_from(&[node_id][..])?)
         .cla("tcp", counted, egress_policy(args.window))

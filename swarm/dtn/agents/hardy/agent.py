@@ -48,9 +48,11 @@ class Hardy(Agent):
         return status_api_ready(shell, plan, readiness)
 
     def counters(self, shell: NodeShell, node: str, piece: DtnSpec) -> Counters:
-        eid, peers, info_text = http_many(shell, piece.web_port, ["/status/nodeid", "/status/peers", "/status/info"])
+        eid, peers, store_text, info_text = http_many(
+            shell, piece.web_port, ["/status/nodeid", "/status/peers", "/status/store", "/status/info"])
         info = json.loads(info_text)
-        return Counters(eid.strip(), peer_names(peers), 0, info.get("delivered", 0), info.get("forwarded", 0),
+        return Counters(eid.strip(), peer_names(peers), len(json.loads(store_text)), info.get("delivered", 0),
+                        info.get("forwarded", 0),
                         info.get("received", 0), info.get("failed", 0), ["tcp"])
 
     def store(self, shell: NodeShell, piece: DtnSpec, timeout: float) -> list[str]:
