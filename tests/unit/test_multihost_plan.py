@@ -269,12 +269,14 @@ def test_a_leave_waits_for_the_engines_ingress_sandbox_and_gwbridge_removal_outl
     monkeypatch.setattr(sb.time, "sleep", lambda s: None)
     polls = {"n": 0, "rm": 0}
 
-    def containers(a):  # the sandbox shows up on the third look
+    def containers(a):  # the sandbox shows up on the third look at the ingress network, its gateway a look later
+        if a[-1] == "docker_gwbridge":
+            return Result(a, 0, '{"ingress-sbox":{"Name":"gateway_ingress-sbox"}}' if polls["n"] >= 4 else "{}")
         polls["n"] += 1
         return Result(a, 0, '{"ingress-sbox":{"Name":"ingress-endpoint"}}' if polls["n"] >= 3 else "{}")
 
     def leave(a):
-        assert polls["n"] >= 3, "left before the ingress sandbox existed"
+        assert polls["n"] >= 4, "left before the ingress sandbox and its gateway existed"
         return Result(a, 0, "Node left the swarm.")
 
     runner = RecordingRunner(answers=[(lambda a: "{{json .Containers}}" in a, containers),
@@ -282,7 +284,7 @@ def test_a_leave_waits_for_the_engines_ingress_sandbox_and_gwbridge_removal_outl
                                       (lambda a: "info" in a, lambda a: Result(a, 0, "inactive\n"))])
     backend = SwarmBackend(runner, CAPS, tmp_path)
     assert backend._leave(["docker"], "ingress") == ""
-    assert polls["n"] == 3 and runner.calls[2][-1] == "ingress"
+    assert polls["n"] == 4 and runner.calls[2][-1] == "ingress"
 
     def rm(a):
         polls["rm"] += 1
@@ -414,3 +416,39 @@ def test_a_host_asked_again_to_leave_says_a_docker_gwbridge_that_stays(tmp_path,
     assert SwarmBackend(runner, CAPS, tmp_path)._finish_rejoins(plan, removed, remaining) == removed
     assert removed == ["-H ssh://ops@lab2: left the Swarm"] and plan["pending_leave"] == []
     assert len(remaining) == 1 and remaining[0].startswith("host -H ssh://ops@lab2: docker_gwbridge still held by")
+
+
+def test_a_bridge_held_only_by_the_left_engines_orphaned_ingress_gateway_is_let_go_of_and_nothing_else(tmp_path,
+                                                                                                     monkeypatch):
+    """Reproduced with the second engine under load: the leave's ingress release never came and docker_gwbridge
+    stayed held by `gateway_ingress-sbox` for minutes. After GWBRIDGE_FORCE_S that endpoint alone is disconnected
+    by force (engine out of the Swarm) and the bridge goes; with anything else on the bridge nothing is forced."""
+    import swarm.runtime.backends.multihost.backend as sb
+    import swarm.runtime.backends.multihost.release as rel
+    clock = {"t": 0.0}
+    monkeypatch.setattr(sb.time, "sleep", lambda s: clock.update(t=clock["t"] + s))
+    monkeypatch.setattr(rel.time, "monotonic", lambda: clock["t"])
+    held = "Error response from daemon: error while removing network: network docker_gwbridge id 39 has active endpoints"
+
+    def engine(on_bridge: str):
+        state = {"attached": True}
+
+        def rm(a):
+            return Result(a, 1, "", held) if state["attached"] else Result(a, 0, "docker_gwbridge")
+
+        def disconnect(a):
+            state["attached"] = False
+            return Result(a, 0, "")
+        return RecordingRunner(answers=[(lambda a: "rm" in a, rm), (lambda a: "disconnect" in a, disconnect),
+                                        (lambda a: "info" in a, lambda a: Result(a, 0, "inactive\n")),
+                                        (lambda a: "inspect" in a, lambda a: Result(a, 0, on_bridge))])
+
+    orphan = engine("gateway_ingress-sbox ")
+    assert SwarmBackend(orphan, CAPS, tmp_path)._remove_gwbridge(["docker"])
+    forced = [a for a in orphan.calls if "disconnect" in a]
+    assert forced == [["docker", "network", "disconnect", "-f", "docker_gwbridge", "gateway_ingress-sbox"]]
+    assert clock["t"] >= rel.GWBRIDGE_FORCE_S  # Docker's own release was given its time first
+    clock["t"] = 0.0
+    theirs = engine("gateway_ingress-sbox someones-container ")
+    assert not SwarmBackend(theirs, CAPS, tmp_path)._remove_gwbridge(["docker"])
+    assert not any("disconnect" in a for a in theirs.calls)

@@ -23,6 +23,11 @@ INGRESS_SETTLE_S = 15.0  # how long a leave waits for the engine to finish setti
 # on, behind the ingress set-up, and frees the bridge when done: on a busy host after more than 10 s (a stress run,
 # 2026-11-27: the second engine kept its `ingress` and docker_gwbridge past a 10 s retry).
 GWBRIDGE_RM_S = 60.0
+# After this long, a docker_gwbridge still held by nothing but the left engine's orphaned ingress sandbox
+# (`gateway_ingress-sbox`, its one endpoint there) is let go of by force: seen in a stress run and reproduced
+# here (2026-11-28), Docker's release job never came (nothing in its log for minutes); `network disconnect -f`
+# of that endpoint and the bridge goes at once.
+GWBRIDGE_FORCE_S = 10.0
 PEER_WAIT_S = 30.0  # how long `up` waits for a newly attached host to appear in the others' overlay peers
 
 

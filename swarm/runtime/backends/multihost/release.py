@@ -11,7 +11,7 @@ from swarm.errors import RuntimeFailure
 from swarm.spec.hosts import HostSpec
 
 from swarm.runtime.backends.multihost.common import MultiHostParts, LABEL_CREATED, LABEL_JOINED, LABEL_GWBRIDGE, LABEL_ENDPOINT
-from swarm.runtime.backends.multihost.overlays import GWBRIDGE_RM_S, INGRESS_SETTLE_S, LEAVE_ATTEMPTS
+from swarm.runtime.backends.multihost.overlays import GWBRIDGE_FORCE_S, GWBRIDGE_RM_S, INGRESS_SETTLE_S, LEAVE_ATTEMPTS
 
 
 class Release(MultiHostParts):
@@ -202,11 +202,19 @@ class Release(MultiHostParts):
         while True:
             res = self.runner.run([*docker, "network", "inspect", "--format", "{{json .Containers}}", ingress],
                                   check=False, timeout=30)
-            if res.ok and "ingress-sbox" in res.stdout:
+            if res.ok and "ingress-sbox" in res.stdout and self._gateway_joined(docker):
                 return True
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.2)
+
+    def _gateway_joined(self, docker: list[str]) -> bool:
+        """The ingress sandbox's gateway endpoint is on docker_gwbridge: the last step of Docker's ingress set-up
+        (the sandbox joins the ingress network first, then gets its gateway), so a leave after it finds the set-up
+        done."""
+        res = self.runner.run([*docker, "network", "inspect", "--format", "{{json .Containers}}", "docker_gwbridge"],
+                              check=False, timeout=30)
+        return res.ok and "gateway_ingress-sbox" in res.stdout
 
     def _gwbridge_gone(self, docker: list[str], host: str, removed: list[str], remaining: list[str]) -> None:
         """docker_gwbridge removed (said in `removed`), or said in `remaining` with why it stays."""
@@ -220,14 +228,29 @@ class Release(MultiHostParts):
     def _remove_gwbridge(self, docker: list[str]) -> bool:
         """Remove docker_gwbridge (made by joining the Swarm); retried while Docker's ingress sandbox still holds
         it ("has active endpoints") right after a leave; True once it is gone."""
-        deadline = time.monotonic() + GWBRIDGE_RM_S
+        start = time.monotonic()
+        forced = False
         while True:
             res = self.runner.run([*docker, "network", "rm", "docker_gwbridge"], check=False, timeout=60)
             if res.ok:
                 return True
-            if "active endpoints" not in (res.stderr or "") or time.monotonic() > deadline:
+            if "active endpoints" not in (res.stderr or "") or time.monotonic() > start + GWBRIDGE_RM_S:
                 return False
+            if not forced and time.monotonic() > start + GWBRIDGE_FORCE_S:
+                forced = self._release_orphaned_gateway(docker)
             time.sleep(0.5)
+
+    def _release_orphaned_gateway(self, docker: list[str]) -> bool:
+        """Disconnect (by force) the ingress sandbox's gateway from docker_gwbridge when it is the bridge's only
+        endpoint and the engine is out of the Swarm: what joining made and the leave failed to release. Anything
+        else on the bridge (a container of someone else's) is left alone. True when it was disconnected."""
+        state = self.runner.run([*docker, "info", "--format", "{{.Swarm.LocalNodeState}}"], check=False, timeout=30)
+        held = self.runner.run([*docker, "network", "inspect", "--format",
+                                "{{range .Containers}}{{.Name}} {{end}}", "docker_gwbridge"], check=False, timeout=30)
+        if state.stdout.strip() != "inactive" or held.stdout.split() != ["gateway_ingress-sbox"]:
+            return False
+        return self.runner.run([*docker, "network", "disconnect", "-f", "docker_gwbridge", "gateway_ingress-sbox"],
+                               check=False, timeout=60).ok
 
     def _finish_rejoins(self, plan: dict, removed: list[str], remaining: list[str]) -> list[str]:
         """Hosts that were unreachable at an earlier `down` and still think they are in the Swarm: each leaves
