@@ -98,16 +98,22 @@ def claims(got: dict[int, bytes], upper: int) -> list[tuple[int, int]]:
     return out
 
 
-def receive(engine_id: int, peer: str, listen: str, payload: bytes, timeout: float) -> None:
-    """Take red blocks until one holding `payload` is whole (RFC 5326: a report per checkpoint, claims of what
-    arrived; the sender retransmits the rest)."""
-    phost, pport = peer.rsplit(":", 1)
+def engine_sockets(listen: str) -> tuple[socket.socket, socket.socket]:
+    """(rx bound to the declared LISTEN address, tx on an ephemeral port of the same host, as ION's udplso)."""
     lhost, lport = listen.rsplit(":", 1)
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx.bind((lhost, int(lport)))
     rx.settimeout(0.2)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    tx.bind((lhost, 0))  # ephemeral, as ION's udplso
+    tx.bind((lhost, 0))
+    return rx, tx
+
+
+def receive(engine_id: int, peer: str, listen: str, payload: bytes, timeout: float) -> None:
+    """Take red blocks until one holding `payload` is whole (RFC 5326: a report per checkpoint, claims of what
+    arrived; the sender retransmits the rest)."""
+    phost, pport = peer.rsplit(":", 1)
+    rx, tx = engine_sockets(listen)
     print("listening", flush=True)
     sessions: dict[tuple[int, int], dict] = {}
     out = {"engine": engine_id, "blocks": [], "arrived": False, "reports_sent": 0, "report_acks": 0}
@@ -165,12 +171,7 @@ def main() -> None:
     engine, dest, listen, dst_eid, *specs = sys.argv[1:]
     engine_id = int(engine)
     dhost, dport = dest.rsplit(":", 1)
-    lhost, lport = listen.rsplit(":", 1)
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.bind((lhost, int(lport)))
-    rx.settimeout(0.2)
-    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    tx.bind((lhost, 0))  # ephemeral, as ION's udplso
+    rx, tx = engine_sockets(listen)
     src_eid = f"dtn://ion{engine_id}/"
     report = {"source_port": tx.getsockname()[1], "blocks": [], "replies_from": []}
     seq = 0
