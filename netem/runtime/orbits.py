@@ -46,7 +46,6 @@ from netem.orbits.planner import Plan
 from netem.orbits.records import LINK_COLUMNS
 from netem.runtime.orbit_batches import NodeBatch, PreparedStep, plan_node_batch
 from netem.runtime.orbit_schedule import LEAD_S, EngineSchedule, step_summary, wanted
-from netem.engines.userspace import DEFAULT_MIN_SENDERS
 from netem.state import DefaultLinks, node_links, shared_default, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.observe.events import emit, emit_many
@@ -124,8 +123,8 @@ class LinkTimelineDriver:
         self.shell_stats: dict[str, int | float] = {}
         self._downs: dict[int, tuple[Impairment, Impairment]] = {}  # id(condition) -> (it, it down), see _down
         self._schedule: Optional[tuple[EngineSchedule, bool]] = None  # built by prepare(), see _build_schedule
-        #: with an engine that holds_others, on a swarm where it would hold one anyway: the condition of every pair
-        #: of plan nodes not in `eff` (the never-up ones, down), given to the engine once per node (prepare)
+        #: with an engine that holds_others: the condition of every pair of plan nodes not in `eff` (the never-up
+        #: ones, down), given to the engine once per node (prepare); None: every pair is in `eff`
         self.others: Optional[Impairment] = None
 
     # ------------------------------------------------------------------------------- conditions
@@ -296,7 +295,7 @@ class LinkTimelineDriver:
         with self.ctl.transaction() as state:
             self.recs = {n: dict(state.nodes.get(n, {})) for n in self.plan.nodes}
         shared = NONE
-        if self.engine.holds_others and len(self.plan.nodes) > DEFAULT_MIN_SENDERS:
+        if self.engine.holds_others:
             shared, self.others = self._others()
         first = self.plan.timeline[self.plan.timeline["t_start"] == 0]
         for r in first.itertuples(index=False):
