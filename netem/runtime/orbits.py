@@ -26,7 +26,10 @@ later steps fall due, those steps are merged (the latest state of each link wins
     a, b, kind, up, delay_ms, rate, delay_applied, coalesced, ok, error
 
 The initial state (t = 0: every pair of plan nodes down unless the plan has it up) is applied to every plan
-node before the clock starts. The driver keeps the link state in memory and writes links.json (what
+node before the clock starts. With the userspace engine the pairs the plan never brings up are not listed:
+each receiver's engine holds them as one condition (`others`: down, its catch-all default), and links.json
+keeps them as one default (netem.state.DefaultLinks), so the initial state costs the links that exist
+(~2,000 directed at any instant in a 1,000-satellite Walker shell), not the 1,001,000 pairs of the swarm. The driver keeps the link state in memory and writes links.json (what
 `impair --show`, `clear` and `down` read) after the initial state, every few seconds when a step leaves time,
 and at the end; `restore()` puts the spec's conditions back.
 """
