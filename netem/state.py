@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ class LinkState:
     """What the framework has set on a swarm's links (see the module docstring)."""
 
     engine: str = ""
+    # an orbit driver saves a DefaultLinks here (read as a mapping, it is every pair's condition); from_json gives a dict
     base: DirectedLinks = field(default_factory=dict)
     cuts: set[tuple[str, str]] = field(default_factory=set)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -47,8 +49,15 @@ class LinkState:
     def to_json(self) -> dict:
         """The links as rows, or (where one condition is on most pairs of the nodes named, see shared_default)
         as that default, the nodes it spans, the pairs without it (`default_except`) and rows for the rest."""
-        default = shared_default(self.base)
         doc: dict[str, Any] = {"engine": self.engine, "changed": self.changed}
+        if isinstance(self.base, DefaultLinks):  # held as a default already: written as it is, without a pass per pair
+            b = self.base
+            doc["default"] = {"values": b.default.values(), "nodes": list(b.nodes), "except": sorted(
+                [s, d] for s, d in b.rows if s in b.node_set and d in b.node_set)}
+            doc["links"] = [{"src": s, "dst": d, **imp.values()} for (s, d), imp in sorted(b.rows.items()) if not imp.empty]
+            return {**doc, "cuts": sorted([list(p) for p in self.cuts]), "node_faults": self.node_faults,
+                    "nodes": self.nodes}
+        default = shared_default(self.base)
         rows = self.base
         if default is not None:
             imp, names = default
@@ -78,6 +87,37 @@ class LinkState:
             base[(r["src"], r["dst"])] = parsed[values]
         return cls(engine=doc.get("engine", ""), base=base, cuts={tuple(p) for p in doc.get("cuts", [])},
                    nodes=doc.get("nodes", {}), node_faults=doc.get("node_faults", {}), changed=doc.get("changed", 0.0))
+
+
+class DefaultLinks(Mapping):
+    """Directed links as one condition (`default`) on every pair of `nodes` and `rows` where a pair differs (a row
+    without a condition: the pair has none) (pure). What an orbit plan gives a constellation: `down` on the
+    ~N(N-1) pairs it never brings up and a row per pair it does, held in memory and written to links.json
+    (LinkState.to_json) without a dict entry or a pass per pair; read as a mapping it is every pair's condition."""
+
+    def __init__(self, default: Impairment, nodes: list[str], rows: DirectedLinks):
+        self.default, self.nodes, self.rows = default, list(nodes), rows
+        self.node_set = frozenset(self.nodes)
+        inside = sum(1 for s, d in rows if s in self.node_set and d in self.node_set and s != d)
+        self._len = len(self.nodes) * (len(self.nodes) - 1) - inside + sum(1 for imp in rows.values() if not imp.empty)
+
+    def __getitem__(self, pair: tuple[str, str]) -> Impairment:
+        imp = self.rows.get(pair)
+        if imp is not None:
+            if imp.empty:
+                raise KeyError(pair)
+            return imp
+        s, d = pair
+        if s != d and s in self.node_set and d in self.node_set:
+            return self.default
+        raise KeyError(pair)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        yield from (p for p, imp in self.rows.items() if not imp.empty)
+        yield from ((s, d) for s in self.nodes for d in self.nodes if s != d and (s, d) not in self.rows)
+
+    def __len__(self) -> int:
+        return self._len
 
 
 def _same(a: Impairment | None, b: Impairment) -> bool:

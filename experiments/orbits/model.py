@@ -29,12 +29,15 @@ class DtnFlow(BaseModel):
 
 
 class OrbitsDtn(BaseModel):
-    """A DTN agent in every node, bundles on the orbit's schedule (see experiments/orbits/run.py)."""
+    """A DTN agent in every node (or in `nodes`), bundles on the orbit's schedule (see experiments/orbits/run.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     agent: dict[str, Any] = Field(default_factory=dict)  # swarm.spec.dtn.DtnSpec fields (cla, routing, ...)
     flows: list[DtnFlow]
+    #: the nodes that run an agent (default: every node of the plan); the others are plain nodes whose links still
+    #: follow the plan (a 1,000-satellite shell with an agent on a chain of relays, not 1,000 agents on 2 cores)
+    nodes: Optional[list[str]] = None
     send_until: Optional[float] = None  # plan seconds: bundles are created in [0, send_until) (default: all)
     drain: float = 10.0  # wall seconds the receivers wait after the plan's end
     lifetime: float = 3600.0
@@ -72,8 +75,13 @@ class OrbitsDtn(BaseModel):
             raise ValueError(str(errors()[0].get("msg")).removeprefix("Value error, ") if callable(errors)
                              else str(exc)) from None
 
+    def agent_nodes(self, names: list[str]) -> list[str]:
+        """The plan's nodes (`names`, in plan order) that run an agent."""
+        return names if self.nodes is None else [n for n in names if n in set(self.nodes)]
+
     def flows_by_source(self, satellites: list[str]) -> list[tuple[str, str, DtnFlow]]:
-        """(source, destination, flow) for every source node of every flow."""
+        """(source, destination, flow) for every source node of every flow (`satellites`: the satellites with
+        an agent)."""
         out = []
         for f in self.flows:
             srcs = satellites if f.src == "satellites" else [f.src] if isinstance(f.src, str) else f.src
@@ -138,16 +146,29 @@ class OrbitsExperiment(ExperimentModel):
             raise ValueError("swarm.defaults.dtn: set by the experiment (top-level dtn.agent)")
         if dtn.send_until is not None and dtn.send_until > spec.duration:
             raise ValueError(f"dtn.send_until {dtn.send_until:g} s: after the plan's end ({spec.duration:g} s)")
+        for n in dtn.nodes or []:
+            if n not in names:
+                raise ValueError(f"dtn.nodes: node {n!r} is not a node of the orbit plan")
+        if dtn.nodes is not None and len(set(dtn.nodes)) < 2:
+            raise ValueError(f"dtn.nodes: {len(set(dtn.nodes))} node(s): give at least two (a sender and a receiver)")
+        agents = dtn.agent_nodes(names)
         for i, f in enumerate(dtn.flows):
             srcs = [] if f.src == "satellites" else [f.src] if isinstance(f.src, str) else f.src
             for n in [*srcs, f.to]:
                 if n not in names:
                     raise ValueError(f"dtn.flows[{i}]: node {n!r} is not a node of the orbit plan")
-            if not [s for s in (self.satellites() if f.src == "satellites" else srcs) if s != f.to]:
+                if n not in agents:
+                    raise ValueError(f"dtn.flows[{i}]: node {n!r} runs no agent (not in dtn.nodes)")
+            if not [s for s in (self.agent_satellites() if f.src == "satellites" else srcs) if s != f.to]:
                 raise ValueError(f"dtn.flows[{i}]: no source other than the destination {f.to!r}")
 
     def satellites(self) -> list[str]:
         return self.orbits_spec().satellite_names()
+
+    def agent_satellites(self) -> list[str]:
+        """The satellites that run a DTN agent (every one without `dtn.nodes`)."""
+        sats = self.satellites()
+        return sats if self.dtn is None else self.dtn.agent_nodes(sats)
 
     def orbits_spec(self):
         return parse_orbits(self.orbits, f"{self.name}: orbits")
@@ -155,8 +176,12 @@ class OrbitsExperiment(ExperimentModel):
     def swarm_spec(self) -> SwarmSpec:
         names = self.orbits_spec().node_names()
         data = {**self.swarm, "name": self.name, "node_list": [{"name": n} for n in names]}
-        if self.dtn is not None:
+        if self.dtn is not None and self.dtn.nodes is None:
             data["defaults"] = {**self.swarm.get("defaults", {}), "dtn": self.dtn.piece().model_dump(exclude_defaults=True)}
+        elif self.dtn is not None:  # the agent on the nodes named only
+            piece = self.dtn.piece().model_dump(exclude_defaults=True)
+            agents = set(self.dtn.nodes or [])
+            data["node_list"] = [{"name": n, "dtn": piece} if n in agents else {"name": n} for n in names]
         if self.backend:
             data["backend"] = self.backend
         return spec_from_dict(data, f"{self.name}: swarm")

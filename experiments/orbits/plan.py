@@ -13,8 +13,8 @@ def traffic_plans(exp: OrbitsExperiment, release: float, wall_s: float, port: in
     assert d is not None
     send_s = (d.send_until if d.send_until is not None else exp.orbits_spec().duration) / exp.speedup
     plans = {n: proto.dtn_plan(n, port, release, send_s, max(0.0, wall_s - send_s) + d.drain, d.lifetime,
-                               d.store_interval) for n in exp.orbits_spec().node_names()}
-    for src, dst, flow in d.flows_by_source(exp.satellites()):
+                               d.store_interval) for n in d.agent_nodes(exp.orbits_spec().node_names())}
+    for src, dst, flow in d.flows_by_source(exp.agent_satellites()):
         plans[src]["flows"].append(proto.dtn_flow(dst, flow.size, flow.rate, None))
         plans[dst]["receive"] = True
     return plans

@@ -79,7 +79,9 @@ class DtnTraffic:
             logs[n.name] = agents.log_events(n.name, text)
         events = {n: read_events("".join(r.lines)) for n, r in self.readers.items()}
         rows = bundle_rows(events, events, logs, self.store.run_id, "dtn")
-        plan = parse_contact_plan(exact_plan.read_text(), exact_plan.name)
+        agent_nodes = frozenset(n.name for n in agents.nodes)  # a path through a node without an agent is none
+        plan = parse_contact_plan(exact_plan.read_text(), exact_plan.name).among(agent_nodes)
+        routers = routers.among(agent_nodes) if routers is not None else None
         hops = last_hops(logs, {n.name: n.isl_ip for n in self.swarm.nodes})
         judged = judge(rows, plan, self.release, tolerance_s, hops, routers)
         self.store.append("bundles.csv", ORBIT_BUNDLE_COLUMNS, judged)

@@ -68,6 +68,9 @@ class Engine:
     schedules: ClassVar[bool] = False
     #: an orbit step's change can be planned ahead as lines for the long-lived tc and nft processes
     plans_ahead: ClassVar[bool] = True
+    #: its plan_node takes `hold.others`, one condition for every sender the plan does not list (an orbit plan's
+    #: never-up pairs as one default); other engines are given every pair
+    holds_others: ClassVar[bool] = False
 
     def __init__(self, caps: Capabilities):
         self.caps = caps

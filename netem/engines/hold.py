@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from netem.spec.links import Impairment
+
 # userspace engine (swarm-linkd): where its rules and process live, see LinkdHold and netem.engines.userspace
 LINKD_CHAIN = "SWARM_EMU_LINKS"  # the framework's own chain in the node's mangle table (PREROUTING jumps to it)
 LINKD_QUEUE = 0  # NFQUEUE number (queues are per network namespace: one engine per node)
@@ -30,6 +32,12 @@ class LinkdHold:
     #: the MACs of every other node of the swarm (empty: not known): with them, a condition most senders share is
     #: held once, as the engine's default (`link *`) behind one catch-all rule, with the others as exceptions
     senders: frozenset[str] = frozenset()
+    #: the condition of every sender the plan does not list (None: they have none). An orbit plan's receivers hold
+    #: `down` for the ~N pairs the plan never brings up as one default behind one catch-all rule, so their plan is
+    #: made from the links that exist, not from all N(N-1) pairs (netem.engines.userspace.split_ingress). Only the
+    #: userspace engine takes it (Engine.holds_others); with it the senders listed without a condition pass through
+    #: the engine (a bare line), so a timeline can change them, and a cut drops IP packets only (no nft drop).
+    others: Impairment | None = None
 
     @classmethod
     def at_hop(cls, node_index: int, cut_frames: bool = True) -> "LinkdHold":

@@ -81,23 +81,39 @@ def split_ingress(per_src: dict[str, Impairment], hold: LinkdHold = AT_INGRESS) 
     """Defaults and exceptions (pure): where the swarm's other nodes are known (`hold.senders`) and at least
     DEFAULT_MIN_SENDERS of them share one condition, that condition is the default when it saves lines and rules
     (its senders outnumber those with no condition); a 1,000-node swarm with one delay on every link then costs
-    one line and one rule per node, not 999."""
+    one line and one rule per node, not 999. With `hold.others` (every unlisted sender's condition) that is the
+    default and every listed sender another line, a bare one without a condition (it passes through the engine,
+    which a timeline then changes at its instant): no sender is exempt."""
+    if hold.others is not None:
+        return _split_with_others(per_src, hold.others)
     impaired = {mac: imp for mac, imp in per_src.items() if not imp.empty}
     if hold.senders and len(impaired) >= DEFAULT_MIN_SENDERS:
-        by_id: dict[int, list] = {}  # by identity first (a default is one object), then by value
-        for imp in impaired.values():
-            entry = by_id.setdefault(id(imp), [imp, 0])
-            entry[1] += 1
-        counts: dict[Impairment, int] = {}
-        for imp, n in by_id.values():
-            counts[imp] = counts.get(imp, 0) + n
-        default, shared = max(counts.items(), key=lambda kv: kv[1])
+        default, shared = _most_shared(impaired)
         free = [m for m in hold.senders if m not in impaired and m not in hold.passthrough]
         if shared >= DEFAULT_MIN_SENDERS and shared > len(free):
             exceptions = {m: imp for m, imp in per_src.items()
                           if imp is not default and imp != default and (not imp.empty or m in hold.passthrough)}
             return IngressSplit(default, exceptions, sorted(free, key=str.lower))
     return IngressSplit(None, {m: imp for m, imp in per_src.items() if not imp.empty or m in hold.passthrough}, [])
+
+
+def _split_with_others(per_src: dict[str, Impairment], others: Impairment) -> IngressSplit:
+    """split_ingress with every unlisted sender's condition given: that is the default, the listed others lines."""
+    if others.empty:
+        return IngressSplit(None, per_src, [])
+    return IngressSplit(others, {m: imp for m, imp in per_src.items() if imp is not others and imp != others}, [])
+
+
+def _most_shared(impaired: dict[str, Impairment]) -> tuple[Impairment, int]:
+    """The condition most senders have, and how many (by identity first: a default is one object; then by value)."""
+    by_id: dict[int, list] = {}
+    for imp in impaired.values():
+        entry = by_id.setdefault(id(imp), [imp, 0])
+        entry[1] += 1
+    counts: dict[Impairment, int] = {}
+    for imp, n in by_id.values():
+        counts[imp] = counts.get(imp, 0) + n
+    return max(counts.items(), key=lambda kv: kv[1])
 
 
 def plan_linkd(per_src: dict[str, Impairment], labels: dict[str, str] | None = None,
@@ -107,7 +123,8 @@ def plan_linkd(per_src: dict[str, Impairment], labels: dict[str, str] | None = N
     (split_ingress) its `link *` line first and lines only for the exceptions."""
     hold = hold or LinkdHold(passthrough=passthrough)
     split = split_ingress(per_src, hold)
-    head = [linkd_line("*", split.default, f"default: {len(per_src) - len(split.exceptions)} senders")] \
+    others = len(hold.senders) - len(per_src) if hold.others is not None else 0  # unlisted: the default's too
+    head = [linkd_line("*", split.default, f"default: {len(per_src) - len(split.exceptions) + others} senders")] \
         if split.default is not None else []
     lines = head + [linkd_line(mac, split.exceptions[mac], (labels or {}).get(mac, "")) if not split.exceptions[mac].empty
                     else f"link {mac.lower()}" + (f"  # {labels[mac]}" if labels and labels.get(mac) else "")
@@ -148,6 +165,7 @@ class UserspaceEngine(Engine):
     runs_processes = True
     schedules = True
     plans_ahead = False
+    holds_others = True
 
     def available(self) -> bool:
         return self.caps.nfqueue and bool(self.caps.linkd)
@@ -178,6 +196,6 @@ class UserspaceEngine(Engine):
         # a cut also drops at the ingress hook when nftables exists (that also stops ARP, which iptables never
         # sees); the engine drops the link's IP packets either way
         down = ({mac: imp for mac, imp in ingress.items() if imp.effective().down}
-                if self.caps.nftables and hold.cut_frames else {})
+                if self.caps.nftables and hold.cut_frames and hold.others is None else {})
         return UserspacePlan(tc=[], nft=plan_nft(iface, down, labels), segment=False,
                              linkd=plan_linkd(ingress, labels, hold.passthrough, hold), ipt=plan_ipt(ingress, hold))

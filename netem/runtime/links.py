@@ -61,6 +61,7 @@ class LinkController:
         self.driver = driver_for(self.engine, swarm, self.linkd)  # applies the engine's plans
         self._armed: set[tuple[str, str]] = set()  # prearm(): directed links held as pass-through while pushing
         self._spec_links: DirectedLinks | None = None  # spec_links(), resolved and checked once
+        self._by_mac: dict[str, str] | None = None  # apply(): each node's MAC, made once
         self.cause: str | None = None  # who the events it logs say made the change (None: this process's command)
 
     def caused_by(self, cause: str) -> "LinkController":
@@ -112,7 +113,7 @@ class LinkController:
         with open(self.dir / "links.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             state = self.load()
-            before = link_view(state.base, state.cuts)
+            before = link_view(state.base, state.cuts) if events else {}  # a view per pair: only when logged
             try:
                 yield state
             except SpecError:
@@ -380,13 +381,17 @@ class LinkController:
         """The link state (links.json), locked against other writers and saved on exit (see _transaction)."""
         return self._transaction(events)
 
-    def apply(self, node, rec: dict, links: DirectedLinks, *, force: bool = False, cut_frames: bool = True):
+    def apply(self, node, rec: dict, links: DirectedLinks, *, force: bool = False, cut_frames: bool = True,
+              others: Impairment | None = None):
         """Make one running node match `links` (the effective conditions of the directed links touching it),
         changing only the parts whose plan changed; `rec` is the node's record in the link state, updated in
         place. Returns the engine's plan (None: nothing to visit). The orbit driver calls this per node and
-        step, holding the whole swarm's state in memory between saves."""
-        by_mac = {n.name: n.isl_mac for n in self.swarm.nodes}
-        return self._apply_node(node, rec, links, by_mac, force, cut_frames=cut_frames)
+        step, holding the whole swarm's state in memory between saves. `others`: the condition of every sender
+        not in `links` (an engine that holds_others; the orbit plan's never-up pairs)."""
+        if self._by_mac is None:  # once per controller: the orbit driver calls this per node and step
+            self._by_mac = {n.name: n.isl_mac for n in self.swarm.nodes}
+        by_mac = self._by_mac
+        return self._apply_node(node, rec, links, by_mac, force, cut_frames=cut_frames, others=others)
 
     def change_tc(self, node: str, changes: list[list[str]]) -> None:
         """In-place tc changes to a node's tree (KernelDriver.change_tc): no flush of the packets it queues."""
@@ -436,19 +441,22 @@ class LinkController:
         return [n for n, _ in results]
 
     def _apply_node(self, node, rec: dict, eff: DirectedLinks, by_mac: dict[str, str], force: bool,
-                    clearing: bool = False, cut_frames: bool = True):
+                    clearing: bool = False, cut_frames: bool = True, others: Impairment | None = None):
         """Apply one node's plan (the driver: only the parts that changed, see netem.state.parts_to_apply); returns
         the plan (None: nothing to visit). `cut_frames=False` (the orbit driver): with the userspace engine a
         link that is down drops its IP packets in the engine only, without the nftables drop of its other
-        frames (a process per change)."""
+        frames (a process per change). `others`: see apply."""
+        if others is not None and not self.engine.holds_others:
+            raise ValueError(f"engine {self.engine.name!r} takes every pair, not a condition for the others")
         egress, ingress, labels = node_links(eff, node.name, by_mac)
         armed = self._armed_for(node.name, ingress, by_mac)
-        if not node_needs_visit(rec, bool(egress or ingress or armed), clearing):
+        if not node_needs_visit(rec, bool(egress or ingress or armed or others is not None), clearing):
             return None
         unknown = clearing and "tc" not in rec  # no record (e.g. state lost in a crash): look, but tolerate no tools
         iface = rec.get("iface") or self.isl_iface(node)
         rec["iface"] = iface
-        hold = dataclasses.replace(self.driver.hold(node, iface, cut_frames), senders=self._senders(node.name, by_mac))
+        hold = dataclasses.replace(self.driver.hold(node, iface, cut_frames), senders=self._senders(node.name, by_mac),
+                                   others=others)
         ingress, labels, hold = with_passthrough(ingress, labels, hold, armed)
         cmds = self.engine.plan_node(iface, egress, ingress, labels, hold)
         try:

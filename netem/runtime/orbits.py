@@ -26,7 +26,10 @@ later steps fall due, those steps are merged (the latest state of each link wins
     a, b, kind, up, delay_ms, rate, delay_applied, coalesced, ok, error
 
 The initial state (t = 0: every pair of plan nodes down unless the plan has it up) is applied to every plan
-node before the clock starts. The driver keeps the link state in memory and writes links.json (what
+node before the clock starts. With the userspace engine the pairs the plan never brings up are not listed:
+each receiver's engine holds them as one condition (`others`: down, its catch-all default), and links.json
+keeps them as one default (netem.state.DefaultLinks), so the initial state costs the links that exist
+(~2,000 directed at any instant in a 1,000-satellite Walker shell), not the 1,001,000 pairs of the swarm. The driver keeps the link state in memory and writes links.json (what
 `impair --show`, `clear` and `down` read) after the initial state, every few seconds when a step leaves time,
 and at the end; `restore()` puts the spec's conditions back.
 """
@@ -46,9 +49,9 @@ from netem.orbits.planner import Plan
 from netem.orbits.records import LINK_COLUMNS
 from netem.runtime.orbit_batches import NodeBatch, PreparedStep, plan_node_batch
 from netem.runtime.orbit_schedule import LEAD_S, EngineSchedule, step_summary, wanted
-from netem.state import node_links, signature
+from netem.state import DefaultLinks, node_links, shared_default, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
-from swarm.observe.events import emit
+from swarm.observe.events import emit, emit_many
 from swarm.observe.track import publish as publish_track
 from swarm.runtime.shell import NFT, TC
 
@@ -123,6 +126,9 @@ class LinkTimelineDriver:
         self.shell_stats: dict[str, int | float] = {}
         self._downs: dict[int, tuple[Impairment, Impairment]] = {}  # id(condition) -> (it, it down), see _down
         self._schedule: Optional[tuple[EngineSchedule, bool]] = None  # built by prepare(), see _build_schedule
+        #: with an engine that holds_others: the condition of every pair of plan nodes not in `eff` (the never-up
+        #: ones, down), given to the engine once per node (prepare); None: every pair is in `eff`
+        self.others: Optional[Impairment] = None
 
     # ------------------------------------------------------------------------------- conditions
     def conditions(self, a: str, b: str, up: bool, delay_ms: float, rate: int) -> tuple[Impairment, Impairment]:
@@ -150,10 +156,33 @@ class LinkTimelineDriver:
         eff = self.eff if eff is None else eff
         for pair, imp in (((a, b), ab), ((b, a), ba)):
             for node in pair:
-                if imp.empty:
+                if imp.empty and self.others is None:  # with `others` an unlisted pair is down: keep it listed
                     eff[node].pop(pair, None)
                 else:
                     eff[node][pair] = imp
+
+    def _others(self) -> tuple[Impairment, Impairment]:
+        """(the spec's condition most pairs share, NONE if none; the never-up pairs' condition: that, down)."""
+        shared = shared_default(self.base)
+        spec = shared[0] if shared is not None else NONE
+        return spec, self._down(spec)
+
+    def _list_exceptions(self, shared: Impairment) -> None:
+        """With `others`: the never-up pairs whose spec condition is not the `shared` one, and every pair of a plan
+        node with a swarm node outside the plan (as the spec has it), listed in `eff` (a spec without `links:`:
+        none, and no pass over the never-up pairs)."""
+        base, eff = self.base, self.eff
+        if base:
+            for a, b in self.plan.never_up():
+                for pair in ((a, b), (b, a)):
+                    imp = base.get(pair, NONE)
+                    if imp is not shared and imp != shared:
+                        eff[a][pair] = eff[b][pair] = self._down(imp)
+        outside = [n for n in self.by_name if n not in eff]
+        for a in self.plan.nodes:
+            for o in outside:
+                for pair in ((a, o), (o, a)):
+                    eff[a][pair] = base.get(pair, NONE)
 
     # ---------------------------------------------------------------------------------- applying
     def _apply_nodes(self, nodes: list[str], pool: ThreadPoolExecutor, force: bool = False
@@ -189,7 +218,7 @@ class LinkTimelineDriver:
                     with self._count_lock:
                         self.counts["tc_in_place"] += 1
         tc_before, nft_before = rec.get("tc"), rec.get("nft")
-        cmds = self.ctl.apply(node, rec, self.eff[node.name], force=force, cut_frames=False)
+        cmds = self.ctl.apply(node, rec, self.eff[node.name], force=force, cut_frames=False, others=self.others)
         self.tc_applied[node.name] = cmds.tc if cmds is not None else []
         tc = self.tc_applied[node.name]
         with self._count_lock:
@@ -208,17 +237,54 @@ class LinkTimelineDriver:
     def _save(self, events: bool = False) -> None:
         """links.json: the configured conditions with the plan's current ones, and the per-node records.
         `events`: log the changes since the last save (the initial state; later steps log their own rows)."""
-        with self.ctl.caused_by("orbit schedule").transaction(events) as state:
-            merged = dict(self.base)
-            for links in self.eff.values():
-                merged.update(links)
-            kept: dict[int, bool] = {}  # per distinct condition object (the plan's `down` is one on most pairs)
-            for imp in merged.values():
-                if id(imp) not in kept:
-                    kept[id(imp)] = bool(imp.values())
-            state.base = merged if all(kept.values()) else {p: imp for p, imp in merged.items() if kept[id(imp)]}
+        compact = self.others is not None
+        with self.ctl.caused_by("orbit schedule").transaction(events and not compact) as state:
+            if compact:  # the plan's pairs as `others` + rows, written without a pass per pair (netem.state.DefaultLinks)
+                if events:
+                    self._initial_events(state)
+                state.base = self._default_links()
+            else:
+                merged = dict(self.base)
+                for links in self.eff.values():
+                    merged.update(links)
+                kept: dict[int, bool] = {}  # per distinct condition object (the plan's `down` is one on most pairs)
+                for imp in merged.values():
+                    if id(imp) not in kept:
+                        kept[id(imp)] = bool(imp.values())
+                state.base = merged if all(kept.values()) else {p: imp for p, imp in merged.items() if kept[id(imp)]}
             state.nodes.update({n: rec for n, rec in self.recs.items()})
         self._last_save = time.monotonic()
+
+    def _default_links(self) -> DefaultLinks:
+        """The links now: `others` on every pair of plan nodes, the driver's listed pairs, the spec's elsewhere."""
+        assert self.others is not None
+        plan_nodes = set(self.plan.nodes)
+        rows = {p: imp for p, imp in self.base.items() if p[0] not in plan_nodes or p[1] not in plan_nodes}
+        for links in self.eff.values():
+            rows.update(links)
+        return DefaultLinks(self.others, self.plan.nodes, rows)
+
+    def _initial_events(self, state) -> None:
+        """The initial state's events without a view per pair: one `links` event for the pairs `others` covers
+        (as the event log groups a change many links share) and the plan's t=0 rows, one `link` event each way."""
+        listed = {p for links in self.eff.values() for p in links}
+        nodes, others = self.plan.nodes, self.others
+        assert others is not None
+        examples: list[str] = []
+        for a in nodes:
+            examples += [f"{a}->{b}" for b in nodes if b != a and (a, b) not in listed][:4 - len(examples)]
+            if len(examples) == 4:
+                break
+        was = state.base.get((nodes[0], nodes[1]), NONE) if len(nodes) > 1 else NONE
+        covered = len(nodes) * (len(nodes) - 1) - sum(1 for a, b in listed if a in self.eff and b in self.eff)
+        conditions = others.describe().replace("down", "").strip(" ,")
+        emit_many(self.ctl.dir, "links", [{"state": "down", "conditions": "" if conditions == "-" else conditions,
+                                           "links": covered, "examples": examples,
+                                           "was": {"state": "up", "conditions": "" if was.empty else was.describe()}}],
+                  cause="orbit schedule")
+        first = self.plan.timeline[self.plan.timeline["t_start"] == 0]
+        self._events([{"a": r.a, "b": r.b, "up": bool(r.up), "delay_ms": "" if r.delay_ms != r.delay_ms else r.delay_ms,
+                       "rate": int(r.rate), "step": 0} for r in first.itertuples(index=False)])
 
     def prepare(self) -> float:
         """Every pair of plan nodes to its t=0 state, on every plan node (before the clock starts: on a
@@ -231,14 +297,20 @@ class LinkTimelineDriver:
             self.ctl.open_shells()  # each node's tc and nft changes to one long-lived process per tool
         with self.ctl.transaction() as state:
             self.recs = {n: dict(state.nodes.get(n, {})) for n in self.plan.nodes}
+        shared = NONE
+        if self.engine.holds_others:
+            shared, self.others = self._others()
         first = self.plan.timeline[self.plan.timeline["t_start"] == 0]
         for r in first.itertuples(index=False):
             self._set(r.a, r.b, *self.conditions(r.a, r.b, bool(r.up), r.delay_ms, int(r.rate)))
         base, eff = self.base, self.eff
-        for a, b in self.plan.never_up():  # most of N(N-1)/2 pairs: down, with no check per pair (never empty)
-            ab, ba = self._down(base.get((a, b), NONE)), self._down(base.get((b, a), NONE))
-            eff[a][(a, b)] = eff[b][(a, b)] = ab
-            eff[a][(b, a)] = eff[b][(b, a)] = ba
+        if self.others is not None:
+            self._list_exceptions(shared)
+        else:
+            for a, b in self.plan.never_up():  # most of N(N-1)/2 pairs: down, with no check per pair (never empty)
+                ab, ba = self._down(base.get((a, b), NONE)), self._down(base.get((b, a), NONE))
+                eff[a][(a, b)] = eff[b][(a, b)] = ab
+                eff[a][(b, a)] = eff[b][(b, a)] = ba
         try:
             with self.ctl.linkd.batched_rules() as batched:  # the swarm's rules at its hop in one iptables-restore
                 done = self._apply_nodes(list(self.plan.nodes), pool, force=True)

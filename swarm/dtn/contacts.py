@@ -77,6 +77,11 @@ class ContactPlan:
             seen.setdefault(item.b)
         return list(seen)
 
+    def among(self, nodes: "set[str] | frozenset[str]") -> "ContactPlan":
+        """The contacts and ranges between `nodes` only (pure): what agents on those nodes alone can use."""
+        return ContactPlan(tuple(c for c in self.contacts if c.a in nodes and c.b in nodes),
+                           tuple(r for r in self.ranges if r.a in nodes and r.b in nodes), self.epoch)
+
     def horizon(self) -> float:
         """The end of the last contact or range (s)."""
         items: tuple[Union[Contact, Range], ...] = (*self.contacts, *self.ranges)

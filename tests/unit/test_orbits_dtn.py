@@ -166,6 +166,9 @@ def _with_dtn(**dtn):
     ({"agent": {"cla": "udp"}, "flows": [{"from": "sat01", "to": "gs01", "rate": 1, "size": "100kB"}]},
      "flows[0].size 100000: larger than the agent's largest bundle"),
     ({"send_until": "20min"}, "dtn.send_until 1200 s: after the plan's end"),
+    ({"nodes": ["sat01", "sat77"]}, "dtn.nodes: node 'sat77' is not a node of the orbit plan"),
+    ({"nodes": ["sat01"]}, "dtn.nodes: 1 node(s): give at least two"),
+    ({"nodes": ["sat01", "sat02"]}, "dtn.flows[0]: node 'gs01' runs no agent (not in dtn.nodes)"),
 ])
 def test_bad_dtn_part_is_one_line(dtn, needle):
     with pytest.raises(SpecError) as err:
@@ -177,6 +180,20 @@ def test_send_until_shortens_the_send_window():
     exp = experiment_from_dict(_with_dtn(send_until="5min"), "x.yaml")
     plans = traffic_plans(exp, release=0.0, wall_s=60.0, port=3000)
     assert plans["sat01"]["duration"] == pytest.approx(30.0) and plans["gs01"]["drain"] == pytest.approx(30.0 + 10.0)
+
+
+def test_dtn_nodes_put_an_agent_on_those_nodes_only_and_judge_on_the_contacts_among_them(cp):
+    exp = experiment_from_dict(_with_dtn(nodes=["sat01", "sat02", "gs01"],
+                                         flows=[{"from": "satellites", "to": "gs01", "rate": 1}]), "x.yaml")
+    with_agent = {n.name for n in exp.swarm_spec().resolved_nodes() if n.dtn is not None}
+    assert with_agent == {"sat01", "sat02", "gs01"} and len(exp.swarm_spec().resolved_nodes()) == 13
+    plans = traffic_plans(exp, release=0.0, wall_s=60.0, port=3000)
+    assert set(plans) == with_agent  # `satellites` as a source: those with an agent
+    assert [f["dst"] for f in plans["sat02"]["flows"]] == ["gs01"] and plans["gs01"]["receive"]
+    # a path through a node without an agent is none: sat02 reaches the ground only through sat01
+    assert earliest_arrival(cp.among(frozenset({"sat02", "gs01"})), "sat02", "gs01", 1.0) is None
+    assert earliest_arrival(cp.among(frozenset({"sat01", "sat02", "gs01"})), "sat02", "gs01", 1.0)[0] == \
+        pytest.approx(10.005)
 
 
 # --------------------------------------------------------------------------------- report
