@@ -29,13 +29,15 @@ The initial state (t = 0: every pair of plan nodes down unless the plan has it u
 node before the clock starts. With the userspace engine the pairs the plan never brings up are not listed:
 each receiver's engine holds them as one condition (`others`: down, its catch-all default), and links.json
 keeps them as one default (netem.state.DefaultLinks), so the initial state costs the links that exist
-(~2,000 directed at any instant in a 1,000-satellite Walker shell), not the 1,001,000 pairs of the swarm. The driver keeps the link state in memory and writes links.json (what
-`impair --show`, `clear` and `down` read) after the initial state, every few seconds when a step leaves time,
-and at the end; `restore()` puts the spec's conditions back.
+(~2,000 directed at any instant in a 1,000-satellite Walker shell), not the 1,001,000 pairs of the swarm.
+The driver keeps the link state in memory and writes links.json (what `impair --show`, `clear` and `down`
+read) after the initial state, every few seconds when a step leaves time, and at the end; `restore()` puts
+the spec's conditions back.
 """
 from __future__ import annotations
 
 import csv
+import itertools
 import os
 import threading
 import time
@@ -51,7 +53,7 @@ from netem.runtime.orbit_batches import NodeBatch, PreparedStep, plan_node_batch
 from netem.runtime.orbit_schedule import LEAD_S, EngineSchedule, step_summary, wanted
 from netem.state import DefaultLinks, node_links, shared_default, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
-from swarm.observe.events import emit, emit_many
+from swarm.observe.events import BULK_LINKS, emit, emit_many
 from swarm.observe.track import publish as publish_track
 from swarm.runtime.shell import NFT, TC
 
@@ -265,23 +267,25 @@ class LinkTimelineDriver:
         return DefaultLinks(self.others, self.plan.nodes, rows)
 
     def _initial_events(self, state) -> None:
-        """The initial state's events without a view per pair: one `links` event for the pairs `others` covers
-        (as the event log groups a change many links share) and the plan's t=0 rows, one `link` event each way."""
-        listed = {p for links in self.eff.values() for p in links}
-        nodes, others = self.plan.nodes, self.others
+        """The initial state's events without a view per pair: the pairs `others` covers as the event log groups
+        a change (grouped_view_changes): one `links` event when more than BULK_LINKS share it, else a `link` event
+        each (the live view draws a link from those), and the plan's t=0 rows, one `link` event each way."""
+        nodes, eff, others = self.plan.nodes, self.eff, self.others
         assert others is not None
-        examples: list[str] = []
-        for a in nodes:
-            examples += [f"{a}->{b}" for b in nodes if b != a and (a, b) not in listed][:4 - len(examples)]
-            if len(examples) == 4:
-                break
-        was = state.base.get((nodes[0], nodes[1]), NONE) if len(nodes) > 1 else NONE
-        covered = len(nodes) * (len(nodes) - 1) - sum(1 for a, b in listed if a in self.eff and b in self.eff)
+        listed = {p for links in eff.values() for p in links}
+        covered = len(nodes) * (len(nodes) - 1) - sum(1 for a, b in listed if a in eff and b in eff)
+        spec = state.base.get((nodes[0], nodes[1]), NONE) if len(nodes) > 1 else NONE
         conditions = others.describe().replace("down", "").strip(" ,")
-        emit_many(self.ctl.dir, "links", [{"state": "down", "conditions": "" if conditions == "-" else conditions,
-                                           "links": covered, "examples": examples,
-                                           "was": {"state": "up", "conditions": "" if was.empty else was.describe()}}],
-                  cause="orbit schedule")
+        new = {"state": "down", "conditions": "" if conditions == "-" else conditions}
+        was = {"state": "up", "conditions": "" if spec.empty else spec.describe()}
+        pairs = ((a, b) for a in nodes for b in nodes if a != b and (a, b) not in listed)
+        if covered > BULK_LINKS:
+            examples = [f"{a}->{b}" for a, b in itertools.islice(pairs, 4)]
+            emit_many(self.ctl.dir, "links", [{**new, "links": covered, "examples": examples, "was": was}],
+                      cause="orbit schedule")
+        else:
+            emit_many(self.ctl.dir, "link", [{"src": a, "dst": b, **new, "was": was} for a, b in pairs],
+                      cause="orbit schedule")
         first = self.plan.timeline[self.plan.timeline["t_start"] == 0]
         self._events([{"a": r.a, "b": r.b, "up": bool(r.up), "delay_ms": "" if r.delay_ms != r.delay_ms else r.delay_ms,
                        "rate": int(r.rate), "step": 0} for r in first.itertuples(index=False)])

@@ -21,6 +21,7 @@ from netem.runtime.orbits import LinkTimelineDriver
 from netem.spec.links import NONE, Impairment
 from netem.state import DEFAULT_MIN_PAIRS, DefaultLinks, LinkState, node_links
 from swarm.caps import Capabilities
+from swarm.observe.events import BULK_LINKS, EVENTS_FILE
 
 DOWN = Impairment(up=False)
 CAPS = Capabilities(kernel="6", root=True, docker=False, docker_version="", compose=[], compose_version="", netns=True,
@@ -130,6 +131,16 @@ def test_every_receiver_holds_the_plans_t0_state_for_every_sender(n, spec, tmp_p
         mac = ctl.by_mac[a]
         line = held(ctl.plans[b], mac)
         assert line == (linkd_line(mac, imp) if not imp.empty else None), (a, b, imp.describe(), ctl.plans[b].linkd)
+    # the event log: the pairs `others` covers as one `links` event above BULK_LINKS, else a `link` event each
+    # (what the live view draws its links from), with what they were before
+    events = [json.loads(line) for line in (tmp_path / EVENTS_FILE).read_text().splitlines()]
+    never = {p for p, imp in want.items() if imp.effective().down} - {p for links in driver.eff.values() for p in links}
+    if len(never) > BULK_LINKS:
+        bulk = [e for e in events if e["type"] == "links"]
+        assert len(bulk) == 1 and bulk[0]["links"] == len(never) and bulk[0]["state"] == "down", bulk
+    else:
+        assert {(e["src"], e["dst"]) for e in events if e["type"] == "link"} == never and \
+            all(e["state"] == "down" for e in events)
     saved = LinkState.from_json(json.loads((tmp_path / "links.json").read_text()))
     assert {p: imp.values() for p, imp in saved.base.items()} == \
         {p: imp.values() for p, imp in want.items() if not imp.empty}  # a down link's own conditions kept too
