@@ -218,6 +218,7 @@ class Linkd:
         self.at_hop = swarm.backend.hop() if swarm.caps.bridge_nf else None
         self.host_binary = swarm.caps.linkd or linkd_binary() or ""
         self._start_lock = threading.Lock()  # nodes are configured in parallel; the swarm's engine starts once
+        self._served_cache: tuple[tuple, dict[str, str]] | None = None  # _served(): the listing as last read
         # see batched_rules: node -> (argv prefix at the hop, bridge port, hold, chain body; None: remove the chain)
         self._batch: dict[str, tuple[list[str], str, LinkdHold, str | None]] | None = None
 
@@ -302,11 +303,22 @@ class Linkd:
         return sd(self.swarm.name) / "linkd-swarm-engine.txt" if sd else None
 
     def _served(self) -> dict[str, str]:
-        """{node: its bridge port when the engine started} of the swarm's engine ('' when not recorded)."""
+        """{node: its bridge port when the engine started} of the swarm's engine ('' when not recorded); read
+        again only when the file changed (every node's apply asks: 1,001 reads of 1,001 lines at 1,000 nodes)."""
         listing = self._engine_list()
-        if not listing or not listing.exists():
+        try:
+            st = listing.stat() if listing else None
+        except FileNotFoundError:
+            st = None
+        if listing is None or st is None:
             return {}
-        return {w[0]: (w[1] if len(w) > 1 else "") for w in (ln.split() for ln in listing.read_text().splitlines()) if w}
+        key = (str(listing), st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = self._served_cache
+        if cached is None or cached[0] != key:
+            text = listing.read_text()
+            cached = (key, {w[0]: (w[1] if len(w) > 1 else "") for w in (ln.split() for ln in text.splitlines()) if w})
+            self._served_cache = cached
+        return cached[1]
 
     def _port_moved(self, node: str, port: str) -> bool:
         """The engine serving `node` injects through another port than the node's now (its container restarted)."""
