@@ -143,6 +143,24 @@ class EngineSchedule:
             self.entries[group] = [(f"{int(round(c.scheduled * 1e9))} {line.split(' ', 1)[1]}", c, way)
                                    for line, c, way in entries]
 
+    def not_before(self, earliest: float) -> int:
+        """Entries due before `earliest` (wall clock) become due then (pure): a release fixed before the plan could
+        be handed over (its contact plans and traffic programs already have it) is not refused by the engines
+        as in the past; those changes are applied at once, and their lag (applied - scheduled, each change keeps
+        its plan instant) says how late. Returns how many changes moved."""
+        at_ns = int(round(earliest * 1e9))
+        moved: set[int] = set()
+        for group, entries in self.entries.items():
+            out = []
+            for line, c, way in entries:
+                due, rest = line.split(" ", 1)
+                if int(due) < at_ns:
+                    line = f"{at_ns} {rest}"
+                    moved.add(id(c))
+                out.append((line, c, way))
+            self.entries[group] = out
+        return len(moved)
+
     def _via(self, group: str) -> str:
         return next(t.via for t in self.targets.values() if t.group == group)
 

@@ -559,6 +559,10 @@ class LinkTimelineDriver:
                 self.message(f"orbits: handing {len(sched.changes)} changes to the engines took {late + LEAD_S:.1f} s; "
                              f"the plan starts {late:.1f} s later than it would have")
             sched.shift(late)
+        elif late > 0:  # the release is fixed (contact plans, DTN traffic): what is due before the hand-over goes late
+            moved = sched.not_before(time.time() + LEAD_S)
+            self.message(f"orbits: the release came {late:.1f} s before the engines could take the plan: {moved} "
+                         "change(s) due before then are applied at once, late (their lag is in links.csv)")
         t0 = sched.t0
         if self.orbits is not None:  # the live view's map, as in the driver's own loop
             publish_track(self.ctl.dir, self.orbits, t0, self.speedup)

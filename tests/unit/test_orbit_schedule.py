@@ -13,7 +13,7 @@ import pytest
 from netem.engines.userspace import linkd_line
 from netem.spec.links import NONE, Impairment
 from netem.engines.drivers.linkd import ctl_body, ctl_socket, instance_spec, linkd_binary, parse_kv
-from netem.runtime.orbit_schedule import Change, entry_line, link_rows, step_summary
+from netem.runtime.orbit_schedule import Change, EngineSchedule, entry_line, link_rows, step_summary
 
 A, B = "02:00:00:00:00:01", "02:00:00:00:00:02"
 
@@ -84,3 +84,19 @@ def test_the_engine_applies_a_schedule_at_its_instants_and_saves_the_links(tmp_p
     finally:
         eng.kill()
         eng.wait()
+
+
+def test_entries_due_before_a_late_hand_over_become_due_then_and_keep_their_plan_instant():
+    """A release fixed before the plan reached the engines (contact plans and DTN traffic use it): entries already
+    in the past are applied at the hand-over, not refused; each change keeps its scheduled instant, so its lag
+    says how late it went."""
+    sched = EngineSchedule(SimpleNamespace(ctl=SimpleNamespace(linkd=None)), 100.0)
+    early = SimpleNamespace(scheduled=100.0)
+    later = SimpleNamespace(scheduled=105.0)
+    sched.entries = {"switch": [(entry_line(int(100.0 * 1e9), 3, "02:00:00:00:00:01", NONE), early, "ab"),
+                                (entry_line(int(100.0 * 1e9), 4, "02:00:00:00:00:02", NONE), early, "ba"),
+                                (entry_line(int(105.0 * 1e9), 3, "02:00:00:00:00:01", NONE), later, "ab")]}
+    assert sched.not_before(102.5) == 1  # one change (both its directions) moved
+    dues = [int(line.split()[0]) for line, _c, _w in sched.entries["switch"]]
+    assert dues == [int(102.5e9), int(102.5e9), int(105e9)] and early.scheduled == 100.0
+    assert [line.split(" ", 1)[1] for line, _c, _w in sched.entries["switch"]][0] == "3 link 02:00:00:00:00:01"
