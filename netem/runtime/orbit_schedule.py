@@ -25,6 +25,7 @@ WINDOW = 10_000
 #: the schedule starts this long after it is handed over when the caller gives no release time
 LEAD_S = 0.5
 POLL_S = 0.5
+SEND_MARGIN_S = 0.2  # an entry already due when its window is sent: due this long after (send_windows)
 
 
 @dataclass
@@ -165,13 +166,18 @@ class EngineSchedule:
         return next(t.via for t in self.targets.values() if t.group == group)
 
     def send_windows(self) -> None:
-        """Hand each engine its next window while fewer than half a window is pending there."""
+        """Hand each engine its next window while fewer than half a window is pending there. An entry already due
+        when its window goes (a hand-over slower than its lead, a host too busy to keep windows ahead) is sent
+        due SEND_MARGIN_S from now, so the engine applies it late (its lag says so) instead of refusing the window."""
         for group, entries in self.entries.items():
             start = self.sent.get(group, 0)
             if start >= len(entries) or self.pending.get(group, 0) > WINDOW // 2:
                 continue
             window = entries[start:start + WINDOW]
-            reply = self.linkd.schedule(self._via(group), [e[0] for e in window])
+            floor_ns = time.time_ns() + int(SEND_MARGIN_S * 1e9)
+            lines = [e[0] if int(e[0].split(" ", 1)[0]) >= floor_ns else f"{floor_ns} {e[0].split(' ', 1)[1]}"
+                     for e in window]
+            reply = self.linkd.schedule(self._via(group), lines)
             first = int(reply.get("first_id", 0))
             for k, (_, c, way) in enumerate(window):
                 self.ids[(group, first + k)] = (c, way)

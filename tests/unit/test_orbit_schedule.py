@@ -100,3 +100,20 @@ def test_entries_due_before_a_late_hand_over_become_due_then_and_keep_their_plan
     dues = [int(line.split()[0]) for line, _c, _w in sched.entries["switch"]]
     assert dues == [int(102.5e9), int(102.5e9), int(105e9)] and early.scheduled == 100.0
     assert [line.split(" ", 1)[1] for line, _c, _w in sched.entries["switch"]][0] == "3 link 02:00:00:00:00:01"
+
+
+def test_a_window_sent_after_its_first_entries_were_due_sends_them_due_just_after_now():
+    """The engine refuses an entry in the past (the whole window with it): one already due when its window goes
+    is sent due SEND_MARGIN_S from now, the rest as planned."""
+    got: list[list[str]] = []
+    linkd = SimpleNamespace(schedule=lambda via, lines: got.append(lines) or {"first_id": "1", "pending": "3"})
+    sched = EngineSchedule(SimpleNamespace(ctl=SimpleNamespace(linkd=linkd)), 0.0)
+    sched.targets = {"sat01": SimpleNamespace(group="switch", via="sat01")}
+    c = SimpleNamespace(scheduled=0.0)
+    past, future = time.time_ns() - 10**9, time.time_ns() + 60 * 10**9
+    sched.entries = {"switch": [(f"{past} 3 link 02:00:00:00:00:01", c, "ab"), (f"{future} 3 link 02:00:00:00:00:01", c, "ab")]}
+    before = time.time_ns()
+    sched.send_windows()
+    (first, second), = got
+    assert before < int(first.split()[0]) <= time.time_ns() + 10**9 and first.split(" ", 1)[1] == "3 link 02:00:00:00:00:01"
+    assert second == f"{future} 3 link 02:00:00:00:00:01"
