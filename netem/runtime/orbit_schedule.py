@@ -25,7 +25,8 @@ WINDOW = 10_000
 #: the schedule starts this long after it is handed over when the caller gives no release time
 LEAD_S = 0.5
 POLL_S = 0.5
-SEND_MARGIN_S = 0.2  # an entry already due when its window is sent: due this long after (send_windows)
+SEND_MARGIN_S = 1.0  # an entry already due when its window is sent: due this long after (send_windows); 0.2 was
+# not enough for the switch's engine serving 1,001 queues, which read a first window 0.34 s after it was sent
 
 
 @dataclass
