@@ -72,6 +72,18 @@ def entry_line(due_ns: int, queue: int, src_mac: str, imp: Impairment) -> str:
     return f"{due_ns} {queue} {line}"
 
 
+def not_before_ns(lines: list[str], floor_ns: int) -> list[str]:
+    """Entry lines (in due order) with every one due before `floor_ns` due at it instead (pure), one ns apart in
+    their order: the engine refuses a link that changes twice at one instant, and keeps them in order."""
+    out, k = [], 0
+    for line in lines:
+        due, rest = line.split(" ", 1)
+        if int(due) < floor_ns:
+            line, k = f"{floor_ns + k} {rest}", k + 1
+        out.append(line)
+    return out
+
+
 def link_rows(changes: list[Change], run_id: str, apply_delay: bool) -> list[dict]:
     """links.csv rows of changes whose both directions the engine applied (pure); applied = the later one."""
     out = []
@@ -153,14 +165,9 @@ class EngineSchedule:
         at_ns = int(round(earliest * 1e9))
         moved: set[int] = set()
         for group, entries in self.entries.items():
-            out = []
-            for line, c, way in entries:
-                due, rest = line.split(" ", 1)
-                if int(due) < at_ns:
-                    line = f"{at_ns} {rest}"
-                    moved.add(id(c))
-                out.append((line, c, way))
-            self.entries[group] = out
+            lines = not_before_ns([line for line, _c, _w in entries], at_ns)
+            moved |= {id(c) for (old, c, _w), new in zip(entries, lines) if new != old}
+            self.entries[group] = [(new, c, way) for new, (_old, c, way) in zip(lines, entries)]
         return len(moved)
 
     def _via(self, group: str) -> str:
@@ -175,9 +182,7 @@ class EngineSchedule:
             if start >= len(entries) or self.pending.get(group, 0) > WINDOW // 2:
                 continue
             window = entries[start:start + WINDOW]
-            floor_ns = time.time_ns() + int(SEND_MARGIN_S * 1e9)
-            lines = [e[0] if int(e[0].split(" ", 1)[0]) >= floor_ns else f"{floor_ns} {e[0].split(' ', 1)[1]}"
-                     for e in window]
+            lines = not_before_ns([e[0] for e in window], time.time_ns() + int(SEND_MARGIN_S * 1e9))
             reply = self.linkd.schedule(self._via(group), lines)
             first = int(reply.get("first_id", 0))
             for k, (_, c, way) in enumerate(window):
