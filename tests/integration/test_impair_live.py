@@ -109,11 +109,10 @@ def udp_loss(swarm: Swarm, src: str, dst: str, change=None, seconds: int = 8) ->
 
     The link's loss is what the engine dropped; a receiver starved of CPU on a loaded host drops more at its
     socket (a CI run measured 34.5 % for 30 %). Those drops are counted by the receiver's kernel and taken off
-    (all of them, as if all fell in the counted intervals: with drops before 1.5 s the figure is low by those)."""
-    if change is None:
-        flow = iperf(swarm, src, dst, "-u", "-b", "5M")
-        assert flow.ok, flow.error
-        return flow.lost_percent
+    (all of them, as if all fell in the counted intervals: with drops before 1.5 s the figure is low by those).
+    Without `change` the same flow on the link as it is, counted the same way: a stress run measured 3.9 % on a link
+    with no condition (`< 1` failed) when the plain iperf3 figure still held the receiver's own drops."""
+    change = change or (lambda: None)
     dst_ip, port = swarm.node(dst).isl_ip, str(next(_port))
     swarm.exec(dst, ["iperf3", "-s", "-1", "-D", "-J", "-B", dst_ip, "-p", port])
     wait_until(lambda: listening(swarm, dst, int(port)), 30, f"iperf3 server on {dst}:{port}")

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -110,6 +111,15 @@ def repo_popen(args):
                             preexec_fn=interruptible)
 
 
+def gated_swarm(args, gate: Path) -> subprocess.Popen:
+    """`swarm ARGS` in a process that has loaded the CLI already and runs it when `gate` exists: what the test
+    times is the command, not Python's start-up (1-2 s on a busy host, long enough for an `up` to finish)."""
+    code = ("import os, sys, time\nfrom swarm.cli.entry import main\n"
+            f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.01)\nmain({list(args)!r})\n")
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO, env={**os.environ, "SWARM_WORKDIR": str(REPO)})
+
+
 @pytest.mark.docker
 def test_down_during_a_compose_up_cancels_it_and_leaves_nothing(need_docker, tmp_path):
     name = "rel-cancel"
@@ -117,6 +127,8 @@ def test_down_during_a_compose_up_cancels_it_and_leaves_nothing(need_docker, tmp
     spec.write_text(f"name: {name}\nnodes: 6\nbackend: compose\n"
                     f"{nets_yaml(NET[2])}\n")
     repo_swarm(["down", name])
+    gate = tmp_path / "go"
+    down_proc = gated_swarm(["down", name], gate)  # its start-up paid now (a stress run: the up won that race)
     try:
         up = repo_popen(["up", str(spec)])
         deadline = time.monotonic() + 120
@@ -125,12 +137,16 @@ def test_down_during_a_compose_up_cancels_it_and_leaves_nothing(need_docker, tmp
                 break
             time.sleep(0.05)
         assert up.poll() is None, up.communicate()
-        down = repo_swarm(["down", name])
+        gate.touch()
+        _, down_err = down_proc.communicate(timeout=600)
         _, up_err = up.communicate(timeout=300)
-        assert down.returncode == 0, (down.stderr, up_err)
+        assert down_proc.returncode == 0, (down_err, up_err)
+        assert "cancelling the `up` in progress" in down_err, (down_err, up_err)
         assert up.returncode != 0, up_err  # cancelled: rolled back, not up
-        assert compose_leftovers(name) == [], (down.stderr, up_err)
+        assert compose_leftovers(name) == [], (down_err, up_err)
     finally:
+        if down_proc.poll() is None:
+            down_proc.kill()
         repo_swarm(["down", name])
 
 
