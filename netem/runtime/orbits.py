@@ -54,7 +54,7 @@ from netem.runtime.orbit_schedule import LEAD_S, EngineSchedule, step_summary, w
 from netem.state import DefaultLinks, node_links, shared_default, signature
 from swarm.errors import CommandError, RuntimeFailure, SpecError
 from swarm.observe.events import BULK_LINKS, emit_many
-from swarm.observe.track import publish as publish_track
+from swarm.observe.track import ground_tracks, publish as publish_track
 from swarm.runtime.shell import NFT, TC
 
 if TYPE_CHECKING:
@@ -131,6 +131,7 @@ class LinkTimelineDriver:
         #: with an engine that holds_others: the condition of every pair of plan nodes not in `eff` (the never-up
         #: ones, down), given to the engine once per node (prepare); None: every pair is in `eff`
         self.others: Optional[Impairment] = None
+        self._tracks: Optional[dict] = None  # the live view's ground tracks, computed in prepare() (before a release)
 
     # ------------------------------------------------------------------------------- conditions
     def conditions(self, a: str, b: str, up: bool, delay_ms: float, rate: int) -> tuple[Impairment, Impairment]:
@@ -335,6 +336,11 @@ class LinkTimelineDriver:
         self.message(f"orbits: initial link state on {len(self.plan.nodes)} nodes in {self.initial_s:.1f} s")
         if self.engine.schedules and wanted():  # the engines' schedule, built before a release is chosen
             self._schedule = self._build_schedule()
+        if self.orbits is not None:  # the live view's map, also before a release (seconds at 1,000 satellites)
+            try:
+                self._tracks = ground_tracks(self.orbits)
+            except Exception:  # noqa: BLE001 - a map is no reason to stop a run (publish tries again, quietly)
+                self._tracks = None
         return self.initial_s
 
     def run(self, release: Optional[float] = None, progress: Callable[[float, float, str], None] = lambda d, t, w: None
@@ -359,7 +365,7 @@ class LinkTimelineDriver:
         with self._pool as pool:
             t0 = release if release is not None else time.time()
             if self.orbits is not None:  # the live view's map: where the nodes are at each plan second
-                publish_track(self.ctl.dir, self.orbits, t0, self.speedup)
+                publish_track(self.ctl.dir, self.orbits, t0, self.speedup, self._tracks)
             i = 0
             n_batches = coalesced_steps = late_steps = 0
             while i < len(steps) and not self.stop_event.is_set():
@@ -565,7 +571,7 @@ class LinkTimelineDriver:
                          "change(s) due before then are applied at once, late (their lag is in links.csv)")
         t0 = sched.t0
         if self.orbits is not None:  # the live view's map, as in the driver's own loop
-            publish_track(self.ctl.dir, self.orbits, t0, self.speedup)
+            publish_track(self.ctl.dir, self.orbits, t0, self.speedup, self._tracks)
         try:
             missing = sched.run(progress, self.stop_event)
         finally:

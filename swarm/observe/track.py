@@ -63,11 +63,12 @@ def ground_tracks(spec) -> dict:
             "times": np.round(times, 3).tolist(), "nodes": nodes}
 
 
-def publish(state_dir: Path, spec, release: float, speedup: float) -> None:
+def publish(state_dir: Path, spec, release: float, speedup: float, tracks: dict | None = None) -> None:
     """Write the tracks and the clock for the view (atomically; never fails the caller: the run goes on
-    without a map)."""
+    without a map). `tracks`: ground_tracks(spec) computed ahead (1.4 s for 1,001 nodes: not between a
+    release and the plan's hand-over)."""
     try:
-        doc = ground_tracks(spec) | {"release": release, "speedup": speedup}
+        doc = (tracks if tracks is not None else ground_tracks(spec)) | {"release": release, "speedup": speedup}
         if state_dir.is_dir():
             tmp = state_dir / (TRACK_FILE + ".tmp")
             tmp.write_text(json.dumps(doc, separators=(",", ":")))

@@ -75,6 +75,12 @@ def test_publish_writes_the_view_its_tracks_and_clock_and_never_fails(spec, tmp_
     assert track.read(tmp_path)["release"] == 1234.5 and track.read(tmp_path / "gone") is None
 
 
+def test_publish_takes_tracks_computed_ahead_and_writes_them_with_the_clock(spec, tmp_path):
+    ahead = track.ground_tracks(spec)  # the orbit driver computes them in prepare(), before a release is chosen
+    track.publish(tmp_path, object(), 99.0, 2.0, ahead)  # the spec is not read again
+    assert track.read(tmp_path) == ahead | {"release": 99.0, "speedup": 2.0}
+
+
 def test_store_counts_from_the_agents_status_store_answer():
     entries = ['dtn://sat01/in-745000000-0 {"ForwardPending"}', "dtn://sat02/in-745000001-0 {Deleted}",
                'dtn://sat03/in-745000002-0 {"ForwardPending", "Contraindicated"}', "dtn://x/in-1-0 {}"]
