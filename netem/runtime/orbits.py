@@ -131,6 +131,7 @@ class LinkTimelineDriver:
         #: with an engine that holds_others: the condition of every pair of plan nodes not in `eff` (the never-up
         #: ones, down), given to the engine once per node (prepare); None: every pair is in `eff`
         self.others: Optional[Impairment] = None
+        self._others_spec = NONE  # the spec's condition `others` is down over (what those pairs were before)
         self._tracks: Optional[dict] = None  # the live view's ground tracks, computed in prepare() (before a release)
 
     # ------------------------------------------------------------------------------- conditions
@@ -246,7 +247,7 @@ class LinkTimelineDriver:
         with self.ctl.caused_by("orbit schedule").transaction(events and not compact) as state:
             if compact:  # the plan's pairs as `others` + rows, written without a pass per pair (netem.state.DefaultLinks)
                 if events:
-                    self._initial_events(state)
+                    self._initial_events()
                 state.base = self._default_links()
             else:
                 merged = dict(self.base)
@@ -269,7 +270,7 @@ class LinkTimelineDriver:
             rows.update(links)
         return DefaultLinks(self.others, self.plan.nodes, rows)
 
-    def _initial_events(self, state) -> None:
+    def _initial_events(self) -> None:
         """The initial state's events without a view per pair: the pairs `others` covers as the event log groups
         a change (grouped_view_changes): one `links` event when more than BULK_LINKS share it, else a `link` event
         each (the live view draws a link from those), and the plan's t=0 rows, one `link` event each way."""
@@ -277,7 +278,7 @@ class LinkTimelineDriver:
         assert others is not None
         listed = {p for links in eff.values() for p in links}
         covered = len(nodes) * (len(nodes) - 1) - sum(1 for a, b in listed if a in eff and b in eff)
-        spec = state.base.get((nodes[0], nodes[1]), NONE) if len(nodes) > 1 else NONE
+        spec = self._others_spec
         conditions = others.describe().replace("down", "").strip(" ,")
         new = {"state": "down", "conditions": "" if conditions == "-" else conditions}
         was = {"state": "up", "conditions": "" if spec.empty else spec.describe()}
@@ -307,6 +308,7 @@ class LinkTimelineDriver:
         shared = NONE
         if self.engine.holds_others:
             shared, self.others = self._others()
+            self._others_spec = shared
         first = self.plan.timeline[self.plan.timeline["t_start"] == 0]
         for r in first.itertuples(index=False):
             self._set(r.a, r.b, *self.conditions(r.a, r.b, bool(r.up), r.delay_ms, int(r.rate)))
