@@ -76,8 +76,14 @@ def test_sweep_rows_report_and_resume(backend, engine, request, tmp_path, need_n
     # Start skew is how far apart the host got the flows' processes going: a busy host moves it (seen 0.6-1.1 s for
     # compose + iperf3 at load 9), so it is a measured figure (bench/, BENCHMARKS.md), not held to a bound here.
     # What must hold: each test has it, and the report says so wherever it cut the concurrent window under 80 %.
-    # (window_fraction may pass 1 by the stamps' own uncertainty: 1.0003 seen)
-    assert (tests["skew_s"] >= 0).all() and (tests["window_fraction"] > 0).all(), tests
+    # (window_fraction may pass 1 by the stamps' own uncertainty: 1.0003 seen). A window of 0 is the empty window the
+    # flows' check above allows on a busy host, and only where the test's own skew explains it (half a flow's
+    # duration at least). Seen in a stress run (2026-11-28): n003-udp-5Mbps on compose, skew 2.07 s, fraction 0.
+    assert (tests["skew_s"] >= 0).all() and (tests["window_fraction"] >= 0).all(), tests
+    longest = flows.groupby("test_id")["duration_s"].max()
+    unexplained = [t.test_id for t in tests[tests["window_fraction"] <= 0].itertuples()
+                   if t.skew_s < 0.5 * longest[t.test_id]]
+    assert not unexplained, tests[["test_id", "skew_s", "window_fraction"]]
     if engine == "mux":  # starts are stamped by the engines at one shared instant, not inferred
         assert (tests["skew_s"] < 0.05).all() and (tests["window_fraction"] > 0.97).all(), tests
         assert json.loads((store.dir / "host.json").read_text())["traffic_engine"] == "mux"
