@@ -163,6 +163,11 @@ class DtnCase:
             release = time.time() + RELEASE_LEAD_S
             if contact and swarm.dtn.ltp:  # cla: ltp: no sending and retransmission timers suspended while down
                 swarm.dtn.set_ltp_down(down_windows(contact, exp.duration + exp.drain), release)
+            if contact and exp.contacts is not None:  # agents that route by a contact plan (ION) are given it
+                plan = exp.contact_plan(nodes)
+                assert plan is not None
+                for note in swarm.dtn.load_contacts(plan, release, exp.contacts.others):
+                    self.ctx.message(f"{test.test_id}: contact plan not taken whole: {note}")
             plans, readers = self._start_programs(swarm, test, release, raw, procs)
             timeline.start(release)
             with HostSampler() as sampler:

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from swarm.runtime.cfs_image import ensure_cfs_image, host_ulimits
 from swarm.cfs.node import NO_CFS, OPERATIONAL_LINE, CfsRuntime, cfs_nodes, check_cfs
+from swarm.runtime.dtn import host_udp_rcvbuf
 from swarm.runtime.dtn_image import check_install_tree, ensure_dtn_image, ensure_tree_image
 from swarm.errors import NodeFailed
 from swarm.mesh.plan import STABLE_S
@@ -199,6 +200,8 @@ class DtnAddOn(AddOn):
         for agent in agents.agents():
             if agent.install.user_tree:
                 check_install_tree(agent.install, trees.get(agent.name), agent.title)
+        for note in agents.host_notes(host_udp_rcvbuf()):  # what the host should have set (e.g. ION's LTP buffer)
+            ctx.message(note)
 
     def prepare(self, ctx: SwarmContext, image: str) -> str:
         """Containers: the node image plus each agent's programs (layered in turn; an agent the user builds

@@ -35,9 +35,11 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from flightsw import protocol as proto
 from netem.spec.links import LinksSpec, resolve_links
 from swarm.dtn.agents import Agent, AgentFailed, AgentPlan, agent_of
+from swarm.dtn.agents.base import ContactLoad
+from swarm.dtn.contacts import ContactPlan
 from swarm.dtn.agents.ltp import LTP_DOWN, LTP_LOG, LTP_STATUS, ltp_down_windows, ltp_summary
 from swarm.dtn.plan import plan_agents, spec_link_view
-from swarm.spec.dtn import DtnSpec, node_key
+from swarm.spec.dtn import DtnSpec, node_key, node_numbers
 from swarm.errors import RuntimeFailure, SpecError
 from swarm.runtime.backends import swarm_dir
 from swarm.runtime.dtn_image import check_install_tree, ensure_binaries, ltpcla_binary
@@ -160,6 +162,18 @@ class DtnAgents:
             self.plans()  # the LTP peers' rates and delays derive (SpecError naming the field otherwise)
             if self.netns:
                 self._ltpcla = ltpcla_binary(self.swarm.workdir, self.swarm.runner, self.swarm.message)
+
+    def host_notes(self, udp_rcvbuf: Optional[int]) -> list[str]:
+        """What each agent asks of the host at its node's fastest link (Agent.host_notes), each line once."""
+        if udp_rcvbuf is None:
+            return []
+        link_of, names = self.link_view(), [n.name for n in self.nodes]
+        notes: dict[str, None] = {}
+        for n in self.nodes:
+            fastest = max((link_of(n.name, m).rate or 0 for m in names if m != n.name), default=0)
+            for note in self.agent(n.name).host_notes(self.piece(n.name), fastest, udp_rcvbuf):
+                notes.setdefault(note)
+        return list(notes)
 
     @property
     def ltp(self) -> bool:
@@ -327,6 +341,26 @@ class DtnAgents:
                 self._exec(n.name, ["sh", "-c", 'cat > "$0.tmp" && mv "$0.tmp" "$0"', f"{self.workdir(n.name)}/{LTP_DOWN}"],
                            input=text)
 
+    def load_contacts(self, plan: ContactPlan, release: float, others: str) -> list[str]:
+        """Give every agent that routes by a contact plan (Agent.load_contacts: ION) the run's plan (swarm node
+        names, times from `release`, Unix s), in parallel; what an agent would not take of it, one line per entry
+        naming the node. RuntimeFailure when an agent refuses the load."""
+        pieces = {n.name: n.spec.dtn for n in self.swarm.nodes}
+        link_of = self.link_view()
+        load = ContactLoad(plan, release, node_numbers(pieces), others, lambda a, b: link_of(a, b).delay)
+        notes: list[str] = []
+
+        def one(p: AgentPlan) -> None:
+            refused = self.agent(p.node).load_contacts(self.shell(p.node), p, load)
+            notes.extend(f"{p.node}: {line}" for line in refused or [])
+
+        try:
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                list(pool.map(one, self.plans()))
+        except OSError as exc:
+            raise RuntimeFailure(str(exc)) from None
+        return sorted(notes)
+
     def store(self, node: str, timeout: float = 3.0) -> list[str]:
         """The entries of the agent's bundle store (swarm.observe.view counts them); OSError/ValueError when it
         does not answer."""
@@ -457,6 +491,15 @@ class DtnAgents:
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             return list(pool.map(one, self.nodes))
+
+
+def host_udp_rcvbuf() -> Optional[int]:
+    """The host's default UDP receive buffer (net.core.rmem_default, bytes), which new network namespaces take; None
+    where it cannot be read."""
+    try:
+        return int(Path("/proc/sys/net/core/rmem_default").read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def link_delays_ms(links: Optional[LinksSpec], nodes: list[str]) -> dict[tuple[str, str], float]:

@@ -6,6 +6,7 @@
 - Mixed swarms: an ION ground station and two dtn7 satellites (swarm-ltpcla) over LTP, by engine ID: a bundle
   each way, and tshark reads the capture as LTP sessions of both engines carrying both agents' bundles; an ION
   and a dtn7 node over UDP: a bundle each way.
+- A `dtn` experiment with a contact plan: ION is given the plan at the release and routes and waits by it.
 - Bad input: a user's rc line ION rejects stops `up` with ION's own message, the file and the line (exit 1),
   and an install tree without a library the programs need is refused before anything starts (exit 2); neither
   leaves a container behind.
@@ -14,6 +15,7 @@ tests/alloc.py; swarm names ion-it-*.
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -209,3 +211,37 @@ def test_bad_rc_line_and_missing_library_leave_nothing(ion_install, spec_dir):
     said = [ln for ln in res.stderr.splitlines() if "dtn.install" in ln]
     assert said and "needs libltp.so.0, which the node image lacks" in said[0], res.stderr[-2000:]
     assert not swarm_containers(name)
+
+
+def test_ion_routes_and_waits_by_the_runs_contact_plan(ion_install, spec_dir):
+    """A `dtn` experiment with a contact plan on ION: experiments/dtn-contacts-ion.yaml's chain (sat01 -> sat02 ->
+    ground, no sat01-ground contact, sat02-ground absent 5-15 s) with every node a peer of every other, so only the
+    plan ION is given at the release tells its routing to go through sat02 and to hold what is made in the gap.
+    Every bundle arrives once, and those made in the gap only after it (before this, ION believed every link up
+    for 30 days and sent into the cut direct link)."""
+    name = "ion-it-contacts"
+    plan = REPO / "experiments" / "contacts" / "chain-gap.txt"
+    exp = spec_dir / "contacts.yaml"
+    exp.write_text(f"type: dtn\nname: {name}\nbackend: compose\npattern: chain\nsizes: [2]\nbundle_sizes: [10kB]\n"
+                   "rates: [5]\nclas: [ltp]\nroutings: [static]\nduration: 18s\ndrain: 30s\n"
+                   f"contacts: {{plan: {plan}, others: down}}\n"
+                   "dtn: {agent: ion, peers: auto, ltp: {rate: 100Mbit}}\n"
+                   f"swarm: {{{nets_yaml(NET[2])}}}\n")
+    results = spec_dir / "contacts-results"
+    try:
+        res = swarm("run", str(exp), "--results", str(results), "--no-report", timeout=900)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        run = sorted(p.parent for p in results.rglob("tests.csv"))[-1]
+        with open(run / "tests.csv") as f:
+            row = list(csv.DictReader(f))[0]
+        with open(run / "bundles.csv") as f:
+            bundles = list(csv.DictReader(f))
+        assert int(row["bundles_sent"]) >= 80 and row["bundles_delivered"] == row["bundles_sent"], row
+        assert all(int(b["copies"]) == 1 for b in bundles), [b for b in bundles if b["copies"] != "1"][:3]
+        t0 = min(float(b["created_ts"]) for b in bundles)  # the first bundle leaves at the release
+        gap = [b for b in bundles if t0 + 6 <= float(b["created_ts"]) <= t0 + 13.5]
+        early = [b for b in gap if float(b["delivered_ts"]) < t0 + 14.5]
+        assert len(gap) >= 30 and not early, early[:3]  # ION's contacts are whole seconds: 15 s +- 0.5
+    finally:
+        swarm("down", name)
+        assert not swarm_containers(name)

@@ -202,3 +202,99 @@ def test_the_ipn_number_is_the_one_every_agent_uses_and_must_match_the_ltp_engin
     assert "1 7 " in plan.files["node.ionrc"]
     with pytest.raises(ValueError, match=r"^dtn.number 7: .*dtn.ltp.engine is 1"):
         ion.plan("sat01", 1, args[0], DtnSpec(agent="ion", cla="udp", number=7), *args[1:])
+
+
+CHAIN = """a contact +0 +60 sat01 sat02 125000000
+a contact +0 +60 sat02 sat01 125000000
+a contact +0 +5 sat02 ground 125000000
+a contact +0 +5 ground sat02 125000000
+a contact +15 +60 sat02 ground 125000000
+a contact +15 +60 ground sat02 125000000
+"""
+NUMBERS = {"sat01": 1, "sat02": 2, "ground": 3}
+RELEASE = 1_764_316_800.4  # 2025/11/28-08:00:00.4 UTC
+
+
+def chain_load(text: str = CHAIN, others: str = "down") -> tuple[list[str], list[str]]:
+    from swarm.dtn.agents.base import ContactLoad
+    from swarm.dtn.agents.ion.plan import contact_plan_rc
+    from swarm.dtn.contacts import parse_contact_plan
+    ionrc = sat01(DtnSpec(agent="ion", cla="ltp")).files["node.ionrc"]
+    load = ContactLoad(parse_contact_plan(text), RELEASE, NUMBERS, others, lambda a, b: 0.5 if "ground" in (a, b) else 0.0)
+    rc, refused = contact_plan_rc(ionrc, load)
+    return rc.splitlines(), refused
+
+
+def test_a_runs_contact_plan_replaces_the_contacts_ion_started_with_times_from_the_release():
+    lines, refused = chain_load()
+    assert refused == []
+    assert lines[1] == "@ 2025/11/28-08:00:00"  # whole seconds: the release's 0.4 s shifts each time, rounded
+    # sat01's generated contacts go: sat02 is in the plan, ground is not but others: down cuts it
+    assert sorted(ln for ln in lines if ln.startswith("d ")) == [
+        "d contact * 1 2", "d contact * 1 3", "d contact * 2 1", "d contact * 3 1"]
+    contacts = [ln for ln in lines if ln.startswith("a contact")]
+    assert contacts[0] == "a contact +0 +60 1 2 125000000" and "a contact +15 +60 3 2 125000000" in contacts
+    assert len(contacts) == 6  # the whole plan on every node: CGR plans sat01 -> ground over sat02's contacts
+    # sat02-ground has no range in the plan nor from sat01's start: the link's 0.5 s, in whole light seconds
+    assert [ln for ln in lines if ln.startswith("a range")] == [
+        "a range +0 +5 2 3 1", "a range +0 +5 3 2 1", "a range +15 +60 2 3 1", "a range +15 +60 3 2 1"]
+
+
+def test_with_others_kept_a_pair_the_plan_does_not_name_keeps_its_contacts():
+    lines, _ = chain_load(others="keep")
+    assert sorted(ln for ln in lines if ln.startswith("d ")) == ["d contact * 1 2", "d contact * 2 1"]
+
+
+def test_the_plans_ranges_replace_the_ranges_ion_started_with():
+    lines, _ = chain_load(CHAIN + "a range +0 +60 sat01 sat02 3\n")
+    assert "d range * 1 2" in lines and "a range +0 +60 1 2 3" in lines
+    assert "d range * 1 3" not in lines  # ground: no range in the plan, the start's stays
+
+
+def test_what_ion_would_refuse_is_named_not_sent():
+    text = CHAIN + ("a contact +60 +70 sat01 sat02 125000000\n"  # shares second 60 with +0 +60: ION refuses it
+                    "a contact +0 +10 sat01 moon 1000\n"  # not a node of the swarm
+                    "a contact +70 +80 sat02 sat01 99999999999\n")  # above ION's 32-bit rate: the most it keeps
+    lines, refused = chain_load(text)
+    assert refused == ["line 8: contact sat01 -> moon: not two DTN nodes of the swarm",
+                       "line 7: contact 1 -> 2 +60 +70: Overlapping contact ignored"]
+    assert "a contact +60 +70 1 2 125000000" not in lines and "a contact +70 +80 2 1 4294967295" in lines
+
+
+def test_only_agents_that_route_by_contacts_take_a_plan():
+    assert [name for name, agent in REGISTRY.items()
+            if type(agent).load_contacts is not type(REGISTRY["dtn7"]).load_contacts] == ["ion"]
+
+
+def test_routes_handed_over_by_node_id_plan_as_routes_by_name():
+    """The framework gives adapters routes by node ID (swarm.dtn.plan); ION's plans name nodes (a chain with
+    `routing: static` crashed with KeyError 'dtn://sat02/' before)."""
+    by_name = DtnSpec(agent="ion", cla="ltp", routing="static", routes=[{"to": "*", "via": "ground"}])
+    by_id = DtnSpec(agent="ion", cla="ltp", routing="static", routes=[{"to": "*", "via": "dtn://ground/"}])
+    by_ipn = DtnSpec(agent="ion", cla="ltp", routing="static", routes=[{"to": "*", "via": "ipn:3.0"}])
+    assert sat01(by_id).files == sat01(by_name).files == sat01(by_ipn).files
+
+
+def test_a_chain_with_static_routes_plans_through_the_framework():
+    spec = spec_from_dict({"name": "ionchain", "backend": "compose", "node_list": [
+        {"name": "sat01", "dtn": {"agent": "ion", "cla": "ltp", "routing": "static", "static_peers": ["sat02"],
+                                  "routes": [{"to": "*", "via": "sat02"}]}},
+        {"name": "sat02", "dtn": {"agent": "ion", "cla": "ltp"}}], "links": {"default": {"rate": "10Mbit"}}})
+    from swarm.dtn.plan import plan_agents
+    from swarm.spec.model import plan_nodes
+    plans = plan_agents([(n.name, f"10.9.0.{i + 2}", n.spec.dtn) for i, n in enumerate(plan_nodes(spec))],
+                        "10.9.0.0/24", lambda n: "/var/lib/swarm-dtn", link_of=lambda a, b: LinkView(0, 10_000_000))
+    assert "g plan dtn://* ipn:2.0" in plans[0].files["node.bprc"]
+    assert "a exit 1 4294967295 ipn:2.0" in plans[0].files["node.ipnrc"]
+
+
+def test_a_host_buffer_too_small_for_ions_ltp_at_the_links_rate_is_said_with_what_to_set():
+    from swarm.dtn.agents.ion.plan import host_notes
+    ltp = DtnSpec(agent="ion", cla="ltp")
+    (note,) = host_notes(ltp, 1_000_000_000, 212_992)  # BENCHMARKS.md: 0.17 of the 0 s goodput at 4 s one-way
+    assert "1.7 ms of a 1000 Mbit/s link" in note and "sysctl -w net.core.rmem_default=4194304" in note
+    assert host_notes(ltp, 1_000_000_000, 4 * 1024 * 1024) == []  # 33 ms: kept 0.98
+    assert len(host_notes(DtnSpec(agent="ion", cla="ltp", ltp={"rate": "100Mbit"}), 0, 212_992)) == 1  # 17 ms
+    assert host_notes(DtnSpec(agent="ion", cla="udp"), 1_000_000_000, 212_992) == []
+    assert "rmem_default=8388608" in host_notes(ltp, 2_000_000_000, 212_992)[0]  # 2 Gbit/s x 30 ms = 7.5 MB
+    assert [a for a, agent in REGISTRY.items() if agent.host_notes(ltp, 10**9, 1) != []] == ["ion"]

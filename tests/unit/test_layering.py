@@ -46,6 +46,10 @@ ALLOWED = {
     ("experiments", "analysis"): lambda src, dst: src.endswith(".entry"),
     # analysis reads result files with the experiments' pure parsers (raw iperf3 JSON, the app's records).
     ("analysis", "experiments"): lambda src, dst: dst in PURE_EXPERIMENT_MODULES,
+    # The DTN agent adapters give an agent the run's contact plan (Agent.load_contacts): its model and ION's own load
+    # rules live in swarm.dtn.contacts, pure and importing nothing of the project, beside the orbit exporter that
+    # also uses them.
+    ("spec", "plan"): lambda src, dst: src.startswith("swarm.dtn.agents") and dst == "swarm.dtn.contacts",
 }
 PURE_EXPERIMENT_MODULES = {"experiments.traffic.tools",  # the traffic tools' registry: their records read back
                            "experiments.app.parse", "experiments.dtn.parse",

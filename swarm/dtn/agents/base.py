@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Optional, Protocol
 
+from swarm.dtn.contacts import ContactPlan
 from swarm.spec.dtn import DtnSpec, endpoint, node_key
 
 
@@ -83,6 +84,19 @@ class Install:
     #: more the adapter needs of a user's tree: globs under the prefix (e.g. a Python package's folder), each of
     #: which must match; the image takes every file under what they match
     paths: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ContactLoad:
+    """A run's contact plan as its agents are given it: the plan (swarm node names, times in s from `release`,
+    Unix s), the swarm's ipn node numbers, what the run does with pairs in no contact (`others`: 'down' or
+    'keep', as swarm.dtn.contacts.link_schedule), and each directed link's one-way delay (s) from the spec."""
+
+    plan: ContactPlan
+    release: float
+    numbers: dict[str, int]
+    others: str = "down"
+    owlt: Callable[[str, str], float] = lambda a, b: 0.0
 
 
 class AgentFailed(RuntimeError):
@@ -220,6 +234,18 @@ class Agent(ABC):
     @abstractmethod
     def handovers(self, log: str, cla: str) -> int:
         """Bundles its log says it handed to the external CLA module `cla` (pure)."""
+
+    def host_notes(self, piece: DtnSpec, fastest_bps: int, udp_rcvbuf: int) -> list[str]:
+        """What the user should set on the host before this agent runs at the node's fastest link rate (bit/s, 0:
+        none), given the host's default UDP receive buffer (bytes, net.core.rmem_default), one line each (pure).
+        Default: nothing."""
+        return []
+
+    def load_contacts(self, shell: NodeShell, plan: AgentPlan, load: ContactLoad) -> Optional[list[str]]:
+        """Give the running agent of `plan` the run's contact plan. None: this agent routes without one (it meets
+        the plan as links the emulator cuts and restores: dtn7, Hardy); else what of the plan it would not take,
+        one line each (the rest is loaded). OSError when the agent refuses the load."""
+        return None
 
     @abstractmethod
     def client(self, piece: DtnSpec) -> dict[str, Any]:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Optional
 
-from swarm.dtn.agents.base import (Agent, AgentPlan, Counters, Install, LinkView, NodeShell, Peer, script_output,
-                                   script_ready)
+from swarm.dtn.agents.base import (Agent, AgentPlan, ContactLoad, Counters, Install, LinkView, NodeShell, Peer,
+                                   script_output, script_ready)
 from swarm.dtn.agents.dtn7.plan import guard_rules
-from swarm.dtn.agents.ion.plan import SOURCE_SERVICE, plan_ion
+from swarm.dtn.agents.ion.plan import SOURCE_SERVICE, contact_plan_rc, host_notes, plan_ion
 from swarm.spec.dtn import APP_SERVICE, DtnSpec, endpoint
 
 #: What the adapter runs: the admin programs and ionstop, the daemons they start for the CLAs offered, the tools.
@@ -46,6 +46,13 @@ SEND = ('cd "$0" && mkdir -p spool && f=$(mktemp "$PWD/spool/b.XXXXXX") && cat >
         'src="dtn://$(hostname)/src"; bpsendfile "$src" "$1" "$f" 0.1 "$2" >/dev/null 2>&1; '
         'tail -n 20 ion.log | grep -q "bpsendfile sent .$f" || { tail -n 3 ion.log >&2; exit 1; }; '
         'echo "$src $(stat -c %Y "$f") $(basename "$f")"')
+#: Load ionadmin lines from stdin (kept as contacts.ionrc) and print what ION complained of: ionadmin's own answers
+#: to a line (stdout, e.g. "'To' node number must be greater than zero.") and ion.log's `[?]`/`[!]` lines since;
+#: ionadmin exits 0 whatever a line did.
+LOAD_CONTACTS = ('cd "$0" && cat > contacts.ionrc && s=$(($(wc -c < ion.log) + 1)) && '
+                 'ionadmin contacts.ionrc > contacts.out 2>&1; grep -i -e "syntax error" -e "unknown" -e "invalid" '
+                 '-e "can.t" -e "failed" -e "usage" -e "must be" contacts.out; '
+                 'tail -c +"$s" ion.log | grep -e "\\[?\\]" -e "\\[!\\]"; true')
 #: ION's work folder in a node (the image sets ION_NODE_WDNAME to it; the runtime's IN_NODE_DIR).
 NODE_DIR = "/var/lib/swarm-dtn"
 STAT_RE = re.compile(r"\[x\] (\w+) from .*\(\+\) (\d+) (\d+)")
@@ -105,6 +112,20 @@ class Ion(Agent):
 
     def handovers(self, log: str, cla: str) -> int:
         return 0  # no external CLA modules
+
+    def host_notes(self, piece: DtnSpec, fastest_bps: int, udp_rcvbuf: int) -> list[str]:
+        return host_notes(piece, fastest_bps, udp_rcvbuf)
+
+    def load_contacts(self, shell: NodeShell, plan: AgentPlan, load: ContactLoad) -> Optional[list[str]]:
+        """ION routes and paces LTP by its contacts: the run's plan replaces the ones its start gave it
+        (plan.contact_plan_rc); what ION complains of while loading it is an OSError."""
+        text, refused = contact_plan_rc(plan.files.get("node.ionrc", ""), load)
+        res = shell(["sh", "-c", LOAD_CONTACTS, plan.workdir], text, 60, False)
+        said = (res.stdout or res.stderr).strip()
+        if not res.ok or res.stdout.strip():
+            why = said.splitlines()[0][:200] if said else f"exit {res.returncode}"
+            raise OSError(f"ION on {plan.node} did not take the run's contact plan: {why}")
+        return refused
 
     def client(self, piece: DtnSpec) -> dict[str, Any]:
         return {"client": "ion-tools"}

@@ -27,10 +27,13 @@ The user's file (`dtn.config`) is in ionstart's combined form: lines between `##
 from __future__ import annotations
 
 import math
+import re
 import shlex
+from datetime import datetime, timezone
 from typing import Callable, Optional
 
-from swarm.dtn.agents.base import AgentPlan, LinkView, Peer, UserConfigError
+from swarm.dtn.agents.base import AgentPlan, ContactLoad, LinkView, Peer, UserConfigError
+from swarm.dtn.contacts import ION_RATE_MAX, Contact, ContactPlan, Range, ion_load, pair
 from swarm.spec.dtn import APP_SERVICE, DtnSpec, endpoint
 
 #: The admin programs in the order ionstart runs them, with the file each reads.
@@ -106,6 +109,7 @@ def plan_ion(node: str, number: int, isl_ip: str, piece: DtnSpec, peers: list[Pe
     """ION on `node` (node number and LTP engine `number`); ValueError (one line naming the field) for a piece ION
     cannot run. `user_text`: the user's file (`dtn.config`, read by the caller), appended per program."""
     user = split_user_config(user_text, user_source) if user_text else {}
+    piece = routes_by_name(piece, node, number, peers)
     wd = workdir.rstrip("/")
     numbers = {node: number, **{p.name: p.index for p in peers}}
     files = {CONFIG: ion_config(number, wd, piece), "node.ionrc": ionrc(node, number, peers, link_of),
@@ -119,6 +123,22 @@ def plan_ion(node: str, number: int, isl_ip: str, piece: DtnSpec, peers: list[Pe
                                 number)
     return AgentPlan(node=node, argv=["sh", f"{wd}/{START}"], workdir=workdir, files=files,
                      web_port=piece.web_port, expected_peers=tuple(p.name for p in peers), agent="ion")
+
+
+def routes_by_name(piece: DtnSpec, node: str, number: int, peers: list[Peer]) -> DtnSpec:
+    """The piece with its static routes naming nodes by name: the framework hands adapters routes by node ID
+    (dtn://<name>/ or ipn:<number>.0, swarm.dtn.plan), and ION's plans here are written from names and numbers."""
+    if not piece.routes:
+        return piece
+    names = {endpoint(node): node, f"ipn:{number}.0": node}
+    for p in peers:
+        names.update({p.eid: p.name, f"ipn:{p.index}.0": p.name})
+
+    def name(token: str) -> str:
+        m = re.match(r"^dtn://([^/]+)/$", token)
+        return names.get(token) or (m.group(1) if m else token)
+    return piece.model_copy(update={"routes": [r.model_copy(update={"to": r.to if r.to == "*" else name(r.to),
+                                                                    "via": name(r.via)}) for r in piece.routes]})
 
 
 def ion_config(number: int, wd: str, piece: DtnSpec) -> str:
@@ -241,6 +261,90 @@ echo "ION started: node {number}"
 trap 'ionstop >/dev/null 2>&1; exit 0' TERM INT
 while :; do sleep 1; done
 """
+
+
+#: Milliseconds of the fastest link's rate the host's default UDP receive buffer should hold for ION's udplsi, which
+#: sets no buffer of its own: segments dropped while it is descheduled cost LTP a round trip each. BENCHMARKS.md
+#: ("ION's LTP at 0 and 4 s"): 1.7 ms (1 Gbit/s, 212,992 B) kept 0.17 of the 0 s goodput at 4 s one-way; 17 ms
+#: (100 Mbit/s) held on a quiet host and not beside load; 33 ms (1 Gbit/s, 4 MiB) kept 0.98.
+RCVBUF_MS = 30
+MIB = 1 << 20
+
+
+def host_notes(piece: DtnSpec, fastest_bps: int, udp_rcvbuf: int) -> list[str]:
+    """A line when the host's default UDP receive buffer holds under RCVBUF_MS of the node's fastest LTP link (pure)."""
+    rate = fastest_bps or (piece.ltp.rate or 0)
+    if piece.cla != "ltp" or rate <= 0 or udp_rcvbuf * 8 / rate * 1000 >= RCVBUF_MS:
+        return []
+    want = max(4 * MIB, math.ceil(rate / 8 * RCVBUF_MS / 1000 / MIB) * MIB)
+    return [f"ION's LTP reads with the host's default UDP receive buffer (net.core.rmem_default {udp_rcvbuf} B: "
+            f"{udp_rcvbuf * 8 / rate * 1000:.1f} ms of a {rate / 1e6:g} Mbit/s link); what the kernel drops while ION "
+            f"is descheduled costs LTP a round trip each, so goodput falls with delay: before `swarm up`, "
+            f"sysctl -w net.core.rmem_default={want} (docs/DTN.md, ION)"]
+
+
+#: What node.ionrc's start gives a node: contacts and ranges from +0 to the horizon (see ionrc).
+_GENERATED = re.compile(r"^a (contact|range) \+0 \+\d+ (\d+) (\d+) \d+$")
+
+
+def contact_plan_rc(generated_ionrc: str, load: ContactLoad) -> tuple[str, list[str]]:
+    """ionadmin lines that give a running ION node a run's contact plan in place of the contacts its start gave it
+    (`generated_ionrc`: its node.ionrc), and what of the plan ION would refuse (one line each; not sent). Pure.
+
+    ION routes (CGR) and paces LTP by its contacts, so it must hold the plan the emulator cuts the links by: the
+    generated contacts of each pair the plan names (both directions; every pair when `load.others` is 'down') are
+    deleted, and their generated ranges where the plan has its own; then every contact and range of the plan among
+    the swarm's DTN nodes is added: the whole plan on every node, as ION deployments load it (CGR plans paths over
+    other nodes' contacts). Times are whole seconds from `@` = the release's second. A contact of a pair with no
+    range in the plan, and no range from the start, gets the link's one-way delay over its span (whole light
+    seconds, rounded up: ION's routes need a range). ION's rules (swarm.dtn.contacts.ion_load) decide what it
+    keeps. ION's LTP needs contacts both ways (reports flow back), as ION's own plans give them."""
+    generated = [m.groups() for m in map(_GENERATED.match, generated_ionrc.splitlines()) if m and m[2] != m[3]]
+    started_ranges = {pair(a, b) for kind, a, b in generated if kind == "range"}
+    kept, refused, planned_ranges = _in_ion_terms(load, started_ranges)
+    named = {pair(c.a, c.b) for c in kept.contacts}
+    lines = [f"# the run's contact plan (swarm-emu): @ = the release, {load.release:.3f}",
+             f"@ {datetime.fromtimestamp(math.floor(load.release), timezone.utc):%Y/%m/%d-%H:%M:%S}"]
+    for kind, a, b in generated:
+        if kind == "contact" and (load.others == "down" or pair(a, b) in named):
+            lines.append(f"d contact * {a} {b}")
+        elif kind == "range" and pair(a, b) in planned_ranges:
+            lines.append(f"d range * {a} {b}")
+    lines += [f"a contact +{c.start:.0f} +{c.end:.0f} {c.a} {c.b} {c.rate:.0f}" for c in kept.contacts]
+    lines += [f"a range +{r.start:.0f} +{r.end:.0f} {r.a} {r.b} {r.owlt:.0f}" for r in kept.ranges]
+    return "\n".join(lines) + "\n", refused
+
+
+def _in_ion_terms(load: ContactLoad, started_ranges: set[tuple[str, str]]
+                  ) -> tuple[ContactPlan, list[str], set[tuple[str, str]]]:
+    """The plan among the swarm's DTN nodes as ION keeps it (node numbers, whole seconds from the release's second,
+    rates within ION's 32 bits, a range for each contact of a pair without one), what it would refuse, and the
+    pairs the plan itself gives ranges for."""
+    numbers = load.numbers
+    shift = load.release - math.floor(load.release)
+
+    def num(name: str) -> str:
+        return str(numbers[name])
+
+    def at(t: float) -> float:
+        return float(round(t + shift))
+
+    def rate(c: Contact) -> float:
+        return min(ION_RATE_MAX, max(1.0, float(round(c.rate)))) if math.isfinite(c.rate) else ION_RATE_MAX
+
+    ours = [c for c in load.plan.contacts if c.a in numbers and c.b in numbers]
+    skipped = [f"line {c.line}: contact {c.a} -> {c.b}: not two DTN nodes of the swarm"
+               for c in load.plan.contacts if c.a not in numbers or c.b not in numbers]
+    contacts = [Contact(at(c.start), at(c.end), num(c.a), num(c.b), rate(c), c.line) for c in ours]
+    ranges = [Range(at(r.start), at(r.end), num(r.a), num(r.b), math.ceil(r.owlt), r.line)
+              for r in load.plan.ranges if r.a in numbers and r.b in numbers]
+    planned_ranges = {pair(r.a, r.b) for r in ranges}
+    ranges += [Range(c.start, c.end, c.a, c.b, math.ceil(load.owlt(raw.a, raw.b)), c.line)
+               for c, raw in zip(contacts, ours) if pair(c.a, c.b) not in planned_ranges | started_ranges]
+    kept = ion_load(ContactPlan(tuple(contacts), tuple(ranges)))
+    refused = skipped + [f"line {x.line}: {'contact' if isinstance(x, Contact) else 'range'} {x.a} -> {x.b} "
+                         f"+{x.start:g} +{x.end:g}: {why}" for x, why in kept.refused]
+    return kept.kept, refused, planned_ranges
 
 
 def start_script(node: str, admins: list[str], users: list[str], source: str, number: int = 0) -> str:
