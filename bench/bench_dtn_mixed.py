@@ -5,6 +5,13 @@ program (flightsw/dtn_traffic.py) inside each node. The rate is bundles over the
 last received (distinct bundles only; duplicates counted apart).
 
     bench/bench_dtn_mixed.py [--count 300] [--size 100000] [--delay 0]   # --delay: one-way ms on the ISL link
+                             [--agents dtn7,hardy] [--probe] [--tcp-buffers]
+
+`--agents A,B`: sat01's and sat02's agents (dtn7 or hardy; default dtn7,hardy; dtn7,dtn7 for the best pair).
+`--probe` says where the time goes (bench/netns_probe.py): the CPU seconds each node's processes used per direction
+(agent, traffic program, link engine; the host's busy time beside it, and what no node's process accounts for:
+the kernel's softirq work, other sessions), and samples of the sender's TCP connection with `ss -tin` (its window,
+retransmissions, and how often it had nothing to send: app-limited).
 
 The `dtn` experiment type gives every node one agent, hence this script. It brings up swarm bench-mix (10.205.x) and
 takes it down afterwards.
@@ -21,10 +28,15 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench.netns_probe import CpuSpan, SsSampler, namespace, ss_summary  # noqa: E402
+
 NAME = "bench-mix"
 SWARM = [sys.executable, "-m", "swarm"]
 ENV = {**os.environ, "SWARM_WORKDIR": str(REPO)}
-AGENTS = {"sat01": ("dtn7", "dtn7-http"), "sat02": ("hardy", "hardy-http")}
+CLIENTS = {"dtn7": "dtn7-http", "hardy": "hardy-http"}  # how the traffic program talks to each agent
+AGENTS = {"sat01": ("dtn7", "dtn7-http"), "sat02": ("hardy", "hardy-http")}  # --agents sets them
+TCPCL_PORT = 4556
 
 
 def swarm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -43,13 +55,19 @@ def events(out: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def one_way(src: str, dst: str, count: int, size: int, tmp: Path) -> dict:
+def one_way(src: str, dst: str, count: int, size: int, tmp: Path, probe: bool = False) -> dict:
     release = time.time() + 3
     recv = traffic(dst, {"flows": [], "release": release, "duration": 1, "drain": 120, "expect": count}, tmp)
     send = traffic(src, {"flows": [{"dst": dst, "size": size, "rate": 0, "count": count}], "release": release,
                          "duration": 120, "receive": False}, tmp)
+    if probe:
+        time.sleep(max(0.0, release - time.time() - 0.5))  # the traffic programs' start-up is not the transfer's
+        cpu = CpuSpan({n: namespace(NAME, n) for n in (src, dst)})
+        cpu.start()
+        sampler = SsSampler(namespace(NAME, src), TCPCL_PORT, 0.5).start()
     out_s, err_s = send.communicate(timeout=300)
     out_r, err_r = recv.communicate(timeout=300)
+    where = {"cpu": cpu.stop(), "tcp": ss_summary(sampler.stop())} if probe else {}
     sent = [e for e in events(out_s) if e.get("ev") == "sent" and e.get("ok")]
     got = [e for e in events(out_r) if e.get("ev") == "recv"]
     fresh = [g for g in got if not g["dup"]]
@@ -60,7 +78,7 @@ def one_way(src: str, dst: str, count: int, size: int, tmp: Path) -> dict:
             "delivered": len(fresh), "duplicates": len(got) - len(fresh), "span_s": round(span, 3),
             "bundles_per_s": round(len(fresh) / span, 1),
             "send_ms": round(1000 * sum(s["t_ack"] - s["t"] for s in sent) / len(sent), 2),  # agent's API
-            "mbit_per_s": round(len(fresh) * size * 8 / span / 1e6, 1)}
+            "mbit_per_s": round(len(fresh) * size * 8 / span / 1e6, 1), **where}
 
 
 def main() -> int:
@@ -68,13 +86,24 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=300)
     ap.add_argument("--size", type=int, default=100_000)
     ap.add_argument("--delay", type=float, default=0.0, help="one-way delay on the ISL link, ms")
+    ap.add_argument("--agents", default="dtn7,hardy", help="sat01's and sat02's agents (dtn7, hardy)")
+    ap.add_argument("--probe", action="store_true", help="CPU per process and TCP samples per direction")
+    ap.add_argument("--tcp-buffers", action="store_true",
+                    help="links: {tcp_buffers: bdp} (the nodes' TCP buffers sized from the links; with --delay)")
     args = ap.parse_args()
-    links = f"links: {{default: {{delay: {args.delay:g}ms}}}}\n" if args.delay else ""
+    agents = args.agents.split(",")
+    if len(agents) != 2 or any(a not in CLIENTS for a in agents):
+        ap.error(f"--agents: two of {', '.join(CLIENTS)}, comma-separated (got {args.agents!r})")
+    for node, agent in zip(("sat01", "sat02"), agents):
+        AGENTS[node] = (agent, CLIENTS[agent])
+    buffers = "tcp_buffers: bdp, " if args.tcp_buffers else ""
+    links = f"links: {{{buffers}default: {{delay: {args.delay:g}ms}}}}\n" if args.delay else ""
     with tempfile.TemporaryDirectory(prefix="bench-mix-") as t:
         tmp = Path(t)
         spec = tmp / "spec.yaml"
         spec.write_text(f"name: {NAME}\nbackend: netns\n"
-                        "node_list: [{name: sat01, dtn: {}}, {name: sat02, dtn: {agent: hardy}}]\n"
+                        f"node_list: [{{name: sat01, dtn: {{agent: {agents[0]}}}}}, "
+                        f"{{name: sat02, dtn: {{agent: {agents[1]}}}}}]\n"
                         "networks: {isl: {subnet: 10.205.0.0/25}, ground: {subnet: 10.205.0.128/25}}\n" + links)
         swarm("down", NAME)
         up = swarm("up", str(spec))
@@ -82,8 +111,8 @@ def main() -> int:
             print(up.stderr, file=sys.stderr)
             return 1
         try:
-            rows = [one_way("sat01", "sat02", args.count, args.size, tmp),
-                    one_way("sat02", "sat01", args.count, args.size, tmp)]
+            rows = [one_way("sat01", "sat02", args.count, args.size, tmp, args.probe),
+                    one_way("sat02", "sat01", args.count, args.size, tmp, args.probe)]
         finally:
             swarm("down", NAME)
     for r in rows:
