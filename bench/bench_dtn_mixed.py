@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,36 +27,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.dtn_swarm import bring_up, events, swarm, traffic  # noqa: E402
 from bench.netns_probe import CpuSpan, SsSampler, namespace, ss_summary  # noqa: E402
 
 NAME = "bench-mix"
-SWARM = [sys.executable, "-m", "swarm"]
-ENV = {**os.environ, "SWARM_WORKDIR": str(REPO)}
 CLIENTS = {"dtn7": "dtn7-http", "hardy": "hardy-http"}  # how the traffic program talks to each agent
 AGENTS = {"sat01": ("dtn7", "dtn7-http"), "sat02": ("hardy", "hardy-http")}  # --agents sets them
 TCPCL_PORT = 4556
 
 
-def swarm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(SWARM + list(args), capture_output=True, text=True, env=ENV, timeout=timeout)
-
-
-def traffic(node: str, plan: dict, tmp: Path) -> subprocess.Popen:
-    path = tmp / f"{node}.json"
-    path.write_text(json.dumps({"node": node, "client": AGENTS[node][1], "port": 3000, "service": "in", **plan}))
-    return subprocess.Popen(SWARM + ["exec", NAME, node, sys.executable, str(REPO / "flightsw" / "dtn_traffic.py"),
-                                     "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV)
-
-
-def events(out: str) -> list[dict]:
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-
-
 def one_way(src: str, dst: str, count: int, size: int, tmp: Path, probe: bool = False) -> dict:
     release = time.time() + 3
-    recv = traffic(dst, {"flows": [], "release": release, "duration": 1, "drain": 120, "expect": count}, tmp)
-    send = traffic(src, {"flows": [{"dst": dst, "size": size, "rate": 0, "count": count}], "release": release,
+    recv = traffic(NAME, dst, AGENTS[dst][1], {"flows": [], "release": release, "duration": 1, "drain": 120, "expect": count}, tmp)
+    send = traffic(NAME, src, AGENTS[src][1], {"flows": [{"dst": dst, "size": size, "rate": 0, "count": count}], "release": release,
                          "duration": 120, "receive": False}, tmp)
     if probe:
         time.sleep(max(0.0, release - time.time() - 0.5))  # the traffic programs' start-up is not the transfer's
@@ -105,10 +86,7 @@ def main() -> int:
                         f"node_list: [{{name: sat01, dtn: {{agent: {agents[0]}}}}}, "
                         f"{{name: sat02, dtn: {{agent: {agents[1]}}}}}]\n"
                         "networks: {isl: {subnet: 10.205.0.0/25}, ground: {subnet: 10.205.0.128/25}}\n" + links)
-        swarm("down", NAME)
-        up = swarm("up", str(spec))
-        if up.returncode != 0:
-            print(up.stderr, file=sys.stderr)
+        if not bring_up(NAME, spec):
             return 1
         try:
             rows = [one_way("sat01", "sat02", args.count, args.size, tmp, args.probe),

@@ -5,7 +5,8 @@ sender's TCP connection is sampled with `ss -tin` in its namespace every INTERVA
 round trip, retransmissions, delivery rate, app-limited, the kernel's receiver-window and send-buffer limited
 timers; bench/netns_probe.py), and the link engine's own counters for the link (tail drops at its queue limit) are
 read at the end. `--cc` sets both nodes' TCP congestion control (a per-namespace sysctl): Cubic against BBR over
-the same link.
+the same link. A namespace may set only what net.ipv4.tcp_allowed_congestion_control lists (on the machine of
+2026-11-28: reno and bbr, and bbr is the host's default; cubic was refused).
 
     bench/bench_tcpcl_long.py [--count 3000] [--size 100000] [--delay 300] [--rate 100] [--cc cubic|bbr|reno]
                               [--interval 1] [--csv FILE]
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -28,28 +28,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.dtn_swarm import bring_up, events, swarm, traffic  # noqa: E402
 from bench.netns_probe import SS_FIELDS, SsSampler, namespace, ss_summary  # noqa: E402
 
 NAME = "bench-long"
-SWARM = [sys.executable, "-m", "swarm"]
-ENV = {**os.environ, "SWARM_WORKDIR": str(REPO)}
 TCPCL_PORT = 4556
-
-
-def swarm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(SWARM + list(args), capture_output=True, text=True, env=ENV, timeout=timeout)
-
-
-def traffic(node: str, plan: dict, tmp: Path) -> subprocess.Popen:
-    path = tmp / f"{node}.json"
-    path.write_text(json.dumps({"node": node, "client": "dtn7-http", "port": 3000, "service": "in", **plan}))
-    return subprocess.Popen(SWARM + ["exec", NAME, node, sys.executable, str(REPO / "flightsw" / "dtn_traffic.py"),
-                                     "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV)
-
-
-def events(out: str) -> list[dict]:
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
 def engine_counters(spec: Path) -> dict:
@@ -67,8 +50,8 @@ def engine_counters(spec: Path) -> dict:
 def run(args, tmp: Path, spec: Path, on_row) -> dict:
     sampler = SsSampler(namespace(NAME, "sat01"), TCPCL_PORT, args.interval, on_row)
     release = time.time() + 3
-    recv = traffic("sat02", {"flows": [], "release": release, "duration": 1, "drain": 600, "expect": args.count}, tmp)
-    send = traffic("sat01", {"flows": [{"dst": "sat02", "size": args.size, "rate": 0, "count": args.count}],
+    recv = traffic(NAME, "sat02", "dtn7-http", {"flows": [], "release": release, "duration": 1, "drain": 600, "expect": args.count}, tmp)
+    send = traffic(NAME, "sat01", "dtn7-http", {"flows": [{"dst": "sat02", "size": args.size, "rate": 0, "count": args.count}],
                              "release": release, "duration": 600, "receive": False}, tmp)
     sampler.start()
     out_s, err_s = send.communicate(timeout=900)
@@ -113,13 +96,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-long-") as t:
         tmp = Path(t)
         spec = tmp / "spec.yaml"
-        spec.write_text(f"name: {NAME}\nbackend: netns\nnodes: 2\ndtn: {{cla: tcp}}\n"
+        spec.write_text(f"name: {NAME}\nbackend: netns\nnodes: 2\ndefaults: {{dtn: {{cla: tcp}}}}\n"
                         "networks: {isl: {subnet: 10.206.0.0/25}, ground: {subnet: 10.206.0.128/25}}\n"
                         f"links: {{tcp_buffers: bdp, default: {{delay: {args.delay:g}ms, rate: {args.rate:g}Mbit}}}}\n")
-        swarm("down", NAME)
-        up = swarm("up", str(spec))
-        if up.returncode != 0:
-            print(up.stderr, file=sys.stderr)
+        if not bring_up(NAME, spec):
             return 1
         try:
             for node in ("sat01", "sat02"):
