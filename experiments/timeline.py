@@ -246,8 +246,11 @@ class FaultTimeline:
                         self.rows.append(row)
                         cuts_before = set(planned_cuts.cuts)
                         plan_event(planned_cuts, ev, ef.names)  # instants hold the events in timeline order
-                        if self.watcher:
-                            self.watcher.event(ev.kind, ev.args, applied, healed_pairs(cuts_before, planned_cuts.cuts))
+                        if self.watcher:  # the saved link state lags the engine's schedule: judge by this event's
+                            now = LinkState(cuts=set(planned_cuts.cuts), base=dict(planned_cuts.base),
+                                            node_faults=dict(ef.start_state.node_faults))
+                            self.watcher.event(ev.kind, ev.args, applied, healed_pairs(cuts_before, planned_cuts.cuts),
+                                               now)
                     done_instants += 1
                 try:
                     ef.send_windows()

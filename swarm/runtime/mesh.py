@@ -17,6 +17,7 @@ from swarm.spec.mesh import MeshSpec
 
 if TYPE_CHECKING:
     from netem.runtime.links import LinkController
+    from netem.state import LinkState
     from swarm.runtime.context import SwarmContext
 
 
@@ -92,16 +93,18 @@ class Mesh:
             return []
         return impl.parse_originators(res.stdout) if res.ok else []
 
-    def link_state(self) -> tuple[set[tuple[str, str]], set[str]]:
-        """Directed links that are down (cuts, partitions, `up: false`) and nodes stopped by faults."""
-        state = self.links.load()
+    def link_state(self, state: "LinkState | None" = None) -> tuple[set[tuple[str, str]], set[str]]:
+        """Directed links that are down (cuts, partitions, `up: false`) and nodes stopped by faults, in `state`
+        (default: the swarm's saved link state now)."""
+        state = self.links.load() if state is None else state
         down = {pair for pair, imp in state.effective().items() if imp.effective().down}
         stopped = {n for n, f in state.node_faults.items() if f in ("stop", "kill", "pause")}
         return down, stopped
 
-    def snapshot(self, direct: frozenset[tuple[str, str]] = frozenset()) -> MeshSnapshot:
-        """Every running node's routes now, judged against the current link state."""
-        down, stopped = self.link_state()
+    def snapshot(self, direct: frozenset[tuple[str, str]] = frozenset(),
+                 state: "LinkState | None" = None) -> MeshSnapshot:
+        """Every running node's routes now, judged against `state` (default: the current saved link state)."""
+        down, stopped = self.link_state(state)
         taken = time.time()
         alive = [n for n in self.names if n not in stopped]
         routes: dict[str, dict[str, str]] = {}
@@ -122,9 +125,12 @@ class Mesh:
 
     def wait_converged(self, since: float, timeout: float | None = None,
                        progress: Callable[[int, int, str], None] | None = None,
-                       direct: frozenset[tuple[str, str]] = frozenset(), stable_s: float = 0.0) -> dict:
+                       direct: frozenset[tuple[str, str]] = frozenset(), stable_s: float = 0.0,
+                       state: "LinkState | None" = None) -> dict:
         """Poll every POLL_S until the mesh has converged (or `timeout` s pass); `direct`: pairs just healed,
-        whose routes must be direct again. With `stable_s`, converged means converged with the same routes for
+        whose routes must be direct again; `state`: the link state to converge to (default: the saved one, read
+        at every poll; a timeline the userspace engine runs saves its state only at the end, so it passes each
+        event's). With `stable_s`, converged means converged with the same routes for
         that long (right after convergence batmand still changes relays from one reading to the next); the
         figures are those of the first snapshot of that stable run. Returns MESH_COLUMNS' timing part:
         converged (bool), converged_ts (when the first converged snapshot was complete), converge_s (from
@@ -136,7 +142,7 @@ class Mesh:
         last_unconverged = since  # when the last snapshot that saw the mesh unconverged began reading
         stable_from: tuple[float, dict, float] | None = None  # (done_ts, routes, last_unconverged) of the stable run
         while True:
-            snap = self.snapshot(direct)
+            snap = self.snapshot(direct, state)
             polls += 1
             done_ts = time.time()
             good = sum(1 for p in snap.problems.values() if not p)
@@ -226,16 +232,18 @@ class MeshWatcher:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def event(self, kind: str, args: str, applied_ts: float, direct: frozenset[tuple[str, str]] = frozenset()) -> None:
-        """Start measuring the convergence after an event applied at `applied_ts`."""
-        thread = threading.Thread(target=self._measure, args=(kind, args, applied_ts, direct), daemon=True,
+    def event(self, kind: str, args: str, applied_ts: float, direct: frozenset[tuple[str, str]] = frozenset(),
+              state: "LinkState | None" = None) -> None:
+        """Start measuring the convergence after an event applied at `applied_ts`; `state`: the link state the
+        event left (default: the swarm's saved state, read at every poll)."""
+        thread = threading.Thread(target=self._measure, args=(kind, args, applied_ts, direct, state), daemon=True,
                                   name=f"mesh-{kind}")
         self._threads.append(thread)
         thread.start()
 
-    def _measure(self, kind, args, applied_ts, direct) -> None:
+    def _measure(self, kind, args, applied_ts, direct, state) -> None:
         try:
-            timing = self.mesh.wait_converged(applied_ts, direct=direct)
+            timing = self.mesh.wait_converged(applied_ts, direct=direct, state=state)
         except Exception as exc:  # recorded, the test goes on
             timing = {"event_ts": round(applied_ts, 6), "converged": False, "problem": str(exc)[:200]}
         row = mesh_row(self.run_id, self.test_id, self.size, self.mesh.implementation or "", kind, args, timing)

@@ -238,12 +238,31 @@ def test_wait_converged_times_the_first_converged_snapshot_and_its_resolution(mo
     outcomes = iter([{"sat01": ["no route to sat02"]}, {"sat01": ["no route to sat02"]}, {"sat01": []}])
     m = Mesh.__new__(Mesh)
     m.spec, m.implementation = MeshSpec(protocol="batman"), "batmand"
-    m.snapshot = lambda direct=frozenset(): MeshSnapshot(mesh_mod.time.time(), {}, next(outcomes))
+    m.snapshot = lambda direct=frozenset(), state=None: MeshSnapshot(mesh_mod.time.time(), {}, next(outcomes))
     timing = m.wait_converged(since=99.95)
     # each tick of the clock is one reading: snapshot 1 taken 100.0, done 100.1 (100.2: the pause's length);
     # snapshot 2 taken 100.3, done 100.4 (100.5); snapshot 3 taken 100.6, done 100.7: converged
     assert timing["converged"] and timing["polls"] == 3
     assert timing["converged_ts"] == 100.7 and timing["converge_s"] == 0.75 and timing["resolution_s"] == 0.4
+
+
+def test_an_events_own_link_state_judges_the_routes_not_the_saved_one():
+    """A timeline the userspace engine runs saves the link state only at its end: the watcher's measurement of a
+    cut is judged against the state the cut left (passed with the event), else the old direct routes would pass
+    as converged the instant the cut is applied (stress run: 0.056 s, while batmand needed its purge timeout)."""
+    from types import SimpleNamespace
+
+    from netem.state import LinkState
+    from swarm.runtime.mesh import Mesh
+
+    m = Mesh.__new__(Mesh)
+    m.names = NAMES
+    m.links = SimpleNamespace(load=lambda: LinkState())  # saved: nothing cut yet
+    m.node_routes = lambda node: {d: d for d in NAMES if d != node}  # every route still direct
+    cut = LinkState(cuts={("sat01", "sat03"), ("sat03", "sat01")})
+    assert m.snapshot().converged
+    after_cut = m.snapshot(state=cut)
+    assert not after_cut.converged and after_cut.problems["sat03"] == ["route to sat01 via sat01, which it does not hear"]
 
 
 def test_batman_adv_originators_json_recorded_in_the_kernel_lab():

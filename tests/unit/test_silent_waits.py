@@ -19,7 +19,7 @@ def fake_mesh(snapshots, clock_step=0.1):
     m = Mesh.__new__(Mesh)
     m.spec, m.implementation = MeshSpec(protocol="batman"), "batmand"
     it = iter(snapshots)
-    m.snapshot = lambda direct=frozenset(): next(it)()
+    m.snapshot = lambda direct=frozenset(), state=None: next(it)()
     return m, mesh_mod
 
 
@@ -41,7 +41,7 @@ def test_converged_only_when_routes_hold_for_the_stability_window(monkeypatch):
            ({"sat01": []}, relay_b), ({"sat01": []}, relay_b), ({"sat01": []}, relay_b), ({"sat01": []}, relay_b)]
     snaps = iter(seq)
 
-    def snapshot(direct=frozenset()):
+    def snapshot(direct=frozenset(), state=None):
         problems, routes = next(snaps)
         return MeshSnapshot(mesh_mod.time.time(), routes, problems)
 
@@ -63,7 +63,7 @@ def test_without_a_window_the_first_converged_snapshot_counts(monkeypatch):
     monkeypatch.setattr(mesh_mod.time, "time", lambda: next(clock))
     monkeypatch.setattr(mesh_mod.time, "sleep", lambda s: None)
     outcomes = iter([{"sat01": ["x"]}, {"sat01": []}])
-    m.snapshot = lambda direct=frozenset(): MeshSnapshot(mesh_mod.time.time(), {}, next(outcomes))
+    m.snapshot = lambda direct=frozenset(), state=None: MeshSnapshot(mesh_mod.time.time(), {}, next(outcomes))
     assert m.wait_converged(since=99.95)["polls"] == 2
 
 
@@ -77,7 +77,7 @@ def test_mesh_report_reads_every_node_at_once():
     m.swarm = SimpleNamespace(name="hd-mesh")
     m.describe = lambda: "batmand"
     m.link_state = lambda: (set(), set())
-    m.snapshot = lambda direct=frozenset(): MeshSnapshot(0.0, {n: {} for n in names}, {n: [] for n in names})
+    m.snapshot = lambda direct=frozenset(), state=None: MeshSnapshot(0.0, {n: {} for n in names}, {n: [] for n in names})
     active, peak = [0], [0]
     lock = threading.Lock()
 
