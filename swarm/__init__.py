@@ -6,11 +6,22 @@ netem/ or analysis/) does not pull in the whole runtime. When the `swarm` progra
 (swarm.interrupt) before anything else loads.
 """
 import sys as _sys
+import _signal  # built in and loaded already: no import work before the first handler (signal.py takes ms to load)
 
-from swarm.interrupt import install as _install, is_program as _is_program
+# The `swarm` program (`python -m swarm`, or the console script) catches Ctrl-C from this line on: until the real
+# handler is in place a Ctrl-C is only noted (a stress run of CI caught one in `import signal` below), then it
+# ends the program with the handler's one line, as nothing has started yet. A program importing the package keeps
+# its own handler. (The condition is swarm.interrupt.is_program, written out: that module is not loaded yet.)
+_early_interrupts: list = []
+if (_sys.argv[:1] == ["-m"] or (bool(_sys.argv) and _sys.argv[0].rsplit("/", 1)[-1] == "swarm")) and \
+        _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    _signal.signal(_signal.SIGINT, lambda signum, frame: _early_interrupts.append(signum))
+    from swarm.interrupt import install as _install
 
-if _is_program(_sys.argv):  # first, before any other import; a program that imports the package keeps its handler
-    _install()
+    _install(replacing=_signal.getsignal(_signal.SIGINT))
+    if _early_interrupts:
+        _sys.stderr.write("interrupted\n")
+        raise SystemExit(130)
 
 __version__ = "0.1.0"
 

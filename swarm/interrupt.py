@@ -52,9 +52,11 @@ def on_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def install() -> None:
-    """Make on_interrupt the SIGINT handler, unless the process chose another (e.g. ignores SIGINT)."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+def install(replacing=None) -> None:
+    """Make on_interrupt the SIGINT handler, unless the process chose another (e.g. ignores SIGINT); `replacing`:
+    a handler of our own that may be replaced too (the package's first one, which only notes a Ctrl-C)."""
+    current = signal.getsignal(signal.SIGINT)
+    if current is signal.default_int_handler or (replacing is not None and current is replacing):
         signal.signal(signal.SIGINT, on_interrupt)
 
 

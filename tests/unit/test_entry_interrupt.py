@@ -143,3 +143,21 @@ def test_the_package_installs_the_handler_first_only_when_it_is_the_swarm_progra
             "print(signal.getsignal(signal.SIGINT) is swarm.interrupt.on_interrupt)")
     res = subprocess.run([sys.executable, "-c", code, argv0], capture_output=True, text=True, timeout=30)
     assert res.stdout.strip() == str(installed), (res.stdout, res.stderr)
+
+
+def test_a_ctrl_c_while_the_handler_itself_loads_is_one_line_and_exit_130():
+    """The window a stress run of CI hit: a SIGINT while swarm/__init__.py imported swarm.interrupt (in `import
+    signal`) gave a KeyboardInterrupt traceback. The package's first handler notes it; the program then ends with
+    the one line and 130, as nothing has started. Here the SIGINT is sent by an import hook at that very import."""
+    code = ("import os, signal, sys\n"
+            "class Hook:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'swarm.interrupt':\n"
+            "            os.kill(os.getpid(), signal.SIGINT)\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, Hook())\n"
+            "sys.argv[0] = '-m'\n"
+            "import swarm\n"
+            "print('went on')\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert (res.returncode, res.stderr, res.stdout) == (130, "interrupted\n", ""), res
