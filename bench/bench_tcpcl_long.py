@@ -9,7 +9,7 @@ the same link. A namespace may set only what net.ipv4.tcp_allowed_congestion_con
 2026-11-28: reno and bbr, and bbr is the host's default; cubic was refused).
 
     bench/bench_tcpcl_long.py [--count 3000] [--size 100000] [--delay 300] [--rate 100] [--cc cubic|bbr|reno]
-                              [--interval 1] [--csv FILE]
+                              [--window N] [--interval 1] [--csv FILE]
 
 Prints each `ss` sample as a JSON line as it is taken (and to --csv) and a summary line: delivered, duplicates,
 span, goodput as a fraction of the link over the whole span and from the first arrival, the samples' summary, the
@@ -64,7 +64,7 @@ def run(args, tmp: Path, spec: Path, on_row) -> dict:
         raise SystemExit(f"sent {len(sent)}, received {len(fresh)}; {err_s[-300:]} {err_r[-300:]}")
     first_sent, first_got, last_got = min(s["t"] for s in sent), min(g["t"] for g in fresh), max(g["t"] for g in fresh)
     bits, link = len(fresh) * args.size * 8, args.rate * 1e6
-    return {"cc": args.cc, "one_way_ms": args.delay, "rate_mbit": args.rate, "size": args.size,
+    return {"cc": args.cc, "window": args.window or "framework's", "one_way_ms": args.delay, "rate_mbit": args.rate, "size": args.size,
             "sent": len(sent), "delivered": len(fresh), "duplicates": len(got) - len(fresh),
             "span_s": round(last_got - first_sent, 2), "first_arrival_s": round(first_got - first_sent, 2),
             "of_link_whole": round(bits / (last_got - first_sent) / link, 3),
@@ -79,6 +79,7 @@ def main() -> int:
     ap.add_argument("--delay", type=float, default=300.0, help="one-way delay, ms")
     ap.add_argument("--rate", type=float, default=100.0, help="link rate, Mbit/s")
     ap.add_argument("--cc", default="cubic", help="the nodes' TCP congestion control (cubic, bbr, reno)")
+    ap.add_argument("--window", type=int, help="dtn.tcpcl.window (default: the framework's, from the link)")
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--csv", help="also write the samples here, as they are taken")
     args = ap.parse_args()
@@ -96,7 +97,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-long-") as t:
         tmp = Path(t)
         spec = tmp / "spec.yaml"
-        spec.write_text(f"name: {NAME}\nbackend: netns\nnodes: 2\ndefaults: {{dtn: {{cla: tcp}}}}\n"
+        window = f", tcpcl: {{window: {args.window}}}" if args.window else ""
+        spec.write_text(f"name: {NAME}\nbackend: netns\nnodes: 2\ndefaults: {{dtn: {{cla: tcp{window}}}}}\n"
                         "networks: {isl: {subnet: 10.206.0.0/25}, ground: {subnet: 10.206.0.128/25}}\n"
                         f"links: {{tcp_buffers: bdp, default: {{delay: {args.delay:g}ms, rate: {args.rate:g}Mbit}}}}\n")
         if not bring_up(NAME, spec):

@@ -139,13 +139,18 @@ def test_every_agent_names_a_client_the_traffic_program_has():
 # ------------------------------------------------------------------------ TCPCL window (rate x round trip)
 def test_tcp_window_fills_rate_times_rtt_with_bundles():
     from swarm.dtn.agents.tcpcl import AUTO_MAX_WINDOW, tcp_window
+    from swarm.spec.dtn import MAX_TCP_WINDOW
 
     assert tcp_window(100e6, 0.1, 100_000) == 14  # 1.25 MB in flight = 12.5 bundles of 100 kB, + 1 queued
     assert tcp_window(10e6, 0.1, 100_000) == 3  # 125 kB = 1.25 bundles
     assert tcp_window(1e6, 0.01, 100_000) == 2  # less than one bundle in flight: one, + 1 queued
     assert tcp_window(100e6, 0.0, 100_000) == 1  # no round trip: the published behaviour
     assert tcp_window(None, 0.1, 100_000) == AUTO_MAX_WINDOW == 64  # unlimited link: the framework's most
-    assert tcp_window(10e9, 4.0, 1_000) == 64 and tcp_window(10e9, 4.0, 1_000, most=8) == 8
+    # a rated link gets its product, not the unlimited link's 64 (0.3 s one-way at 100 Mbit/s: 76 filled the link,
+    # 64 left it at 0.87), up to the most a user may set
+    assert tcp_window(100e6, 0.6, 100_000) == 76
+    assert tcp_window(10e9, 4.0, 1_000) == MAX_TCP_WINDOW == 1024 and tcp_window(10e9, 4.0, 1_000, most=8) == 8
+    assert tcp_window(None, 0.1, 100_000, most=8) == 8
     with pytest.raises(ValueError, match="round trip -1"):
         tcp_window(1e6, -1, 1000)
 

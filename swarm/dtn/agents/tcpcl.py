@@ -12,21 +12,26 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-#: The most transfers in flight the framework sets by itself: an unlimited link (no rate) gets this many; a user
-#: may set up to MAX_WINDOW in `dtn.tcpcl.window`.
+from swarm.spec.dtn import MAX_TCP_WINDOW
+
+#: Transfers in flight the framework sets by itself on a link with no rate (whose product it cannot know). A link
+#: with a rate gets its bandwidth-delay product, up to MAX_TCP_WINDOW (the most a user may set in
+#: `dtn.tcpcl.window`): capping that at 64 too held 0.3 s one-way at 100 Mbit/s to 87 Mbit/s with the sender
+#: app-limited 86 % of the time; its product, 76, filled it (98 Mbit/s; BENCHMARKS.md, 2026-11-28).
 AUTO_MAX_WINDOW = 64
 
 
-def tcp_window(rate_bps: Optional[float], rtt: float, bundle_bytes: int, most: int = AUTO_MAX_WINDOW) -> int:
+def tcp_window(rate_bps: Optional[float], rtt: float, bundle_bytes: int, most: int = MAX_TCP_WINDOW) -> int:
     """Transfers in flight that keep a link of `rate_bps` (None or 0: unlimited) busy over a round trip of `rtt`
-    s with bundles of `bundle_bytes`: ceil(rate x RTT / bundle bits) + 1, clamped to [1, most]. No round trip
-    (rtt 0): 1, the agents' published behaviour, which suffices there."""
+    s with bundles of `bundle_bytes`: ceil(rate x RTT / bundle bits) + 1, clamped to [1, most]; an unlimited link
+    gets AUTO_MAX_WINDOW (or `most` if lower). No round trip (rtt 0): 1, the agents' published behaviour, which
+    suffices there."""
     if rtt < 0 or bundle_bytes <= 0:
         raise ValueError(f"tcp window: round trip {rtt} s, bundle {bundle_bytes} bytes: must be >= 0 and > 0")
     if rtt == 0:
         return 1
     if not rate_bps:
-        return most
+        return min(most, AUTO_MAX_WINDOW)
     return max(1, min(most, math.ceil(rate_bps * rtt / (8 * bundle_bytes)) + 1))
 
 
