@@ -69,7 +69,7 @@ trafficd:
 
 # hardy: `dtn.agent: hardy` (flightsw/hardy-node, Rust): our node program on Hardy's crates from the Cargo registry
 # (hardy-bpa, hardy-tcpclv4), built by images/hardy/build.sh (`nice -n 10 cargo build -q --release`, the versions
-# flightsw/hardy-node/Cargo.lock pins, hardy-tcpclv4 patched by images/hardy/hardy-tcpclv4-0.4.0.patch) into a
+# flightsw/hardy-node/Cargo.lock pins, hardy-tcpclv4 and hardy-bpa patched by images/hardy/<crate>.patch) into a
 # cache outside the repository like swarm-linkd; the program is copied alone into <cache>/bin. First build ~6 min.
 HARDY_TARGET ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/swarm-emu/hardy-target
 hardy:
@@ -170,7 +170,7 @@ lint-rust:
 	CARGO_TARGET_DIR="$(LINKD_TARGET)-clippy" nice -n 10 cargo clippy -q --release --locked --manifest-path netem/linkd/Cargo.toml -- -D warnings
 	CARGO_TARGET_DIR="$(LTPCLA_TARGET)-clippy" nice -n 10 cargo clippy -q --release --locked --manifest-path flightsw/ltpcla/Cargo.toml -- -D warnings
 	CARGO_TARGET_DIR="$(TRAFFICD_TARGET)-clippy" nice -n 10 cargo clippy -q --release --locked --manifest-path flightsw/trafficd-rs/Cargo.toml -- -D warnings
-	SWARM_HARDY_CACHE="$(HARDY_TARGET)" bash images/hardy/build.sh clippy  # against hardy-tcpclv4 as patched
+	SWARM_HARDY_CACHE="$(HARDY_TARGET)" bash images/hardy/build.sh clippy  # against hardy-tcpclv4 and hardy-bpa as patched
 
 wipe: setup
 	$(SWARM) wipe --yes
