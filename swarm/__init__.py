@@ -11,7 +11,7 @@ import _signal  # built in and loaded already: no import work before the first h
 # The `swarm` program (`python -m swarm`, or the console script) catches Ctrl-C from this line on: until the real
 # handler is in place a Ctrl-C is only noted (a stress run of CI caught one in `import signal` below), then it
 # ends the program with the handler's one line, as nothing has started yet. A program importing the package keeps
-# its own handler. (The condition is swarm.interrupt.is_program, written out: that module is not loaded yet.)
+# its own handler (`python -m swarm`: argv[0] is '-m' while runpy imports the package; the console script: its path).
 _early_interrupts: list = []
 if (_sys.argv[:1] == ["-m"] or (bool(_sys.argv) and _sys.argv[0].rsplit("/", 1)[-1] == "swarm")) and \
         _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:

@@ -58,9 +58,3 @@ def install(replacing=None) -> None:
     current = signal.getsignal(signal.SIGINT)
     if current is signal.default_int_handler or (replacing is not None and current is replacing):
         signal.signal(signal.SIGINT, on_interrupt)
-
-
-def is_program(argv: list[str]) -> bool:
-    """The `swarm` program is starting (`python -m swarm`: argv[0] is '-m' while runpy imports the package; the
-    console script: argv[0] is its path), not a program that imports the package."""
-    return argv[:1] == ["-m"] or (bool(argv) and argv[0].rsplit("/", 1)[-1] == "swarm")
