@@ -2,6 +2,7 @@
 name at a time, dead engines, killed nodes. Real namespaces and a real Compose CLI; swarm names start `rel`,
 subnets from tests/alloc.py."""
 import os
+import select
 import subprocess
 import sys
 import time
@@ -129,15 +130,19 @@ def test_down_during_a_compose_up_cancels_it_and_leaves_nothing(need_docker, tmp
     repo_swarm(["down", name])
     gate = tmp_path / "go"
     down_proc = gated_swarm(["down", name], gate)  # its start-up paid now (a stress run: the up won that race)
+    # down at the up's first container, seen from Docker's event stream as it happens: polling `docker ps` (three
+    # CLI calls a round, each up to a second on a busy host) let the up finish first (its containers are created
+    # about 2 s before it ends on this host)
+    since = f"{time.time():.3f}"  # the stream replays from here: nothing of the up is missed however late it attaches
+    up = repo_popen(["up", str(spec)])
+    events = subprocess.Popen(["docker", "events", "--since", since, "--filter", f"label=io.swarm-emu.swarm={name}",
+                               "--filter", "type=container", "--filter", "event=create", "--format", "{{.Action}}"],
+                              stdout=subprocess.PIPE, text=True)
     try:
-        up = repo_popen(["up", str(spec)])
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and up.poll() is None:  # down once the up has created something
-            if any(x.startswith("docker") for x in compose_leftovers(name)):
-                break
-            time.sleep(0.05)
-        assert up.poll() is None, up.communicate()
+        ready, _, _ = select.select([events.stdout], [], [], 120)
+        assert ready and events.stdout.readline().strip() == "create", "the up created no container in 120 s"
         gate.touch()
+        assert up.poll() is None, up.communicate()
         _, down_err = down_proc.communicate(timeout=600)
         _, up_err = up.communicate(timeout=300)
         assert down_proc.returncode == 0, (down_err, up_err)
@@ -145,8 +150,10 @@ def test_down_during_a_compose_up_cancels_it_and_leaves_nothing(need_docker, tmp
         assert up.returncode != 0, up_err  # cancelled: rolled back, not up
         assert compose_leftovers(name) == [], (down_err, up_err)
     finally:
-        if down_proc.poll() is None:
-            down_proc.kill()
+        events.kill()
+        for proc in (down_proc, up):
+            if proc.poll() is None:
+                proc.kill()
         repo_swarm(["down", name])
 
 
