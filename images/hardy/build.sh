@@ -3,7 +3,8 @@
 # cache OUTSIDE the repository, like swarm-linkd; cargo returns at once when nothing changed.
 #
 #   images/hardy/build.sh          -> prints the folder holding swarm-hardy (<cache>/bin; last line of stdout)
-#   images/hardy/build.sh clippy   -> clippy -D warnings on the same sources (make lint-rust), target <cache>-clippy
+#   images/hardy/build.sh clippy   -> clippy -D warnings on the same sources and tests (make lint-rust), target <cache>-clippy
+#   images/hardy/build.sh test     -> the node's unit tests (cargo test, the same patched crates)
 #   SWARM_HARDY_CACHE=/path        the cargo target folder (default ~/.cache/swarm-emu/hardy-target)
 #
 # hardy-tcpclv4 and hardy-bpa are built patched: images/hardy/<crate>-<version>.patch (each header says what and why)
@@ -79,7 +80,12 @@ done
 done
 if [ "$mode" = clippy ]; then
     CARGO_TARGET_DIR="$CACHE-clippy" nice -n 10 cargo clippy -q --release --offline "${use_patch[@]}" \
-        --manifest-path "$node/Cargo.toml" -- -D warnings
+        --all-targets --manifest-path "$node/Cargo.toml" -- -D warnings
+    exit 0
+fi
+if [ "$mode" = test ]; then  # the node's own unit tests, against the patched crates, in the build's target folder
+    CARGO_TARGET_DIR="$CACHE" nice -n 10 cargo test -q --release --offline "${use_patch[@]}" \
+        --manifest-path "$node/Cargo.toml"
     exit 0
 fi
 CARGO_TARGET_DIR="$CACHE" nice -n 10 cargo build -q --release --offline "${use_patch[@]}" \

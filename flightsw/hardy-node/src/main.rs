@@ -83,15 +83,20 @@ const MAX_WINDOW: usize = 1024;
 /// bundle still ForwardPending from storage (its storage/channel.rs says a bundle may come twice), which is each
 /// one in flight here (seen: 100 bundles Hardy -> dtn7 at 100 ms round trip made 203 duplicates). A copy that
 /// comes after its forward ended finds its data gone and is dropped by hardy-bpa itself (load_data_or_drop); one
-/// whose forward failed is routed again and comes back as new.
+/// whose forward failed is routed again and comes back as new. ListedStore leaves the bundles in flight out of
+/// those re-reads, so a re-read brings the next bundles instead.
 struct WindowPolicy {
     window: usize,
+    in_flight: InFlight,
 }
+
+/// The bundles whose forward is running, by (ID, peer): shared by the window's controllers and ListedStore.
+type InFlight = Arc<Mutex<HashSet<(BundleId, u32)>>>;
 
 struct WindowController {
     queue: Arc<dyn policy::EgressQueue>,
     slots: Arc<tokio::sync::Semaphore>,
-    in_flight: Arc<Mutex<HashSet<hardy_bpv7::bundle::Id>>>,
+    in_flight: InFlight,
 }
 
 #[async_trait]
@@ -115,7 +120,7 @@ impl policy::EgressPolicy for WindowPolicy {
         Arc::new(WindowController {
             queue,
             slots: Arc::new(tokio::sync::Semaphore::new(self.window)),
-            in_flight: Arc::default(),
+            in_flight: self.in_flight.clone(),
         })
     }
 }
@@ -123,7 +128,10 @@ impl policy::EgressPolicy for WindowPolicy {
 #[async_trait]
 impl policy::EgressController for WindowController {
     async fn forward(&self, _queue: Option<u32>, bundle: hardy_bpa::bundle::Bundle) {
-        let id = bundle.bundle.id.clone();
+        let BundleStatus::ForwardPending { peer, .. } = bundle.metadata.status else {
+            return self.queue.forward(bundle).await; // not a queued bundle: hardy-bpa's own path
+        };
+        let id = (bundle.bundle.id.clone(), peer);
         if !self.in_flight.lock().unwrap().insert(id.clone()) {
             return; // this bundle's forward is running: the store offered it again
         }
@@ -518,10 +526,23 @@ async fn answer(
 
 /// hardy-bpa's in-memory metadata store, which lists nothing, with the IDs of the bundles it holds beside it:
 /// an ID is held from its metadata's insertion until its tombstone (delivered, forwarded, expired or dropped).
-/// Every call goes to the inner store unchanged.
+/// Every call goes to the inner store unchanged but poll_pending, which leaves out the bundles in flight.
 struct ListedStore {
     inner: storage::MetadataMemStorage,
     held: Arc<Mutex<HashSet<BundleId>>>,
+    in_flight: InFlight,
+}
+
+/// A stream that keeps what it is sent (the inner store's poll, filtered before it goes on).
+#[derive(Default)]
+struct Collected(Mutex<Vec<BpaBundle>>);
+
+#[async_trait]
+impl StreamSender<BpaBundle> for Collected {
+    async fn send(&self, item: BpaBundle) -> Result<(), hardy_bpa::stream::SendError<BpaBundle>> {
+        self.0.lock().unwrap().push(item);
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -591,7 +612,36 @@ impl storage::MetadataStorage for ListedStore {
         status: &BundleStatus,
         limit: usize,
     ) -> storage::Result<()> {
-        self.inner.poll_pending(stream, status, limit).await
+        // A peer's queue, once congested, re-reads its `limit` oldest pending bundles from the store while any
+        // come back (hardy-bpa's storage/channel.rs); with a window those are the bundles in flight, which the
+        // controller drops as repeats, so the poller spun on them (58 % of swarm-hardy's CPU, Hardy -> dtn7 at
+        // 100 ms round trip). Asked for that many more and given the first `limit` not in flight, it brings the
+        // next bundles, and stops when only bundles in flight are left (a new one wakes it again).
+        let BundleStatus::ForwardPending { peer, .. } = *status else {
+            return self.inner.poll_pending(stream, status, limit).await;
+        };
+        let flying = self.in_flight.lock().unwrap().len();
+        if flying == 0 {
+            return self.inner.poll_pending(stream, status, limit).await;
+        }
+        let got = Collected::default();
+        self.inner
+            .poll_pending(&got, status, limit + flying)
+            .await?;
+        let got = std::mem::take(&mut *got.0.lock().unwrap());
+        let fresh: Vec<BpaBundle> = {
+            let in_flight = self.in_flight.lock().unwrap();
+            got.into_iter()
+                .filter(|b| !in_flight.contains(&(b.bundle.id.clone(), peer)))
+                .take(limit)
+                .collect()
+        };
+        for b in fresh {
+            if stream.send(b).await.is_err() {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -720,8 +770,9 @@ async fn main() {
 }
 
 /// Hardy's own policy (None) for window 1, else WindowPolicy.
-fn egress_policy(window: usize) -> Option<Arc<dyn policy::EgressPolicy>> {
-    (window > 1).then(|| Arc::new(WindowPolicy { window }) as Arc<dyn policy::EgressPolicy>)
+fn egress_policy(window: usize, in_flight: InFlight) -> Option<Arc<dyn policy::EgressPolicy>> {
+    (window > 1)
+        .then(|| Arc::new(WindowPolicy { window, in_flight }) as Arc<dyn policy::EgressPolicy>)
 }
 
 async fn run(args: Args) -> Res<()> {
@@ -749,15 +800,17 @@ async fn run(args: Args) -> Res<()> {
         inner: tcpcl.clone(),
         state: state.clone(),
     });
+    let in_flight = InFlight::default();
     let listed = Arc::new(ListedStore {
         inner: storage::MetadataMemStorage::new(&Default::default()),
         held: state.held.clone(),
+        in_flight: in_flight.clone(),
     });
     let bpa = Bpa::builder()
         .metadata_storage(listed)
         .routing_agent("static", Arc::new(static_routes(&args.routes)?))
         .node_ids(hardy_bpa::node_ids::NodeIds::try_from(&[node_id][..])?)
-        .cla("tcp", counted, egress_policy(args.window))
+        .cla("tcp", counted, egress_policy(args.window, in_flight))
         .build()
         .await?;
     if args.accept_no_crc {
@@ -792,4 +845,107 @@ async fn run(args: Args) -> Res<()> {
     }
     bpa.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use storage::MetadataStorage;
+
+    const PEER: u32 = 7;
+
+    fn queued(n: u32) -> BpaBundle {
+        let mut b = BpaBundle {
+            bundle: hardy_bpv7::bundle::Bundle {
+                id: BundleId {
+                    source: format!("ipn:1.{n}").parse().unwrap(),
+                    timestamp: Default::default(),
+                    fragment_info: None,
+                },
+                flags: Default::default(),
+                crc_type: Default::default(),
+                destination: "ipn:2.1".parse().unwrap(),
+                report_to: Default::default(),
+                lifetime: Duration::from_secs(3600),
+                previous_node: None,
+                age: None,
+                hop_count: None,
+                blocks: Default::default(),
+            },
+            metadata: Default::default(),
+        };
+        b.metadata.status = BundleStatus::ForwardPending {
+            peer: PEER,
+            queue: None,
+        };
+        b.metadata.read_only.received_at =
+            time::OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(n.into());
+        b
+    }
+
+    async fn polled(store: &ListedStore, status: &BundleStatus, limit: usize) -> Vec<u32> {
+        let got = Collected::default();
+        store.poll_pending(&got, status, limit).await.unwrap();
+        let got = got.0.into_inner().unwrap();
+        got.iter()
+            .map(|b| b.metadata.read_only.received_at.unix_timestamp() as u32)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_poll_skips_the_bundles_in_flight_to_that_peer_and_brings_the_next_oldest() {
+        let in_flight = InFlight::default();
+        let store = ListedStore {
+            inner: storage::MetadataMemStorage::new(&Default::default()),
+            held: Arc::default(),
+            in_flight: in_flight.clone(),
+        };
+        for n in 1..=10 {
+            assert!(store.insert(&queued(n)).await.unwrap());
+        }
+        let pending = BundleStatus::ForwardPending {
+            peer: PEER,
+            queue: None,
+        };
+        assert_eq!(polled(&store, &pending, 3).await, [1, 2, 3]); // nothing in flight: hardy-bpa's own order
+        for n in [1, 2, 3, 5] {
+            in_flight
+                .lock()
+                .unwrap()
+                .insert((queued(n).bundle.id.clone(), PEER));
+        }
+        in_flight
+            .lock()
+            .unwrap()
+            .insert((queued(4).bundle.id.clone(), PEER + 1)); // in flight to another peer: not this queue's
+        assert_eq!(polled(&store, &pending, 3).await, [4, 6, 7]);
+        assert_eq!(polled(&store, &pending, 100).await, [4, 6, 7, 8, 9, 10]);
+        let other = BundleStatus::ForwardPending {
+            peer: PEER + 1,
+            queue: None,
+        };
+        assert!(polled(&store, &other, 3).await.is_empty()); // none queued there
+    }
+
+    #[tokio::test]
+    async fn a_poll_with_only_bundles_in_flight_left_brings_none() {
+        let in_flight = InFlight::default();
+        let store = ListedStore {
+            inner: storage::MetadataMemStorage::new(&Default::default()),
+            held: Arc::default(),
+            in_flight: in_flight.clone(),
+        };
+        for n in 1..=4 {
+            store.insert(&queued(n)).await.unwrap();
+            in_flight
+                .lock()
+                .unwrap()
+                .insert((queued(n).bundle.id.clone(), PEER));
+        }
+        let pending = BundleStatus::ForwardPending {
+            peer: PEER,
+            queue: None,
+        };
+        assert!(polled(&store, &pending, 16).await.is_empty()); // the queue's poller stops, a new bundle wakes it
+    }
 }
