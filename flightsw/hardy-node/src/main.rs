@@ -617,22 +617,19 @@ impl storage::MetadataStorage for ListedStore {
         // controller drops as repeats, so the poller spun on them (58 % of swarm-hardy's CPU, Hardy -> dtn7 at
         // 100 ms round trip). Asked for that many more and given the first `limit` not in flight, it brings the
         // next bundles, and stops when only bundles in flight are left (a new one wakes it again).
-        let BundleStatus::ForwardPending { peer, .. } = *status else {
-            return self.inner.poll_pending(stream, status, limit).await;
-        };
         let flying = self.in_flight.lock().unwrap().len();
-        if flying == 0 {
-            return self.inner.poll_pending(stream, status, limit).await;
-        }
+        let (BundleStatus::ForwardPending { peer, .. }, 1..) = (status, flying) else {
+            return self.inner.poll_pending(stream, status, limit).await; // not a peer queue, or nothing in flight
+        };
         let got = Collected::default();
         self.inner
             .poll_pending(&got, status, limit + flying)
             .await?;
-        let got = std::mem::take(&mut *got.0.lock().unwrap());
+        let got = got.0.into_inner().unwrap();
         let fresh: Vec<BpaBundle> = {
             let in_flight = self.in_flight.lock().unwrap();
             got.into_iter()
-                .filter(|b| !in_flight.contains(&(b.bundle.id.clone(), peer)))
+                .filter(|b| !in_flight.contains(&(b.bundle.id.clone(), *peer)))
                 .take(limit)
                 .collect()
         };
@@ -874,13 +871,32 @@ mod tests {
             },
             metadata: Default::default(),
         };
-        b.metadata.status = BundleStatus::ForwardPending {
-            peer: PEER,
-            queue: None,
-        };
+        b.metadata.status = queue_of(PEER);
         b.metadata.read_only.received_at =
             time::OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(n.into());
         b
+    }
+
+    /// An empty store and its in-flight set.
+    fn listed() -> (ListedStore, InFlight) {
+        let in_flight = InFlight::default();
+        let store = ListedStore {
+            inner: storage::MetadataMemStorage::new(&Default::default()),
+            held: Arc::default(),
+            in_flight: in_flight.clone(),
+        };
+        (store, in_flight)
+    }
+
+    fn queue_of(peer: u32) -> BundleStatus {
+        BundleStatus::ForwardPending { peer, queue: None }
+    }
+
+    fn fly(in_flight: &InFlight, n: u32, peer: u32) {
+        in_flight
+            .lock()
+            .unwrap()
+            .insert((queued(n).bundle.id.clone(), peer));
     }
 
     async fn polled(store: &ListedStore, status: &BundleStatus, limit: usize) -> Vec<u32> {
@@ -894,58 +910,29 @@ mod tests {
 
     #[tokio::test]
     async fn a_poll_skips_the_bundles_in_flight_to_that_peer_and_brings_the_next_oldest() {
-        let in_flight = InFlight::default();
-        let store = ListedStore {
-            inner: storage::MetadataMemStorage::new(&Default::default()),
-            held: Arc::default(),
-            in_flight: in_flight.clone(),
-        };
+        let (store, in_flight) = listed();
         for n in 1..=10 {
             assert!(store.insert(&queued(n)).await.unwrap());
         }
-        let pending = BundleStatus::ForwardPending {
-            peer: PEER,
-            queue: None,
-        };
+        let pending = queue_of(PEER);
         assert_eq!(polled(&store, &pending, 3).await, [1, 2, 3]); // nothing in flight: hardy-bpa's own order
         for n in [1, 2, 3, 5] {
-            in_flight
-                .lock()
-                .unwrap()
-                .insert((queued(n).bundle.id.clone(), PEER));
+            fly(&in_flight, n, PEER);
         }
-        in_flight
-            .lock()
-            .unwrap()
-            .insert((queued(4).bundle.id.clone(), PEER + 1)); // in flight to another peer: not this queue's
+        fly(&in_flight, 4, PEER + 1); // in flight to another peer: not this queue's
         assert_eq!(polled(&store, &pending, 3).await, [4, 6, 7]);
         assert_eq!(polled(&store, &pending, 100).await, [4, 6, 7, 8, 9, 10]);
-        let other = BundleStatus::ForwardPending {
-            peer: PEER + 1,
-            queue: None,
-        };
-        assert!(polled(&store, &other, 3).await.is_empty()); // none queued there
+        assert!(polled(&store, &queue_of(PEER + 1), 3).await.is_empty()); // none queued there
     }
 
     #[tokio::test]
     async fn a_poll_with_only_bundles_in_flight_left_brings_none() {
-        let in_flight = InFlight::default();
-        let store = ListedStore {
-            inner: storage::MetadataMemStorage::new(&Default::default()),
-            held: Arc::default(),
-            in_flight: in_flight.clone(),
-        };
+        let (store, in_flight) = listed();
         for n in 1..=4 {
             store.insert(&queued(n)).await.unwrap();
-            in_flight
-                .lock()
-                .unwrap()
-                .insert((queued(n).bundle.id.clone(), PEER));
+            fly(&in_flight, n, PEER);
         }
-        let pending = BundleStatus::ForwardPending {
-            peer: PEER,
-            queue: None,
-        };
+        let pending = queue_of(PEER);
         assert!(polled(&store, &pending, 16).await.is_empty()); // the queue's poller stops, a new bundle wakes it
     }
 }
