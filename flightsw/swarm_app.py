@@ -183,6 +183,7 @@ class SwarmApp:
                 self._close_all()
                 self._reset_cycle_state()
                 continue
+            self._take()  # what arrived while this node ran late counts before its windows close
             self.cycle = math.floor(time.time() * self.cfg.rate_hz)
             self._new_cycle(self.cycle)
             if time.time() >= next_hk:

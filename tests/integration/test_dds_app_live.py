@@ -12,7 +12,7 @@ import pytest
 
 from experiments.app.model import experiment_from_dict
 from experiments.app.run import run_app_experiment
-from analysis.app import phase_table, write_app_report
+from analysis.app import phase_table, with_sent, write_app_report
 from swarm.runtime.swarm import Swarm
 from swarm.spec.model import gateway_address, spec_from_dict
 
@@ -145,7 +145,9 @@ def test_app_keeps_delivering_over_the_mesh_when_a_link_is_cut(tmp_path, need_ne
         "faults": [{"at": "6s", "cut": ["sat01", "sat03"]}, {"at": "16s", "heal": "all"}],
     })
     run_dir = run_app_experiment(exp, tmp_path)
-    peers = pd.read_csv(run_dir / "peers.csv")
+    peers = with_sent(pd.read_csv(run_dir / "peers.csv"))
+    # Full delivery = every sample sat01 sent arrived: cycles sat01 skipped because it ran late (a busy host) were
+    # never sent, so they are `unsent`, not lost, as in the report's phase table (analysis.app.with_sent).
     pair = peers[(peers["node"] == "sat03") & (peers["peer"] == "sat01")]
     mesh = pd.read_csv(run_dir / "mesh.csv")
     assert list(mesh["event"]) == ["up", "cut", "heal"] and mesh["converged"].all(), mesh
@@ -156,6 +158,8 @@ def test_app_keeps_delivering_over_the_mesh_when_a_link_is_cut(tmp_path, need_ne
     assert 6 < rerouted_at <= 13, f"the mesh re-routed {rerouted_at:.2f} s after t0 (cut at 6 s, heal at 16 s)"
     before = pair[(pair["t"] >= 1) & (pair["t"] + pair["window_s"] <= 6)]
     rerouted = pair[(pair["t"] >= rerouted_at) & (pair["t"] + pair["window_s"] <= 16)]  # re-routed, still cut
-    assert len(before) >= 4 and (before["delivery_ratio"] == 1.0).all(), pair
-    assert len(rerouted) >= 2 and (rerouted["delivery_ratio"] == 1.0).all(), (rerouted_at, pair)
+    assert len(before) >= 4 and (before["received"] == before["sent"]).all(), pair
+    late = pd.read_csv(run_dir / "plans.csv").query("skipped > 0")[["t", "node", "skipped"]]  # hosts' hiccups, if any
+    assert len(rerouted) >= 2 and (rerouted["received"] == rerouted["sent"]).all(), (rerouted_at, pair, late)
+    assert (rerouted["sent"] >= rerouted["expected"] // 2).all(), rerouted  # sat01 still sent (at least half)
     assert "Mesh: time to converge" in write_app_report(run_dir)["report_md"].read_text()
