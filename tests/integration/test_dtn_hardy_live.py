@@ -169,6 +169,12 @@ def test_dtn7_and_hardy_exchange_100kB_bundles_once_each_way_with_a_clean_tcpcl(
         got = [(xid, int(flags, 0), int(n)) for dst, xid, flags, n in acks if dst == sender]
         assert got == expected, (sender, got, expected)
 
+    # each side advertised a Transfer MRU that the other's 100 kB transfer fits (RFC 9174 section 4.7); dtnd said
+    # 64,000 while taking more until patch item 7, and tshark flagged Hardy's transfers "larger than peer MRU"
+    mrus = tcpcl_rows(pcap, ["ip.src", "tcpcl.v4.sess_init.xfer_mru"], "tcpcl.v4.mhdr.type == 0x07")
+    assert {src for src, _ in mrus} == senders and all(int(mru) >= 2 * SIZE for _, mru in mrus), mrus
+    assert tcpcl_rows(pcap, ["frame.number"], '_ws.expert.message contains "larger than peer MRU"') == []
+
     # the bundles: each primary block (the first block's CRC fields) carries a CRC-32C (type 2) that checks out,
     # the one dtn7 made (patch item 6) and the one Hardy made
     bundles = subprocess.run(["tshark", "-r", str(pcap), "-d", "tcp.port==4556,tcpcl", "-Y", "bpv7.primary.version",
