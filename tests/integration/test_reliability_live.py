@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import interruptible
+from conftest import interruptible, wait_until
 from alloc import nets, nets_yaml, octets
 
 NET = octets(__file__)  # this file's subnets (tests/alloc.py)
@@ -150,11 +150,9 @@ def test_down_during_a_compose_up_cancels_it_and_leaves_nothing(need_docker, tmp
     down_proc = gated_swarm(["down", name], gate)
     up = repo_popen(["up", str(spec)], {"SWARM_COMPOSE": str(wrapper)})
     try:
-        deadline = time.monotonic() + 240
-        while not held.exists():
-            assert up.poll() is None, up.communicate()
-            assert time.monotonic() < deadline, "the up's Compose did not start the containers in 240 s"
-            time.sleep(0.05)
+        wait_until(lambda: held.exists() or up.poll() is not None, 240, "the up's Compose starting the containers",
+                   every=0.05)
+        assert up.poll() is None, up.communicate()  # held in Compose, not ended
         assert len(compose_leftovers(name)) >= 6  # the up's containers (and its network, state) exist
         gate.touch()
         _, down_err = down_proc.communicate(timeout=600)
