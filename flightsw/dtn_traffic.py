@@ -46,9 +46,11 @@ import time
 
 TYPE_CHECKING = False  # what mypy reads as True: it checks the package's imports (no `typing` import at start-up)
 if TYPE_CHECKING or __package__:  # imported as flightsw.dtn_traffic (the host side's parsers and tests)
+    from flightsw import hdtn_app
     from flightsw import protocol as proto
     from flightsw import ud3tn_aap
 else:  # run as a script in a node: this directory is sys.path[0]
+    import hdtn_app
     import protocol as proto
     import ud3tn_aap
 
@@ -401,8 +403,38 @@ class Ud3tnAap:
             self.client = None
 
 
+class HdtnStcp:
+    """HDTN's router over STCP on loopback, as HDTN's own bpgen/bpsink reach it (hdtn_app.py): bundles are made here
+    and sent into the router's STCP induct; what the router delivers to the node's applications the application side
+    beside it files whole into inbox/, from which a client takes the oldest addressed to its service."""
+
+    name = "hdtn-stcp"
+
+    def __init__(self, opts: dict):
+        self.wd = opts.get("workdir") or "/var/lib/swarm-dtn"
+        with open(os.path.join(self.wd, "node-number")) as f:
+            self.sender = hdtn_app.Sender(self.wd, int(f.read().strip()))
+        atexit.register(self.sender.close)
+
+    def send(self, dst_eid: str, lifetime: int, payload: bytes) -> None:
+        try:
+            self.sender.send(dst_eid, payload, lifetime)
+        except (OSError, ValueError) as exc:
+            raise Refused(f"HDTN: {exc}") from None
+
+    def take(self, service: str) -> bytes | None:
+        return hdtn_app.take_bundle(self.wd, lambda raw: decode_bundle(raw)["dst"].rsplit(".", 1)[-1] == service)
+
+    def store(self) -> list[str]:
+        return []  # HDTN tells its storage over its telemetry API only
+
+    def close(self) -> None:
+        self.sender.close()
+
+
 #: The clients by name (the host's adapter names one in the plan); DEFAULT_CLIENT for plans that name none.
-CLIENTS = {Dtn7Http.name: Dtn7Http, HardyHttp.name: HardyHttp, IonTools.name: IonTools, Ud3tnAap.name: Ud3tnAap}
+CLIENTS = {Dtn7Http.name: Dtn7Http, HardyHttp.name: HardyHttp, IonTools.name: IonTools, Ud3tnAap.name: Ud3tnAap,
+           HdtnStcp.name: HdtnStcp}
 DEFAULT_CLIENT = Dtn7Http.name
 
 

@@ -47,7 +47,7 @@ def plan_agents(nodes: list[tuple[str, str, Optional[DtnSpec]]], isl_subnet: str
     engine = {n: p.ltp.engine_of(index[n]) for n, _, p in dtn_nodes}  # LTP engine IDs (dtn.ltp.engine)
     numbers = node_numbers({n: p for n, _, p in nodes})  # ipn node numbers (dtn.number, ltp.engine or index)
     node_id = {n: p.node_id(n, index[n]) for n, _, p in dtn_nodes}
-    by_name = {n: Peer(n, ip, engine[n], node_id[n]) for n, ip, _ in dtn_nodes}
+    by_name = {n: Peer(n, ip, engine[n], node_id[n], p.agent if p else "") for n, ip, p in dtn_nodes}
     link_of = link_of or (lambda a, b: LinkView())
     plans = []
     for name, ip, piece in dtn_nodes:

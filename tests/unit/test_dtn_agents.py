@@ -17,20 +17,21 @@ from conftest import REPO
 
 
 def test_registry_holds_dtn7_with_every_cla_and_hardy_with_tcp():
-    assert list(REGISTRY) == ["dtn7", "hardy", "ion", "ud3tn"] and isinstance(get_agent("dtn7"), Dtn7)
-    assert REGISTRY["hardy"].clas == ("tcp",) and carriers("tcp") == ["dtn7", "hardy"]
+    assert list(REGISTRY) == ["dtn7", "hardy", "ion", "ud3tn", "hdtn"] and isinstance(get_agent("dtn7"), Dtn7)
+    assert REGISTRY["hardy"].clas == ("tcp",) and carriers("tcp") == ["dtn7", "hardy", "hdtn"]
     assert REGISTRY["dtn7"].clas == CLAS and carriers("ltp") == ["dtn7", "ion"]
     assert REGISTRY["ion"].clas == ("ltp", "udp") and REGISTRY["ion"].install.user_tree
     assert REGISTRY["ud3tn"].clas == ("mtcp",) and carriers("mtcp") == ["dtn7", "ud3tn"] and \
         REGISTRY["ud3tn"].install.user_tree
+    assert REGISTRY["hdtn"].clas == ("tcp", "udp") and REGISTRY["hdtn"].install.user_tree
     assert all(isinstance(a, Agent) and a.install.programs and a.title for a in REGISTRY.values())
 
 
 def test_unknown_agent_is_one_line_naming_field_and_value():
-    with pytest.raises(ValueError, match=r"^dtn.agent 'hdtn': unknown agent \(known: dtn7, hardy, ion, ud3tn\)$"):
-        check_agent(DtnSpec(agent="hdtn"))
-    with pytest.raises(SpecError, match=r"dtn.agent 'hdtn': unknown agent \(known: dtn7, hardy, ion, ud3tn\)"):
-        spec_from_dict({"name": "agents", "nodes": 2, "defaults": {"dtn": {"agent": "hdtn"}}})
+    with pytest.raises(ValueError, match=r"^dtn.agent 'dtnme': unknown agent \(known: dtn7, hardy, ion, ud3tn, hdtn\)$"):
+        check_agent(DtnSpec(agent="dtnme"))
+    with pytest.raises(SpecError, match=r"dtn.agent 'dtnme': unknown agent \(known: dtn7, hardy, ion, ud3tn, hdtn\)"):
+        spec_from_dict({"name": "agents", "nodes": 2, "defaults": {"dtn": {"agent": "dtnme"}}})
 
 
 def test_an_agent_without_the_cla_is_refused(monkeypatch):

@@ -11,11 +11,12 @@ from typing import Optional
 from swarm.dtn.agents.base import Agent, AgentFailed, AgentPlan, Counters, Install, LinkView, NodeShell, Peer
 from swarm.dtn.agents.dtn7 import Dtn7
 from swarm.dtn.agents.hardy import Hardy
+from swarm.dtn.agents.hdtn import Hdtn
 from swarm.dtn.agents.ion import Ion
 from swarm.dtn.agents.ud3tn import Ud3tn
 from swarm.spec.dtn import CLAS, DtnSpec
 
-REGISTRY: dict[str, Agent] = {a.name: a for a in (Dtn7(), Hardy(), Ion(), Ud3tn())}
+REGISTRY: dict[str, Agent] = {a.name: a for a in (Dtn7(), Hardy(), Ion(), Ud3tn(), Hdtn())}
 
 
 def get_agent(name: str) -> Agent:

@@ -27,6 +27,7 @@ class Peer:
     isl_ip: str
     index: int = 0  # the node's LTP engine ID (default: its index in the swarm)
     node_id: str = ""  # its endpoint ID, dtn://<name>/ or ipn:<number>.0 ("": dtn://<name>/)
+    agent: str = ""  # the registry name of its agent (an adapter may reach its own kind differently: HDTN's router)
 
     @property
     def eid(self) -> str:

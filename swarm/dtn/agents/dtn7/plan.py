@@ -242,7 +242,7 @@ def peer_clas(peers_json: str) -> list[str]:
 GUARD_TABLE = "swarm_dtn_guard"
 
 
-def guard_rules(piece: DtnSpec, isl_subnet: str) -> str:
+def guard_rules(piece: DtnSpec, isl_subnet: str, local_tcp: tuple[int, ...] = ()) -> str:
     """nft script for one node (pure). dtnd 0.21.0 cannot bind its HTTP port to one address (it listens on
     every one), so the node's own firewall keeps the agent to the ISL: the HTTP port answers loopback (the
     node's own programs, swarm-ltpcla) and, with `cla: http`, the ISL subnet (peers push bundles there); the
@@ -250,7 +250,8 @@ def guard_rules(piece: DtnSpec, isl_subnet: str) -> str:
     through which every local user of the host reaches the node and IPv6 included, is refused. So is the ISL
     subnet's gateway address: on compose (and a Docker overlay) the bridge holding it is the host's, so every
     local user would pass as a peer; its frames come in on the ISL interface like a peer's, so only the
-    address tells them apart (netns keeps its bridges out of the host: no one holds it there). Re-applying
+    address tells them apart (netns keeps its bridges out of the host: no one holds it there). `local_tcp`: more
+    TCP ports an agent binds on every address that only the node's own programs may reach (loopback). Re-applying
     replaces the table."""
     web, cla = piece.web_port, piece.cla_port()
     proto = "udp" if piece.cla in ("udp", "ltp") else "tcp"
@@ -266,6 +267,8 @@ def guard_rules(piece: DtnSpec, isl_subnet: str) -> str:
         rules += [f"ip saddr {isl_subnet} {proto} dport {cla} accept",
                   f"{proto} dport {cla} " + ("reject with tcp reset" if proto == "tcp" else "drop")]
     rules += [f"ip saddr {isl_subnet} udp dport {DISCOVERY_PORT} accept", f"udp dport {DISCOVERY_PORT} drop"]
+    if local_tcp:
+        rules.append(f"tcp dport {{ {', '.join(map(str, sorted(local_tcp)))} }} reject with tcp reset")
     body = "".join(f"    {r}\n" for r in rules)
     return (f"table inet {GUARD_TABLE}\ndelete table inet {GUARD_TABLE}\ntable inet {GUARD_TABLE} {{\n"
             f"  chain input {{\n    type filter hook input priority -10; policy accept;\n{body}  }}\n}}\n")

@@ -1,0 +1,118 @@
+"""HDTN (NASA's High-rate DTN, the user's own build) as a DTN agent of the framework.
+
+- Installed by the user, like ION: `dtn.install` (or $SWARM_HDTN_INSTALL) is the prefix of their CMake build
+  (`cmake -DCMAKE_INSTALL_PREFIX=...; make; make install`), whose bin/ holds hdtn-one-process; checked before anything
+  starts. images/hdtn/Dockerfile layers bin/ and lib/ on the node image with the Debian runtime libraries HDTN links
+  (Boost, ZeroMQ, OpenSSL) and runs `ldd` on every program. Container backends only (each router binds the same
+  ports in its node).
+- Planned by swarm.dtn.agents.hdtn.plan: the node is its router (hdtn-one-process, ipn:<N + 1000000>.0) and its
+  applications' BP node ipn:<N> (flightsw/hdtn_app.py over STCP on loopback), hdtn.json and the contact plan HDTN's
+  CGR routes over.
+- CLAs: `tcp` (HDTN's TCPCLv4) and `udp`.
+- Asked in the node: readiness = the application side listens and the router holds a TCPCLv4 session with every
+  peer's router (its log's "received valid SessionInit from remote with EID ..."; `udp`: the router started);
+  counters = the application side's files (delivered, sent) and the peers with a session.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Optional
+
+from swarm.dtn.agents.base import Agent, AgentPlan, Counters, Install, LinkView, NodeShell, Peer, script_output, script_ready
+from swarm.dtn.agents.dtn7.plan import guard_rules
+from swarm.dtn.agents.hdtn.plan import APP_PORT, HELPER, LOCAL_PORT, PROGRAM, ROUTER_BASE, ZMQ_PORTS, plan_hdtn
+from swarm.spec.dtn import DtnSpec
+
+PROGRAMS = (PROGRAM,)
+NODE_DIR = "/var/lib/swarm-dtn"
+#: Inside the node, in its work folder: why the start failed, or not started yet, or the log lines readiness reads.
+READY = ('cd "$0" || exit 4; grep -m 1 "^HDTN start:" dtnd.log && exit 3; grep -q "HDTN applications ready" dtnd.log '
+         '|| { echo starting; exit 4; }; grep -q "starting Storage" dtnd.log || { echo "router starting"; exit 4; }; '
+         'grep -o "received valid SessionInit from remote with EID ipn:[0-9]*" dtnd.log | sort -u; true')
+#: Counters: the node's number, the application side's counts (delivered, sent), the routers it has a session with.
+COUNTERS = ('cd "$0" || exit 4; cat node-number; echo ---; cat delivered 2>/dev/null || echo 0; echo ---; '
+            'cat sent 2>/dev/null || echo 0; echo ---; '
+            'grep -o "received valid SessionInit from remote with EID ipn:[0-9]*" dtnd.log | sort -u; true')
+SEND = 'cd "$0" && python3 "$1" send --node "$(cat node-number)" --lifetime "$2" "$3"'
+SESSION_RE = re.compile(r"received valid SessionInit from remote with EID ipn:(\d+)")
+
+
+class Hdtn(Agent):
+    name = "hdtn"
+    title = "HDTN (the user's build)"
+    clas = ("tcp", "udp")
+    daemon = "hdtn"
+    install = Install(script="", programs=PROGRAMS, cache="", cache_env="SWARM_HDTN_INSTALL",
+                      dockerfile="images/hdtn/Dockerfile", image_repo="swarm-emu/hdtn", first_build="",
+                      user_tree=True)
+    ltp_by_ltpcla = False
+    needs_containers = "each HDTN router binds the same loopback and ZeroMQ ports in its own node"
+
+    def plan(self, node: str, index: int, isl_ip: str, piece: DtnSpec, peers: list[Peer], workdir: str,
+             isl_subnet: str, rtt: float, link_of: Callable[[str, str], LinkView]) -> AgentPlan:
+        return plan_hdtn(node, piece.number_of(index), piece, peers, workdir, link_of, self.config_text(piece),
+                         piece.config or "")
+
+    def guard(self, piece: DtnSpec, isl_subnet: str) -> str:
+        """The CLA's port answers the ISL only (as for every agent); the application side's and the router's
+        loopback ports (STCP, ZeroMQ) answer loopback only."""
+        return guard_rules(piece, isl_subnet, local_tcp=(LOCAL_PORT, APP_PORT, *ZMQ_PORTS))
+
+    def ready(self, shell: NodeShell, plan: AgentPlan) -> Optional[str]:
+        why, out = script_ready(shell, ["sh", "-c", READY, plan.workdir])
+        return why or readiness(plan, out)
+
+    def counters(self, shell: NodeShell, node: str, piece: DtnSpec) -> Counters:
+        out = script_output(shell, ["sh", "-c", COUNTERS, NODE_DIR])
+        return parse_counters(out, piece)
+
+    def store(self, shell: NodeShell, piece: DtnSpec, timeout: float) -> list[str]:
+        return []  # HDTN tells its storage over its telemetry API only (ZeroMQ), not read here
+
+    def send(self, shell: NodeShell, programs: dict[str, str], piece: DtnSpec, dst_eid: str, payload: bytes,
+             lifetime: float) -> str:
+        res = shell(["sh", "-c", SEND, NODE_DIR, HELPER, str(max(1, int(lifetime))), dst_eid],
+                    payload.decode("utf-8", "replace"), 60, False)
+        if not res.ok:
+            raise OSError((res.stderr or res.stdout).strip()[-200:] or f"exit {res.returncode}")
+        words = res.stdout.split()
+        return words[1] if len(words) == 2 else dst_eid
+
+    def log_events(self, log: str) -> list[dict]:
+        return []  # HDTN logs no per-bundle events at its INFO level
+
+    def failure_lines(self, log: str) -> list[tuple[Optional[float], str]]:
+        return [(None, line.strip()) for line in log.splitlines()
+                if "[error]" in line or "[fatal]" in line or line.startswith("HDTN start:")]
+
+    def handovers(self, log: str, cla: str) -> int:
+        return 0  # no external CLA modules
+
+    def client(self, piece: DtnSpec) -> dict[str, Any]:
+        return {"client": "hdtn-stcp", "workdir": NODE_DIR}
+
+
+def session_routers(log: str) -> set[int]:
+    """The router numbers the log says a TCPCLv4 session was set up with."""
+    return {int(m.group(1)) for m in SESSION_RE.finditer(log)}
+
+
+def readiness(plan: AgentPlan, log: str) -> Optional[str]:
+    """None when the router holds a TCPCLv4 session with the router of every expected peer (with `udp` the plan
+    expects none: UDP has no sessions)."""
+    have = session_routers(log)
+    missing = [p for p in plan.expected_peers if int(p) + ROUTER_BASE not in have and int(p) not in have]
+    return f"no TCPCLv4 session with {', '.join(missing[:5])}" if missing else None
+
+
+def parse_counters(text: str, piece: DtnSpec) -> Counters:
+    """COUNTERS' answer (pure): delivered and sent from the application side, peers = node numbers whose router
+    (or own agent) set up a session. HDTN's forwarded/received/stored counts are its telemetry's: 0 here."""
+    number, delivered, _sent, log = (text.split("---\n") + ["", "", ""])[:4]
+    peers = sorted((n - ROUTER_BASE if n > ROUTER_BASE else n for n in session_routers(log)))
+    return Counters(f"ipn:{number.strip()}.0", [str(n) for n in peers], 0, _int(delivered), 0, 0, 0, [piece.cla])
+
+
+def _int(text: str) -> int:
+    text = text.strip()
+    return int(text) if text.isdigit() else 0

@@ -1,0 +1,249 @@
+"""HDTN's configuration for one node, from the swarm spec (pure, golden-tested): the files hdtn-one-process reads.
+
+HDTN (NASA's High-rate DTN) is a bundle router: applications are BP nodes of their own that reach it over a
+convergence layer (HDTN's bpgen/bpsink do so). A swarm node running HDTN is therefore two BP nodes in one
+namespace:
+
+    the node's applications   ipn:<N>.1, N the node's number as for every agent (dtn.number, ltp.engine or its
+                              index): flightsw/hdtn_app.py takes what the router delivers to ipn:<N>.* on
+                              127.0.0.1:APP_PORT (STCP) and sends the node's bundles into the router's STCP
+                              induct on 127.0.0.1:LOCAL_PORT
+    its HDTN router           ipn:<N + ROUTER_BASE>.0: hdtn-one-process, one induct on the ISL for the swarm's CLA
+                              (`tcp`: TCPCLv4, `udp`), one outduct per peer toward the peer's router, and the local
+                              STCP induct and outduct above
+
+    hdtn.json       HDTN's configuration (HdtnConfig: inducts, outducts, storage from `dtn.storage.limit`)
+    contacts.json   its contact plan (HDTN's JSON form, times from the router's start): a contact each way between
+                    the routers of every two nodes it knows (itself and its peers) at the link's rate, and from
+                    each router to its node's applications, for HORIZON_S; HDTN's CGR routes over it (bundles to a
+                    node whose direct link is cut go through another router while a contact says one leads there)
+    start.sh        starts the application side, then hdtn-one-process; TERM ends both
+    user.json       the user's file (`dtn.config`), a JSON object merged over hdtn.json (their inducts, outducts,
+                    storage settings; a key HDTN does not know is HDTN's to refuse)
+
+HDTN speaks only `ipn:` (dtn.eid: ipn). A peer running another agent is a BP node that routes for itself: the
+router's outduct and contacts name the peer's own number (Peer.agent tells which).
+"""
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Callable
+
+from swarm.dtn.agents.base import AgentPlan, LinkView, Peer, UserConfigError
+from swarm.spec.dtn import DtnSpec, node_key
+
+PROGRAM = "hdtn-one-process"
+START = "start.sh"
+CONFIG = "hdtn.json"
+CONTACTS = "contacts.json"
+USER = "user.json"
+#: The in-node application side (in the node image, with flightsw/).
+HELPER = "/opt/swarm/flightsw/hdtn_app.py"
+#: A node's router is ipn:<N + ROUTER_BASE>.0 (HDTN's contact plans read node numbers as 32-bit ints).
+ROUTER_BASE = 1_000_000
+#: Loopback ports: the router's STCP induct the node's applications send into, and the application side's STCP
+#: listener the router delivers to (both refused from anywhere but loopback by the node's guard).
+LOCAL_PORT = 4557
+APP_PORT = 4558
+#: HDTN's ZMQ ports (router publisher, telemetry API): bound by hdtn-one-process, refused off loopback too.
+ZMQ_PORTS = (10200, 10305)
+#: HDTN's names for the swarm's CLAs it carries (dtn.cla -> convergenceLayer).
+CLA_NAMES = {"tcp": "tcpcl_v4", "udp": "udp"}
+#: How long the generated contacts last (s): HDTN's router forwards only within a contact.
+HORIZON_S = 30 * 86400
+#: Storage without dtn.storage.limit (bytes), and the largest bundle the router takes.
+DEFAULT_STORAGE = 1 << 30
+MAX_BUNDLE = 10_000_000
+#: TCPCLv4 segment MRU each side asks for (bytes), and bundles/bytes a router keeps in flight per outduct.
+SEGMENT_MRU = 200_000
+PIPELINE_BUNDLES = 50
+PIPELINE_BYTES = 50_000_000
+KEEPALIVE_S = 15
+
+
+class HdtnConfigError(UserConfigError):
+    """The user's file that is no JSON object (file, line, why): one line."""
+
+
+def router_number(number: int) -> int:
+    return number + ROUTER_BASE
+
+
+def hop(peer: Peer) -> int:
+    """The node number a router sends to for `peer`: its HDTN router's, or the peer itself for another agent (a
+    BP node that is its own router)."""
+    return router_number(int(peer.key)) if peer.agent == "hdtn" else int(peer.key)
+
+
+def cla_of(piece: DtnSpec) -> str:
+    """HDTN's name of the piece's CLA; ValueError naming the field for one this adapter does not run."""
+    try:
+        return CLA_NAMES[piece.cla]
+    except KeyError:
+        raise ValueError(f"dtn.cla {piece.cla!r}: agent 'hdtn' carries {', '.join(CLA_NAMES)} here (HDTN's "
+                         "TCPCLv4 and UDP convergence layers)") from None
+
+
+def user_config(text: str, source: str) -> dict[str, Any]:
+    """The user's file -> the JSON object merged over hdtn.json (pure); HdtnConfigError naming the line otherwise."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HdtnConfigError(source, exc.lineno, f"not JSON: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise HdtnConfigError(source, 1, "expected a JSON object (keys of HDTN's configuration, e.g. storageConfig)")
+    return value
+
+
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` merged into a copy of `base`: objects key by key, anything else (lists included) replaced."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def induct(cla: str, port: int, name: str) -> dict[str, Any]:
+    """One induct of HDTN's configuration (every key its InductsConfig requires for that convergence layer)."""
+    out: dict[str, Any] = {"name": name, "convergenceLayer": cla, "boundPort": port,
+                           "numRxCircularBufferElements": 1000}
+    if cla in ("tcpcl_v4", "udp"):
+        out["numRxCircularBufferBytesPerElement"] = 65535 if cla == "udp" else 20000
+    if cla in ("tcpcl_v4", "stcp"):
+        out["keepAliveIntervalSeconds"] = KEEPALIVE_S
+    if cla == "tcpcl_v4":
+        out.update({"tcpclV4MyMaxRxSegmentSizeBytes": SEGMENT_MRU, "tlsIsRequired": False, "certificatePemFile": "",
+                    "privateKeyPemFile": "", "diffieHellmanParametersPemFile": ""})
+    return out
+
+
+def outduct(cla: str, next_hop: int, host: str, port: int, name: str) -> dict[str, Any]:
+    """One outduct of HDTN's configuration toward `next_hop` (a node number) at host:port."""
+    out: dict[str, Any] = {"name": name, "convergenceLayer": cla, "nextHopNodeId": next_hop, "remoteHostname": host,
+                           "remotePort": port, "maxNumberOfBundlesInPipeline": PIPELINE_BUNDLES,
+                           "maxSumOfBundleBytesInPipeline": PIPELINE_BYTES}
+    if cla in ("tcpcl_v4", "stcp"):
+        out["keepAliveIntervalSeconds"] = KEEPALIVE_S
+    if cla == "tcpcl_v4":
+        out.update({"tcpclAllowOpportunisticReceiveBundles": True, "tcpclV4MyMaxRxSegmentSizeBytes": SEGMENT_MRU,
+                    "tryUseTls": False, "tlsIsRequired": False, "useTlsVersion1_3": False,
+                    "doX509CertificateVerification": False, "verifySubjectAltNameInX509Certificate": False,
+                    "certificationAuthorityPemFileForVerification": ""})
+    return out
+
+
+def hdtn_config(node: str, number: int, piece: DtnSpec, peers: list[Peer], workdir: str) -> dict[str, Any]:
+    """hdtn.json of the router of node `number` (pure)."""
+    cla, port = cla_of(piece), piece.cla_port()
+    wd = workdir.rstrip("/")
+    storage = piece.storage.limit or DEFAULT_STORAGE
+    return {
+        "hdtnConfigName": f"swarm-emu {node}",
+        "userInterfaceOn": False,
+        "mySchemeName": "unused_scheme_name",
+        "myNodeId": router_number(number),
+        "myBpEchoServiceId": 2047,
+        "myCustodialSsp": "unused_custodial_ssp",
+        "myCustodialServiceId": 0,
+        "myRouterServiceId": 100,
+        "isAcsAware": False,
+        "acsMaxFillsPerAcsPacket": 100,
+        "acsSendPeriodMilliseconds": 1000,
+        "retransmitBundleAfterNoCustodySignalMilliseconds": 10000,
+        "maxBundleSizeBytes": min(MAX_BUNDLE, piece.max_bundle() or MAX_BUNDLE),
+        "maxIngressBundleWaitOnEgressMilliseconds": 2000,
+        "bufferRxToStorageOnLinkUpSaturation": False,
+        "maxLtpReceiveUdpPacketSizeBytes": 65536,
+        "neighborDepletedStorageDelaySeconds": 0,
+        "fragmentBundlesLargerThanBytes": 0,
+        "enforceBundlePriority": False,
+        "zmqBoundRouterPubSubPortPath": ZMQ_PORTS[0],
+        "zmqBoundTelemApiPortPath": ZMQ_PORTS[1],
+        "inductsConfig": {"inductConfigName": "swarm-emu", "inductVector": [
+            induct(cla, port, f"isl {piece.cla}"), induct("stcp", LOCAL_PORT, "applications")]},
+        "outductsConfig": {"outductConfigName": "swarm-emu", "outductVector": [
+            *(outduct(cla, hop(p), p.isl_ip, port, f"to {p.name}") for p in peers),
+            outduct("stcp", number, "127.0.0.1", APP_PORT, "to applications")]},
+        "storageConfig": {"storageImplementation": "asio_single_threaded", "tryToRestoreFromDisk": False,
+                          "autoDeleteFilesOnExit": True, "totalStorageCapacityBytes": storage,
+                          "storageDeletionPolicy": "never",
+                          "storageDiskConfigVector": [{"name": "d1", "storeFilePath": f"{wd}/store1.bin"}]},
+    }
+
+
+def contact_plan(node: str, number: int, peers: list[Peer], link_of: Callable[[str, str], LinkView]) -> dict:
+    """contacts.json (pure): both directions between the routers of every two of the node and its peers, at the
+    link's rate (0: unlimited, as HDTN reads it) with its one-way delay in whole seconds, and each router to its
+    node's applications; all from the router's start for HORIZON_S."""
+    members = [(node, number, router_number(number))] + [(p.name, int(p.key), hop(p)) for p in peers]
+    contacts: list[dict[str, int]] = []
+
+    def add(src: int, dst: int, link: LinkView) -> None:
+        contacts.append({"contact": len(contacts), "source": src, "dest": dst, "startTime": 0,
+                         "endTime": HORIZON_S, "rateBitsPerSec": int(link.rate or 0),
+                         "owlt": max(1, round(link.delay)) if link.delay else 0})
+    for _, num, via in members:
+        if via != num:  # an HDTN router delivers to its node's applications
+            add(via, num, LinkView())
+    for a, _, ha in members:
+        for b, _, hb in members:
+            if a != b:
+                add(ha, hb, link_of(a, b))
+    return {"contacts": contacts}
+
+
+def plan_hdtn(node: str, number: int, piece: DtnSpec, peers: list[Peer], workdir: str,
+              link_of: Callable[[str, str], LinkView], user_text: str = "", user_source: str = "") -> AgentPlan:
+    """HDTN on `node` (node number `number`: its applications ipn:<number>.1); ValueError (one line naming the
+    field) for a piece it cannot run."""
+    if piece.eid != "ipn":
+        raise ValueError(f"node {node!r}: dtn.eid {piece.eid!r}: agent 'hdtn' speaks ipn only (set dtn.eid: ipn)")
+    cla_of(piece)
+    if piece.peers != "static":
+        raise ValueError(f"node {node!r}: dtn.peers {piece.peers!r}: agent 'hdtn' needs static peers (HDTN's "
+                         "outducts name their peers)")
+    if piece.routes:
+        raise ValueError(f"node {node!r}: dtn.routes: agent 'hdtn' routes by its contact plan (leave routes out)")
+    numbers = {int(p.key) for p in peers} | {number}
+    for n in sorted(numbers):
+        if router_number(n) in numbers:
+            raise ValueError(f"dtn.number {n}: agent 'hdtn' gives node N's router the number N + {ROUTER_BASE}, "
+                             f"and {router_number(n)} is another node's number here")
+    config = hdtn_config(node, number, piece, peers, workdir)
+    if user_text:
+        config = merged(config, user_config(user_text, user_source or "dtn.config"))
+    wd = workdir.rstrip("/")
+    files = {CONFIG: json.dumps(config, indent=2) + "\n",
+             CONTACTS: json.dumps(contact_plan(node, number, peers, link_of), indent=2) + "\n",
+             START: START_SCRIPT.format(node=node, helper=HELPER, app_port=APP_PORT, local_port=LOCAL_PORT,
+                                        number=number, service=piece.app_service(), program=PROGRAM,
+                                        config=f"{wd}/{CONFIG}", contacts=f"{wd}/{CONTACTS}")}
+    if user_text:
+        files[USER] = user_text
+    return AgentPlan(node=node, argv=["sh", f"{wd}/{START}"], workdir=workdir, node_id=f"ipn:{number}.0",
+                     files=files, web_port=piece.web_port,
+                     expected_peers=tuple(node_key(p.eid) for p in peers) if piece.cla == "tcp" else (),
+                     agent="hdtn")
+
+
+#: start.sh: the application side first (the router's outduct to it connects at once), then HDTN's router; TERM ends
+#: both. "HDTN start: ..." is the line readiness looks for when the router exits, with the first error HDTN logged
+#: (e.g. the configuration key it refused).
+START_SCRIPT = r"""#!/bin/sh
+# HDTN of {node} (swarm-emu, generated): the user's hdtn-one-process as the node's router, ipn:{number}.* its
+# applications (flightsw/hdtn_app.py).
+cd "$(dirname "$0")"
+echo {number} > node-number
+python3 {helper} serve --port {app_port} --node {number} --service {service} &
+app=$!
+{program} --hdtn-config-file={config} --contact-plan-file={contacts} &
+hdtn=$!
+trap 'kill $hdtn $app 2>/dev/null; wait; exit 0' TERM INT
+wait $hdtn
+rc=$?
+why=$(grep -a -m 1 -i -e "error\]" -e "fatal\]" dtnd.log | cut -c 1-300)
+echo "HDTN start: {program} exited ($rc): ${{why:-see dtnd.log}}"
+kill $app 2>/dev/null
+exit 1
+"""

@@ -1,0 +1,178 @@
+"""HDTN (the user's own build, SWARM_HDTN_INSTALL=<its install prefix>) in swarm nodes, live with real Docker
+(compose).
+
+- Four HDTN nodes over TCPCLv4: each node's router (hdtn-one-process) holds a TCPCLv4 session with every other
+  router before `up` returns; bundles cross between the pairs the tests send on (`swarm dtn send/recv`: bundles into
+  and out of the router over STCP on loopback, as HDTN's own bpgen/bpsink do), `swarm dtn` counts them and lists the
+  peers with a session, `swarm dtn config` prints the configuration and contact plan a node got, and a second `up`
+  reuses the image (its tag is the tree's hash).
+- The `dtn` experiment type on HDTN nodes (all-to-ground): every bundle sent is delivered.
+- Bad input: a configuration of the user's that HDTN refuses stops `up` with HDTN's own message (exit 1); a program
+  in the tree needing a library the node image lacks is refused by the image's ldd check (exit 2); neither leaves
+  a container.
+One bring-up per swarm (module-scoped fixtures). Skipped with the reason where SWARM_HDTN_INSTALL is not set (also
+under CI, which has no HDTN build). Subnets from tests/alloc.py; swarm names hd-it-*.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from alloc import nets_yaml, octets
+from conftest import swarm_containers, user_build, REPO
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+NET = octets(__file__)  # this file's subnets (tests/alloc.py)
+SWARM = [sys.executable, "-m", "swarm"]
+ENV = {**os.environ, "SWARM_WORKDIR": str(REPO)}
+HDTN = "{agent: hdtn, cla: tcp, eid: ipn}"
+ROUTER_BASE = 1_000_000
+
+
+def swarm(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(SWARM + list(args), capture_output=True, text=True, env=ENV, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def hdtn_install():
+    return user_build("SWARM_HDTN_INSTALL", "bin/hdtn-one-process",
+                      "no HDTN build: set SWARM_HDTN_INSTALL to the install prefix of HDTN built from its sources, "
+                      "with bin/hdtn-one-process (docs/DTN.md)")
+
+
+@pytest.fixture(scope="module")
+def spec_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("hdtn")
+
+
+def bring_up(spec_dir: Path, name: str, body: str, octet: int):
+    """A swarm `name` up for the module (yields its name and spec), down afterwards, no container left."""
+    spec = spec_dir / f"{name}.yaml"
+    spec.write_text(f"name: {name}\nbackend: compose\n{body}{nets_yaml(octet)}\n")
+    swarm("down", name)
+    try:
+        res = swarm("up", str(spec))
+        assert res.returncode == 0, res.stdout[-1500:] + res.stderr[-2500:]
+        yield name, spec
+    finally:
+        res = swarm("down", name, timeout=180)
+        assert res.returncode == 0, res.stderr
+        assert not swarm_containers(name)
+
+
+@pytest.fixture(scope="module")
+def four(hdtn_install, spec_dir):
+    yield from bring_up(spec_dir, "hd-it-four", f"nodes: 4\ndefaults:\n  dtn: {HDTN}\n", NET[0])
+
+
+def send_recv(name: str, src: str, dst: str, text: str) -> dict:
+    sent = swarm("dtn", "send", name, src, dst, text, timeout=120)
+    assert sent.returncode == 0, sent.stdout + sent.stderr[-1000:]
+    got = swarm("dtn", "recv", name, dst, "--timeout", "30", timeout=120)
+    assert got.returncode == 0, got.stdout + got.stderr[-1000:]
+    return json.loads(got.stdout.strip().splitlines()[-1])
+
+
+PAIRS = (("sat01", "sat04"), ("sat04", "sat01"), ("sat02", "sat03"))
+
+
+@pytest.mark.parametrize("src, dst", PAIRS)
+def test_four_hdtn_nodes_deliver_over_tcpclv4(four, src, dst):
+    name, _ = four
+    got = send_recv(name, src, dst, f"hdtn {src} to {dst}")
+    s, d = int(src[3:]), int(dst[3:])
+    assert got["payload"] == f"hdtn {src} to {dst}" and got["dst"] == f"ipn:{d}.1", got
+    assert got["src"] == f"ipn:{s}.2", got
+
+
+def status_rows(name: str) -> dict:
+    status = swarm("dtn", "status", name, "--json")
+    assert status.returncode == 0, status.stderr
+    return {r["node"]: r for r in json.loads(status.stdout)}
+
+
+def test_four_hdtn_status_and_config(four):
+    name, spec = four
+    before = status_rows(name)
+    assert all(r["state"] == "ok" and r["eid"] == f"ipn:{int(n[3:])}.0" for n, r in before.items()), before
+    assert before["sat01"]["peers"] == ["2", "3", "4"] and before["sat01"]["clas"] == ["tcp"]
+    assert send_recv(name, "sat03", "sat02", "counted")["payload"] == "counted"
+    after = status_rows(name)
+    assert after["sat02"]["delivered"] == before["sat02"]["delivered"] + 1, (before["sat02"], after["sat02"])
+    assert all(after[n]["delivered"] == before[n]["delivered"] for n in ("sat01", "sat03", "sat04"))
+    config = swarm("dtn", "config", name, "sat02")
+    assert config.returncode == 0, config.stderr
+    assert "# /var/lib/swarm-dtn/hdtn.json" in config.stdout and "# /var/lib/swarm-dtn/contacts.json" in config.stdout
+    assert f'"myNodeId": {2 + ROUTER_BASE},' in config.stdout
+    again = swarm("up", str(spec))  # already up: the same image, nothing rebuilt
+    assert "building DTN image" not in again.stdout + again.stderr
+
+
+def test_the_dtn_experiment_runs_on_hdtn(hdtn_install, spec_dir):
+    name = "hd-it-exp"
+    exp = spec_dir / "exp.yaml"
+    exp.write_text(f"type: dtn\nname: {name}\nbackend: compose\npattern: all-to-ground\nsizes: [3]\n"
+                   "bundle_sizes: [1kB]\nrates: [5]\nclas: [tcp]\nroutings: [epidemic]\nduration: 4s\ndrain: 15s\n"
+                   f"dtn: {{agent: hdtn, eid: ipn}}\nswarm: {{{nets_yaml(NET[1])}}}\n")
+    results = spec_dir / "results"
+    try:
+        res = swarm("run", str(exp), "--results", str(results), "--no-report", timeout=900)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        runs = sorted(p.parent for p in results.rglob("tests.csv"))
+        assert runs, list(results.rglob("*"))[:20]
+        with open(runs[-1] / "tests.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert rows and all(int(r["bundles_sent"]) >= 10 for r in rows), rows
+        assert all(int(r["bundles_delivered"]) == int(r["bundles_sent"]) for r in rows), rows
+    finally:
+        swarm("down", name)
+        assert not swarm_containers(name)
+
+
+def test_a_configuration_hdtn_refuses_stops_up_and_leaves_nothing(hdtn_install, spec_dir):
+    name = "hd-it-bad"
+    user = spec_dir / "mine.json"
+    user.write_text('{"storageConfig": {"storageImplementation": "no_such_storage"}}\n')
+    spec = spec_dir / f"{name}.yaml"
+    spec.write_text(f"name: {name}\nbackend: compose\nnodes: 2\ndefaults:\n"
+                    f"  dtn: {{agent: hdtn, cla: tcp, eid: ipn, config: {user}}}\n{nets_yaml(NET[2])}\n")
+    swarm("down", name)
+    res = swarm("up", str(spec))
+    lines = [ln for ln in res.stderr.splitlines() if "HDTN start:" in ln]
+    assert res.returncode == 1 and lines, res.stderr[-2000:]
+    assert "no_such_storage" in lines[0], lines
+    assert not swarm_containers(name)
+
+
+def test_a_program_needing_a_library_the_node_image_lacks_is_refused(hdtn_install, spec_dir):
+    """The image's ldd check: a tree whose bin/ holds a program linked against a library that is nowhere in the node
+    image is refused with one line naming program and library (exit 2), before any container."""
+    if subprocess.run(["sh", "-c", "command -v cc"], capture_output=True).returncode != 0:
+        pytest.skip("no C compiler to make the program")
+    name = "hd-it-ldd"
+    broken = spec_dir / "hdtn-needs-a-library"
+    (broken / "bin").mkdir(parents=True)
+    shutil.copy2(Path(hdtn_install) / "bin" / "hdtn-one-process", broken / "bin")
+    lib = spec_dir / "libswarmnowhere.so"
+    (spec_dir / "f.c").write_text("int swarm_nowhere(void) { return 0; }\n")
+    (spec_dir / "m.c").write_text("int swarm_nowhere(void);\nint main(void) { return swarm_nowhere(); }\n")
+    for argv in (["cc", "-shared", "-fPIC", "-o", str(lib), str(spec_dir / "f.c")],
+                 ["cc", "-o", str(broken / "bin" / "hdtn-tool"), str(spec_dir / "m.c"), f"-L{spec_dir}",
+                  "-lswarmnowhere"]):
+        subprocess.run(argv, check=True, capture_output=True)
+    spec = spec_dir / f"{name}.yaml"
+    spec.write_text(f"name: {name}\nbackend: compose\nnodes: 2\ndefaults:\n"
+                    f"  dtn: {{agent: hdtn, cla: tcp, eid: ipn, install: {broken}}}\n{nets_yaml(NET[2])}\n")
+    swarm("down", name)
+    res = swarm("up", str(spec))
+    assert res.returncode == 2, res.stderr[-2000:]
+    said = [ln for ln in res.stderr.splitlines() if "dtn.install" in ln]
+    assert said and "bin/hdtn-tool needs libswarmnowhere.so, which the node image lacks" in said[0], res.stderr[-2000:]
+    assert not swarm_containers(name)

@@ -1,0 +1,214 @@
+"""HDTN's adapter, pure parts: the configuration and contact plan a node gets (golden), what it refuses, the user's
+file, what is read back from the router's log and the application side, the registry entry; and the application
+side (flightsw/hdtn_app.py) where it needs no HDTN: the bundles it makes (read back by the traffic program's own
+decoder), its CRC, and STCP into and out of its inbox over loopback. Talking to a running HDTN is
+tests/integration/test_dtn_hdtn_live.py's."""
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import golden, wait_until
+from flightsw import hdtn_app
+from flightsw.dtn_traffic import CLIENTS, decode_bundle
+from swarm.cli.dtn import config_text
+from swarm.dtn.agents import REGISTRY, carriers, check_agent
+from swarm.dtn.agents.base import AgentPlan, LinkView, Peer, UserConfigError
+from swarm.dtn.agents.hdtn.agent import parse_counters, readiness
+from swarm.dtn.agents.hdtn.plan import APP_PORT, LOCAL_PORT, ROUTER_BASE, plan_hdtn
+from swarm.dtn.plan import plan_agents
+from swarm.spec.dtn import DtnSpec
+
+HDTN = REGISTRY["hdtn"]
+LINKS = {("sat01", "ground"): LinkView(2.0, 100_000_000), ("sat01", "sat02"): LinkView(0.5, 10_000_000)}
+PEERS = [Peer("sat02", "10.9.0.3", 2, "ipn:2.0", "hdtn"), Peer("ground", "10.9.0.4", 3, "ipn:3.0", "hdtn")]
+TCP = DtnSpec(agent="hdtn", cla="tcp", eid="ipn")
+
+
+def link_of(a: str, b: str) -> LinkView:
+    return LINKS.get((a, b), LinkView())
+
+
+def sat01(piece: DtnSpec = TCP, user: str = "", peers=PEERS) -> AgentPlan:
+    return plan_hdtn("sat01", 1, piece, peers, "/var/lib/swarm-dtn", link_of, user, "/home/me/mine.json")
+
+
+def test_golden_tcpclv4_node():
+    text = config_text(sat01())
+    assert text == golden("hdtn_sat01_tcp.txt", text)
+
+
+def test_the_router_has_an_isl_induct_an_outduct_per_peer_router_and_the_applications_on_loopback():
+    plan = sat01()
+    config = json.loads(plan.files["hdtn.json"])
+    assert config["myNodeId"] == 1 + ROUTER_BASE and plan.node_id == "ipn:1.0" and plan.agent == "hdtn"
+    assert [(i["convergenceLayer"], i["boundPort"]) for i in config["inductsConfig"]["inductVector"]] == \
+        [("tcpcl_v4", 4556), ("stcp", LOCAL_PORT)]
+    assert [(o["convergenceLayer"], o["nextHopNodeId"], o["remoteHostname"], o["remotePort"])
+            for o in config["outductsConfig"]["outductVector"]] == \
+        [("tcpcl_v4", 2 + ROUTER_BASE, "10.9.0.3", 4556), ("tcpcl_v4", 3 + ROUTER_BASE, "10.9.0.4", 4556),
+         ("stcp", 1, "127.0.0.1", APP_PORT)]
+    assert plan.expected_peers == ("2", "3") and plan.argv == ["sh", "/var/lib/swarm-dtn/start.sh"]
+    start = plan.files["start.sh"]
+    assert "hdtn-one-process --hdtn-config-file=/var/lib/swarm-dtn/hdtn.json " \
+           "--contact-plan-file=/var/lib/swarm-dtn/contacts.json &" in start
+    assert "hdtn_app.py serve --port 4558 --node 1 --service 1 &" in start and "echo 1 > node-number" in start
+
+
+def test_the_contact_plan_joins_every_two_routers_at_the_links_rate_and_each_router_to_its_applications():
+    contacts = json.loads(sat01().files["contacts.json"])["contacts"]
+    r = ROUTER_BASE
+    by_pair = {(c["source"], c["dest"]): (c["rateBitsPerSec"], c["owlt"]) for c in contacts}
+    assert {k for k in by_pair if k[1] < r} == {(1 + r, 1), (2 + r, 2), (3 + r, 3)}
+    assert by_pair[(1 + r, 3 + r)] == (100_000_000, 2) and by_pair[(1 + r, 2 + r)] == (10_000_000, 1)
+    assert by_pair[(2 + r, 3 + r)] == (0, 0)  # no impairment known: unlimited, no delay
+    assert len(contacts) == 3 + 6 and [c["contact"] for c in contacts] == list(range(9))
+    assert all(c["startTime"] == 0 and c["endTime"] == 30 * 86400 for c in contacts)
+
+
+def test_a_peer_running_another_agent_is_its_own_router():
+    peers = [Peer("sat02", "10.9.0.3", 2, "ipn:2.0", "dtn7"), PEERS[1]]
+    plan = sat01(peers=peers)
+    hops = [o["nextHopNodeId"] for o in json.loads(plan.files["hdtn.json"])["outductsConfig"]["outductVector"]]
+    assert hops == [2, 3 + ROUTER_BASE, 1]
+    pairs = {(c["source"], c["dest"]) for c in json.loads(plan.files["contacts.json"])["contacts"]}
+    assert (1 + ROUTER_BASE, 2) in pairs and (2 + ROUTER_BASE, 2) not in pairs
+
+
+def test_through_the_swarm_planner_peers_carry_their_agents():
+    piece = DtnSpec(agent="hdtn", cla="tcp", eid="ipn")
+    nodes = [("sat01", "10.9.0.2", piece), ("sat02", "10.9.0.3", piece), ("sat03", "10.9.0.4", piece)]
+    plans = plan_agents(nodes, "10.9.0.0/24", lambda n: "/w")
+    hops = [o["nextHopNodeId"] for o in json.loads(plans[2].files["hdtn.json"])["outductsConfig"]["outductVector"]]
+    assert hops == [1 + ROUTER_BASE, 2 + ROUTER_BASE, 3] and [p.agent for p in plans] == ["hdtn"] * 3
+
+
+@pytest.mark.parametrize("piece, message", [
+    (DtnSpec(agent="hdtn", cla="tcp"), "dtn.eid 'dtn': agent 'hdtn' speaks ipn only"),
+    (DtnSpec(agent="hdtn", cla="ltp", eid="ipn"), "dtn.cla 'ltp': agent 'hdtn' carries tcp, udp here"),
+    (DtnSpec(agent="hdtn", cla="tcp", eid="ipn", peers="auto"), "dtn.peers 'auto': agent 'hdtn' needs static peers"),
+    (DtnSpec(agent="hdtn", cla="tcp", eid="ipn", routing="static", routes=[{"to": "ipn:3.0", "via": "ipn:2.0"}]),
+     "dtn.routes: agent 'hdtn' routes by its contact plan"),
+])
+def test_what_hdtn_cannot_run_is_one_line_naming_the_field(piece, message):
+    with pytest.raises(ValueError) as err:
+        sat01(piece)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_node_number_that_is_another_nodes_router_is_refused():
+    peers = [Peer("sat02", "10.9.0.3", 1 + ROUTER_BASE, f"ipn:{1 + ROUTER_BASE}.0", "hdtn")]
+    with pytest.raises(ValueError, match=rf"^dtn.number 1: .* and {1 + ROUTER_BASE} is another node's number here$"):
+        sat01(peers=peers)
+
+
+@pytest.mark.parametrize("cla", ["mtcp", "http", "ltp"])
+def test_clas_it_lacks_are_refused_by_the_registry(cla):
+    with pytest.raises(ValueError, match=rf"^dtn.cla '{cla}': agent 'hdtn' does not carry it \(it carries tcp, udp;"):
+        check_agent(DtnSpec(agent="hdtn", cla=cla, eid="ipn"))
+
+
+def test_the_registry_knows_hdtn_and_what_it_carries():
+    assert HDTN.clas == ("tcp", "udp") and "hdtn" in carriers("tcp") and "hdtn" in carriers("udp")
+    assert HDTN.install.user_tree and HDTN.install.cache_env == "SWARM_HDTN_INSTALL"
+    assert HDTN.install.programs == ("hdtn-one-process",) and Path(HDTN.install.dockerfile).exists()
+    assert HDTN.needs_containers and HDTN.client(TCP)["client"] == "hdtn-stcp" and "hdtn-stcp" in CLIENTS
+
+
+def test_the_guard_keeps_the_loopback_ports_to_loopback():
+    rules = HDTN.guard(TCP, "10.9.0.0/24")
+    assert 'iif "lo" accept' in rules and "tcp dport { 4557, 4558, 10200, 10305 } reject with tcp reset" in rules
+    assert rules.index('iif "lo" accept') < rules.index("4557, 4558")
+
+
+def test_the_users_file_is_merged_over_hdtn_json():
+    user = '{"storageConfig": {"totalStorageCapacityBytes": 5000}, "enforceBundlePriority": true}'
+    plan = sat01(user=user)
+    config = json.loads(plan.files["hdtn.json"])
+    assert config["storageConfig"]["totalStorageCapacityBytes"] == 5000 and config["enforceBundlePriority"] is True
+    assert config["storageConfig"]["storageImplementation"] == "asio_single_threaded"
+    assert plan.files["user.json"] == user
+    with pytest.raises(UserConfigError) as err:
+        sat01(user='{\n  "a": 1,\n  oops\n}')
+    assert str(err.value).startswith("dtn.config /home/me/mine.json: line 3: not JSON")
+    with pytest.raises(UserConfigError, match="line 1: expected a JSON object"):
+        sat01(user="[1, 2]")
+
+
+def test_what_the_router_and_the_application_side_say_is_read_back():
+    plan = sat01()
+    line = "[ingress][info]: TcpclV4 Induct 10.9.0.3:40000 received valid SessionInit from remote with EID ipn:{}.0\n"
+    log = line.format(2 + ROUTER_BASE)
+    assert readiness(plan, log) == "no TCPCLv4 session with 3"
+    assert readiness(plan, log + line.format(3 + ROUTER_BASE)) is None
+    assert sat01(DtnSpec(agent="hdtn", cla="udp", eid="ipn")).expected_peers == ()
+    c = parse_counters(f"1\n---\n4\n---\n2\n---\n{log}", TCP)
+    assert (c.eid, c.peers, c.delivered, c.stored, c.clas) == ("ipn:1.0", ["2"], 4, 0, ["tcp"])
+    err = "[egress][error]: something failed"
+    assert HDTN.failure_lines(f"ok\n{err}\nHDTN start: x\n") == [(None, err), (None, "HDTN start: x")]
+
+
+def test_crc16_x25_is_the_standard_one():
+    assert hdtn_app.crc16_x25(b"123456789") == 0x906E  # the CRC catalogue's check value for CRC-16/X-25
+
+
+def test_a_bundle_made_here_reads_back_with_the_traffic_programs_decoder():
+    raw = hdtn_app.make_bundle("ipn:1.2", "ipn:3.1", b"hello", 812_345_678_901, 7, 3_600_000)
+    got = decode_bundle(raw)
+    assert (got["src"], got["dst"], got["created_ms"], got["cts_seq"], got["lifetime_ms"], got["payload"]) == \
+        ("ipn:1.2", "ipn:3.1", 812_345_678_901, 7, 3_600_000, b"hello")
+    # the primary block's CRC-16 checks: computed over the block with the CRC field zeroed
+    primary = raw[1:raw.index(b"\x85\x01\x01")]
+    assert hdtn_app.crc16_x25(primary[:-2] + b"\0\0").to_bytes(2, "big") == primary[-2:]
+    with pytest.raises(ValueError, match="HDTN nodes speak ipn only"):
+        hdtn_app.make_bundle("ipn:1.2", "dtn://x/in", b"", 0, 0, 1)
+
+
+def test_sequence_numbers_are_never_reused(tmp_path):
+    assert [hdtn_app.next_seq(str(tmp_path)) for _ in range(3)] == [0, 1, 2]
+
+
+def test_bundles_cross_stcp_into_the_inbox_and_out_to_the_router(tmp_path):
+    """The application side over real loopback sockets: what a router sends it is filed and taken by service once;
+    what it sends is one STCP frame (length, bundle) on the router's induct."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    threading.Thread(target=hdtn_app.serve, args=(str(tmp_path), port), daemon=True).start()
+    wait_until(lambda: (tmp_path / hdtn_app.INBOX).is_dir(), 10, "the application side listening")
+    bundles = [hdtn_app.make_bundle("ipn:9.2", f"ipn:1.{s}", f"b{i}".encode(), 1000 + i, 0, 60_000)
+               for i, s in enumerate((1, 5, 1))]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as router:
+        router.sendall(struct.pack("!I", 0))  # a keepalive
+        for b in bundles:
+            router.sendall(struct.pack("!I", len(b)) + b)
+    wait_until(lambda: (tmp_path / hdtn_app.DELIVERED).exists() and
+               (tmp_path / hdtn_app.DELIVERED).read_text() == "3", 10, "three bundles filed")
+    client = CLIENTS["hdtn-stcp"]
+    (tmp_path / "node-number").write_text("1\n")
+    c = client({"workdir": str(tmp_path)})
+    taken = [decode_bundle(c.take("1"))["payload"], decode_bundle(c.take("1"))["payload"]]
+    assert taken == [b"b0", b"b2"] and c.take("1") is None and decode_bundle(c.take("5"))["payload"] == b"b1"
+    with socket.socket() as srv:  # the router's induct
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        sender = hdtn_app.Sender(str(tmp_path), 1, srv.getsockname()[1])
+        bid = sender.send("ipn:3.1", b"out", 60)
+        conn, _ = srv.accept()
+        with conn:
+            conn.settimeout(10)
+            size = struct.unpack("!I", conn.recv(4))[0]
+            data = b""
+            while len(data) < size:
+                data += conn.recv(size - len(data))
+        sender.close()
+    got = decode_bundle(data)
+    assert (got["src"], got["dst"], got["payload"]) == ("ipn:1.2", "ipn:3.1", b"out")
+    assert bid == f"ipn:1.2-{got['created_ms']}-{got['cts_seq']}" and (tmp_path / hdtn_app.SENT).read_text() == "1"
+    assert abs(got["created_ms"] / 1000 + hdtn_app.DTN_EPOCH - time.time()) < 60
