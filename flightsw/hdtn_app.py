@@ -5,7 +5,8 @@ bundle preceded by its length, 4 bytes big-endian; a length of 0 is a keepalive)
 
     hdtn_app.py serve --port 4558 --node N --service 1
         listens on 127.0.0.1:PORT for the router's STCP outduct and files every bundle it delivers into inbox/ (one
-        file each, whole BPv7 bundles), counting them in `delivered`; says "HDTN applications ready" once listening
+        file each, whole BPv7 bundles), counting them in `delivered`; once listening it makes app.ready and says
+        "HDTN applications ready"
     hdtn_app.py send --node N [--port 4557] [--lifetime S] DST
         stdin as one BPv7 bundle from ipn:<N>.<SOURCE_SERVICE> to DST, into the router's STCP induct on
         127.0.0.1:PORT: "<source EID> <bundle ID>"
@@ -28,6 +29,7 @@ INBOX = "inbox"
 DELIVERED = "delivered"
 SENT = "sent"
 SEQ = "seq"
+READY = "app.ready"  # made once the listener is up (start.sh starts the router after it)
 SOURCE_SERVICE = 2  # where the node's applications send from (ipn:<N>.2); they receive on ipn:<N>.1
 LOCAL_PORT = 4557  # the router's STCP induct (swarm.dtn.agents.hdtn.plan.LOCAL_PORT)
 DTN_EPOCH = 946_684_800  # 2000-01-01T00:00:00Z in Unix seconds
@@ -191,6 +193,8 @@ def take_bundle(workdir: str, wanted=lambda raw: True) -> bytes | None:
 def serve(workdir: str, port: int) -> int:
     os.makedirs(os.path.join(workdir, INBOX), exist_ok=True)
     srv = socket.create_server(("127.0.0.1", port), reuse_port=False)
+    with open(os.path.join(workdir, READY), "w"):
+        pass
     print("HDTN applications ready", flush=True)
     n = 0
     while True:

@@ -181,7 +181,7 @@ def test_bundles_cross_stcp_into_the_inbox_and_out_to_the_router(tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     threading.Thread(target=hdtn_app.serve, args=(str(tmp_path), port), daemon=True).start()
-    wait_until(lambda: (tmp_path / hdtn_app.INBOX).is_dir(), 10, "the application side listening")
+    wait_until(lambda: (tmp_path / hdtn_app.READY).exists(), 30, "the application side listening")
     bundles = [hdtn_app.make_bundle("ipn:9.2", f"ipn:1.{s}", f"b{i}".encode(), 1000 + i, 0, 60_000)
                for i, s in enumerate((1, 5, 1))]
     with socket.create_connection(("127.0.0.1", port), timeout=10) as router:
@@ -189,7 +189,7 @@ def test_bundles_cross_stcp_into_the_inbox_and_out_to_the_router(tmp_path):
         for b in bundles:
             router.sendall(struct.pack("!I", len(b)) + b)
     wait_until(lambda: (tmp_path / hdtn_app.DELIVERED).exists() and
-               (tmp_path / hdtn_app.DELIVERED).read_text() == "3", 10, "three bundles filed")
+               (tmp_path / hdtn_app.DELIVERED).read_text() == "3", 30, "three bundles filed")
     client = CLIENTS["hdtn-stcp"]
     (tmp_path / "node-number").write_text("1\n")
     c = client({"workdir": str(tmp_path)})

@@ -26,7 +26,7 @@ from swarm.spec.dtn import DtnSpec
 PROGRAMS = (PROGRAM,)
 NODE_DIR = "/var/lib/swarm-dtn"
 #: Inside the node, in its work folder: why the start failed, or not started yet, or the log lines readiness reads.
-READY = ('cd "$0" || exit 4; grep -m 1 "^HDTN start:" dtnd.log && exit 3; grep -q "HDTN applications ready" dtnd.log '
+READY = ('cd "$0" || exit 4; grep -m 1 "^HDTN start:" dtnd.log && exit 3; test -e app.ready '
          '|| { echo starting; exit 4; }; grep -q "starting Storage" dtnd.log || { echo "router starting"; exit 4; }; '
          'grep -o "received valid SessionInit from remote with EID ipn:[0-9]*" dtnd.log | sort -u; true')
 #: Counters: the node's number, the application side's counts (delivered, sent), the routers it has a session with.

@@ -235,8 +235,14 @@ START_SCRIPT = r"""#!/bin/sh
 # applications (flightsw/hdtn_app.py).
 cd "$(dirname "$0")"
 echo {number} > node-number
+rm -f app.ready
 python3 {helper} serve --port {app_port} --node {number} --service {service} &
 app=$!
+i=0
+until [ -e app.ready ]; do  # the router's outduct to the applications connects at once when they listen first
+    i=$((i + 1)); [ $i -le 300 ] && kill -0 $app 2>/dev/null || {{ echo "HDTN start: the application side did not start"; exit 1; }}
+    sleep 0.1
+done
 {program} --hdtn-config-file={config} --contact-plan-file={contacts} &
 hdtn=$!
 trap 'kill $hdtn $app 2>/dev/null; wait; exit 0' TERM INT
