@@ -25,6 +25,8 @@ from swarm.spec.model import spec_from_dict
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "experiments").glob("*.yaml")) + sorted((REPO / "bench").glob("*.yaml"))  # bench-only too
 SWARM = [sys.executable, "-m", "swarm"]
+#: agents the user builds that examples name, and the variable giving their install prefix
+USER_BUILDS = {"ion": "SWARM_ION_INSTALL", "hdtn": "SWARM_HDTN_INSTALL"}
 ISS_TLE = ["1 25544U 98067A   08264.51782528 -.00002182  00000-0 -11606-4 0  2927",
            "2 25544  51.6416 247.4627 0006703 130.5360 325.0288 15.72125391563537"]
 
@@ -77,10 +79,12 @@ def test_example_checks_through_the_cli(path: Path, need_docker, need_netns):
     if res.returncode != 0 and path.name.startswith("two-hosts") and _unreachable_second_host(out):
         assert res.returncode == 2 and len(out.splitlines()) == 1, out
         return
-    if res.returncode != 0 and "agent: ion" in path.read_text() and not os.environ.get("SWARM_ION_INSTALL"):
-        # ION is the user's build (docs/DTN.md): without one, `--check` refuses on exactly that, in one line
-        assert res.returncode == 2 and len(out.splitlines()) == 1 and "SWARM_ION_INSTALL" in out, out
-        return
+    for agent, variable in USER_BUILDS.items():
+        if res.returncode != 0 and f"agent: {agent}" in path.read_text() and not os.environ.get(variable):
+            # ION and HDTN are the user's builds (docs/DTN.md): without one, `--check` refuses on exactly that, in
+            # one line
+            assert res.returncode == 2 and len(out.splitlines()) == 1 and variable in out, out
+            return
     assert res.returncode == 0, out
     assert "Traceback" not in out, out
     assert "valid" in out, out
