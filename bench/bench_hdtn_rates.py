@@ -66,9 +66,9 @@ def one(cla: str, duration: int, size: int, tmp: Path) -> dict:
         raise SystemExit(f"up failed: {up.stderr[-800:]}")
     try:
         # sat02: HDTN's bpsink in place of the application side (the router's STCP outduct reconnects to it)
-        put = in_node("sat02", f"pkill -f 'hdtn_app.py serve'; echo '{json.dumps(SINK)}' > sink.json; "
+        put = in_node("sat02", f"pkill -f 'hdtn_app[.]py serve'; echo '{json.dumps(SINK)}' > sink.json; "
                                "(bpsink-async --my-uri-eid=ipn:2.1 --inducts-config-file=sink.json "
-                               "> sink.log 2>&1 &) ; sleep 1; pgrep -f bpsink-async")
+                               "> sink.log 2>&1 &) ; sleep 1; pgrep -f 'bpsink-asyn[c]'")
         if put.returncode:
             raise SystemExit(f"bpsink did not start: {put.stdout} {put.stderr[-400:]}")
         t0 = time.monotonic()
@@ -79,7 +79,7 @@ def one(cla: str, duration: int, size: int, tmp: Path) -> dict:
                       timeout=duration + 300)
         sent_s = time.monotonic() - t0
         time.sleep(6)  # bpsink's next 5 s report covers the tail
-        in_node("sat02", "pkill -INT -f bpsink-async; sleep 2")
+        in_node("sat02", "pkill -INT -f 'bpsink-asyn[c]'; sleep 2")
         log = in_node("sat02", "cat sink.log").stdout
         sent = re.search(r"bundle_count: (\d+)", gen.stdout)
         rates = [float(x) for x in RATE_RE.findall(log)]

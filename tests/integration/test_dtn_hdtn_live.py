@@ -102,7 +102,7 @@ def test_four_hdtn_status_and_config(four):
     name, spec = four
     before = status_rows(name)
     assert all(r["state"] == "ok" and r["eid"] == f"ipn:{int(n[3:])}.0" for n, r in before.items()), before
-    assert before["sat01"]["peers"] == ["2", "3", "4"] and before["sat01"]["clas"] == ["tcp"]
+    assert before["sat01"]["peers"] == ["sat02", "sat03", "sat04"] and before["sat01"]["clas"] == ["tcp"]
     assert send_recv(name, "sat03", "sat02", "counted")["payload"] == "counted"
     after = status_rows(name)
     assert after["sat02"]["delivered"] == before["sat02"]["delivered"] + 1, (before["sat02"], after["sat02"])
