@@ -229,7 +229,7 @@ def test_the_image_takes_bin_and_the_whole_site_packages_and_its_tag_follows_the
     ("backend: compose\ndefaults: {dtn: {agent: ud3tn, cla: ltp}}\n", {},
      "dtn.cla 'ltp': agent 'ud3tn' does not carry it"),
     ("backend: compose\ndefaults: {dtn: {agent: ud3tn}}\n", {},
-     "dtn.cla 'tcp': agent 'ud3tn' does not carry it (it carries mtcp; tcp is carried by dtn7, hardy)"),
+     "dtn.cla 'tcp': agent 'ud3tn' does not carry it (it carries mtcp; tcp is carried by dtn7, hardy, hdtn)"),
 ])
 @pytest.mark.parametrize("check", [False, True], ids=["up", "check"])
 def test_ud3tn_bad_input_is_one_line_exit_2_nothing_created(spec, env, needle, check, tmp_path):
