@@ -85,29 +85,23 @@ def make_bundle(src: str, dst: str, payload: bytes, created_ms: int, seq: int, l
 
 
 def next_seq(workdir: str) -> int:
-    """A creation-sequence number no other sender of this node has used (a counter file under a lock), so two
-    bundles of one millisecond never share a bundle ID."""
-    path = os.path.join(workdir, SEQ)
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        f.seek(0)
-        text = f.read().strip()
-        n = int(text) + 1 if text.isdigit() else 0
-        f.seek(0)
-        f.truncate()
-        f.write(str(n))
-        return n
+    """A creation-sequence number no other sender of this node has used, so two bundles of one millisecond never
+    share a bundle ID."""
+    return count(workdir, SEQ) - 1
 
 
-def count(workdir: str, name: str, n: int = 1) -> None:
+def count(workdir: str, name: str, n: int = 1) -> int:
+    """Add `n` to the counter file `name` under a lock (several senders of a node share it); its new value."""
     path = os.path.join(workdir, name)
     with open(path, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
         text = f.read().strip()
+        value = (int(text) if text.isdigit() else 0) + n
         f.seek(0)
         f.truncate()
-        f.write(str((int(text) if text.isdigit() else 0) + n))
+        f.write(str(value))
+        return value
 
 
 # ----------------------------------------------------------------------------------------- sending
