@@ -28,6 +28,7 @@ import pytest
 
 from alloc import nets_yaml, octets
 from conftest import swarm_containers, user_build, wait_until, REPO
+from ltp_capture import capture, ltp_rows
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 NET = octets(__file__)  # this file's subnets (tests/alloc.py)
@@ -114,25 +115,6 @@ def test_four_ion_nodes_over_ltp(ion_install, spec_dir):
         assert "building DTN image" not in again.stdout + again.stderr
     finally:
         down(name)
-
-
-def capture(name: str, node: str, out: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(SWARM + ["capture", name, "--node", node, "--iface", "isl", "-o", str(out), "--force"],
-                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    started = proc.stderr.readline()
-    assert "capturing on" in started, started + proc.stderr.read()
-    return proc
-
-
-def ltp_rows(pcap: Path) -> list[list[str]]:
-    """tshark's LTP dissector on the capture: per segment its session originator, type, and the sources of the
-    BPv7 bundles in a block it reassembled."""
-    fields = ["ltp.session.orig", "ltp.type", "bpv7.primary.src_uri"]
-    res = subprocess.run(["tshark", "-r", str(pcap), "-d", "udp.port==1113,ltp", "-Y", "ltp", "-T", "fields",
-                          *[x for f in fields for x in ("-e", f)], "-E", "separator=;"],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    return [line.split(";") for line in res.stdout.splitlines()]
 
 
 def test_ion_ground_station_and_dtn7_satellites_over_ltp(ion_install, spec_dir):
