@@ -5,7 +5,7 @@ defaults:                 # every node; or per group / per node (the most specif
   dtn:
     agent: dtn7           # a BPv7 agent of the registry (swarm.dtn.agents), which must carry the `cla`
     eid: dtn              # dtn: node `sat01` is dtn://sat01/ | ipn: node i is ipn:<i>.0 (see `number`)
-    cla: tcp              # tcp (TCPCLv4, RFC 9174) | mtcp | udp | http | ltp (LTP, RFC 5326: swarm-ltpcla)
+    cla: tcp              # tcp (TCPCLv4, RFC 9174) | mtcp | udp | http | ltp (LTP, RFC 5326) | stcp (HDTN's)
     ltp: {segment: 1360, red: 1.0}   # cla: ltp only: segment size (bytes), red (reliable) fraction, ...
     tcpcl: {window: 32}   # cla: tcp only: transfers in flight per session (default: from the links' rate x RTT)
     # ltp: {engine: 7, peers: [{engine: 1, address: 192.0.2.1:1113, rate: 10Mbit, owlt: 1s}]}  # an outside peer
@@ -34,12 +34,12 @@ from pydantic import Field, field_validator, model_validator
 from swarm.spec.validation import Strict
 from swarm.units import duration_seconds, parse_link_rate
 
-CLAS = ("tcp", "mtcp", "udp", "http", "ltp")
+CLAS = ("tcp", "mtcp", "udp", "http", "ltp", "stcp")  # stcp: HDTN's simple TCP CLA (length-prefixed bundles)
 ROUTINGS = ("epidemic", "sprayandwait", "flooding", "static")
 STORES = ("mem", "sled", "sneakers")
 PEER_MODES = ("auto", "static")
 #: The port each CLA listens on (dtn7-rs's defaults; `http` rides on the agent's web port).
-CLA_PORTS = {"tcp": 4556, "mtcp": 16162, "udp": 4556, "ltp": 1113}  # ltp: IANA's LTP port
+CLA_PORTS = {"tcp": 4556, "mtcp": 16162, "udp": 4556, "ltp": 1113, "stcp": 4556}  # ltp: IANA's LTP port
 WEB_PORT = 3000
 DISCOVERY_PORT = 3003
 #: UDP CLA: one bundle per datagram, so a bundle must fit into one IPv4 UDP datagram with its headers.

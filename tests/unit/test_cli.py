@@ -23,7 +23,7 @@ NEEDLES = {
     "malformed": "malformed YAML", "unknown_field": "unknown field 'flavour'", "zero": "nodes 0", "one": "nodes 1",
     "too_many": "nodes 100000", "duplicate": "duplicate", "space": "'sat 07'", "shell": "'a;reboot'",
     "small_subnet": "too small for 20", "unknown_backend": "'k8s'",
-    "hardy_ltp": "dtn.cla 'ltp': agent 'hardy' does not carry it (it carries tcp; ltp is carried by dtn7, ion)",
+    "hardy_ltp": "dtn.cla 'ltp': agent 'hardy' does not carry it (it carries tcp; ltp is carried by dtn7, ion, hdtn)",
 }
 
 

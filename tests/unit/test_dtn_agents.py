@@ -19,11 +19,11 @@ from conftest import REPO
 def test_registry_holds_dtn7_with_every_cla_and_hardy_with_tcp():
     assert list(REGISTRY) == ["dtn7", "hardy", "ion", "ud3tn", "hdtn"] and isinstance(get_agent("dtn7"), Dtn7)
     assert REGISTRY["hardy"].clas == ("tcp",) and carriers("tcp") == ["dtn7", "hardy", "hdtn"]
-    assert REGISTRY["dtn7"].clas == CLAS and carriers("ltp") == ["dtn7", "ion"]
+    assert REGISTRY["dtn7"].clas == tuple(c for c in CLAS if c != "stcp") and carriers("ltp") == ["dtn7", "ion", "hdtn"]
     assert REGISTRY["ion"].clas == ("ltp", "udp") and REGISTRY["ion"].install.user_tree
     assert REGISTRY["ud3tn"].clas == ("mtcp",) and carriers("mtcp") == ["dtn7", "ud3tn"] and \
         REGISTRY["ud3tn"].install.user_tree
-    assert REGISTRY["hdtn"].clas == ("tcp", "udp") and REGISTRY["hdtn"].install.user_tree
+    assert REGISTRY["hdtn"].clas == ("tcp", "udp", "ltp", "stcp") and carriers("stcp") == ["hdtn"] and REGISTRY["hdtn"].install.user_tree
     assert all(isinstance(a, Agent) and a.install.programs and a.title for a in REGISTRY.values())
 
 
@@ -43,7 +43,7 @@ def test_an_agent_without_the_cla_is_refused(monkeypatch):
     monkeypatch.setitem(REGISTRY, TcpOnly.name, TcpOnly())
     check_agent(DtnSpec(agent="tcponly", cla="tcp"))
     with pytest.raises(ValueError, match=r"^dtn.cla 'ltp': agent 'tcponly' does not carry it \(it carries tcp; "
-                                         r"ltp is carried by dtn7, ion\)$"):
+                                         r"ltp is carried by dtn7, ion, hdtn\)$"):
         check_agent(DtnSpec(agent="tcponly", cla="ltp"))
 
 
@@ -62,7 +62,7 @@ def test_dtn7_adapter_plans_dtnd_and_tags_the_plan():
 
 def test_hardy_is_refused_on_a_cla_it_does_not_carry():
     with pytest.raises(SpecError, match=r"dtn.cla 'ltp': agent 'hardy' does not carry it \(it carries tcp; "
-                                        r"ltp is carried by dtn7, ion\)"):
+                                        r"ltp is carried by dtn7, ion, hdtn\)"):
         spec_from_dict({"name": "agents", "nodes": 2, "defaults": {"dtn": {"agent": "hardy", "cla": "ltp"}}})
 
 

@@ -72,6 +72,67 @@ def test_the_contact_plan_joins_every_two_routers_at_the_links_rate_and_each_rou
     assert all(c["startTime"] == 0 and c["endTime"] == 30 * 86400 for c in contacts)
 
 
+LTP = DtnSpec(agent="hdtn", cla="ltp", eid="ipn", ltp={"segment": 8000, "margin": "0.2s", "rtx_limit": 7,
+                                                       "rate": "50Mbit"})
+
+
+def test_golden_ltp_node():
+    text = config_text(sat01(LTP))
+    assert text == golden("hdtn_sat01_ltp.txt", text)
+
+
+def test_ltp_is_an_induct_and_an_outduct_per_peer_engine_all_on_one_port():
+    config = json.loads(plan_hdtn("sat01", 1, LTP, PEERS, "/w", link_of, engine=11).files["hdtn.json"])
+    ins = [i for i in config["inductsConfig"]["inductVector"] if i["convergenceLayer"] == "ltp_over_udp"]
+    outs = [o for o in config["outductsConfig"]["outductVector"] if o["convergenceLayer"] == "ltp_over_udp"]
+    assert [(i["boundPort"], i["thisLtpEngineId"], i["remoteLtpEngineId"], i["ltpRemoteUdpHostname"]) for i in ins] == \
+        [(1113, 11, 2, "10.9.0.3"), (1113, 11, 3, "10.9.0.4")]
+    assert [(o["ltpSenderBoundPort"], o["thisLtpEngineId"], o["remoteLtpEngineId"], o["nextHopNodeId"],
+             o["remoteHostname"], o["remotePort"]) for o in outs] == \
+        [(1113, 11, 2, 2 + ROUTER_BASE, "10.9.0.3", 1113), (1113, 11, 3, 3 + ROUTER_BASE, "10.9.0.4", 1113)]
+    assert {(o["ltpDataSegmentMtu"], o["oneWayMarginTimeMs"], o["ltpMaxRetriesPerSerialNumber"]) for o in outs} == \
+        {(8000, 200, 7)}
+    # one-way light time: the slower direction of the link (sat01->ground 2 s, ground->sat01 not impaired)
+    assert [o["oneWayLightTimeMs"] for o in outs] == [500, 2000] == [i["oneWayLightTimeMs"] for i in ins]
+    assert all("numRxCircularBufferBytesPerElement" not in i for i in ins)  # HDTN refuses it on an LTP induct
+    # HDTN pings HDTN peers only (another engine need not answer a cancel for a session it never saw)
+    mixed = [Peer("sat02", "10.9.0.3", 2, "ipn:2.0", "dtn7"), PEERS[1]]
+    outs = json.loads(plan_hdtn("sat01", 1, LTP, mixed, "/w", link_of).files["hdtn.json"])["outductsConfig"]
+    assert [o.get("ltpSenderPingSecondsOrZeroToDisable") for o in outs["outductVector"]] == [0, 15, None]
+
+
+def test_stcp_is_hdtns_own_tcp_cla_on_the_isl_and_only_hdtn_carries_it():
+    plan = sat01(DtnSpec(agent="hdtn", cla="stcp", eid="ipn"))
+    config = json.loads(plan.files["hdtn.json"])
+    assert [(i["convergenceLayer"], i["boundPort"]) for i in config["inductsConfig"]["inductVector"]] == \
+        [("stcp", 4556), ("stcp", LOCAL_PORT)]
+    assert [o["remotePort"] for o in config["outductsConfig"]["outductVector"]] == [4556, 4556, APP_PORT]
+    assert plan.expected_peers == () and carriers("stcp") == ["hdtn"]
+    with pytest.raises(ValueError, match=r"^dtn.cla 'stcp': agent 'dtn7' does not carry it"):
+        check_agent(DtnSpec(agent="dtn7", cla="stcp"))
+
+
+def test_ltp_sessions_in_flight_cover_the_links_rate_times_round_trip():
+    config = json.loads(sat01(LTP).files["hdtn.json"])
+    outs = {o["name"]: o for o in config["outductsConfig"]["outductVector"]}
+    # to ground: 100 Mbit/s x (2 x 2 s + 2 s) / 100 kB bundles = 750 bundles in flight, + 1
+    assert outs["to ground"]["maxNumberOfBundlesInPipeline"] == 751
+    assert outs["to ground"]["maxSumOfBundleBytesInPipeline"] == 75_100_000
+    # to sat02: 10 Mbit/s x 3 s / 100 kB = 38: the floor of 50 holds
+    assert outs["to sat02"]["maxNumberOfBundlesInPipeline"] == 50
+    ins = {i["name"]: i for i in config["inductsConfig"]["inductVector"]}
+    assert ins["ltp from ground"]["ltpMaxExpectedSimultaneousSessions"] == 751
+
+
+def test_ltp_is_paced_by_the_contact_plan_at_the_links_rate_or_dtn_ltp_rate():
+    contacts = json.loads(sat01(LTP).files["contacts.json"])["contacts"]
+    r = ROUTER_BASE
+    by_pair = {(c["source"], c["dest"]): c["rateBitsPerSec"] for c in contacts}
+    assert by_pair[(1 + r, 3 + r)] == 100_000_000 and by_pair[(1 + r, 2 + r)] == 10_000_000
+    assert by_pair[(2 + r, 3 + r)] == 50_000_000  # no link rate: dtn.ltp.rate
+    assert by_pair[(1 + r, 1)] == 0  # to the node's own applications: unlimited
+
+
 def test_a_peer_running_another_agent_is_its_own_router():
     peers = [Peer("sat02", "10.9.0.3", 2, "ipn:2.0", "dtn7"), PEERS[1]]
     plan = sat01(peers=peers)
@@ -91,7 +152,12 @@ def test_through_the_swarm_planner_peers_carry_their_agents():
 
 @pytest.mark.parametrize("piece, message", [
     (DtnSpec(agent="hdtn", cla="tcp"), "dtn.eid 'dtn': agent 'hdtn' speaks ipn only"),
-    (DtnSpec(agent="hdtn", cla="ltp", eid="ipn"), "dtn.cla 'ltp': agent 'hdtn' carries tcp, udp here"),
+    (DtnSpec(agent="hdtn", cla="mtcp", eid="ipn"), "dtn.cla 'mtcp': agent 'hdtn' carries tcp, udp, ltp, stcp here"),
+    (DtnSpec(agent="hdtn", cla="ltp", eid="ipn", ltp={"rate": "1Gbit", "red": 0.5}),
+     "dtn.ltp.red 0.5: agent 'hdtn' sends every block red"),
+    (DtnSpec(agent="hdtn", cla="ltp", eid="ipn", ltp={"rate": "1Gbit", "peers": [{"engine": 77,
+                                                                                "address": "192.0.2.7:1113"}]}),
+     "dtn.ltp.peers: agent 'hdtn' reaches swarm nodes only here"),
     (DtnSpec(agent="hdtn", cla="tcp", eid="ipn", peers="auto"), "dtn.peers 'auto': agent 'hdtn' needs static peers"),
     (DtnSpec(agent="hdtn", cla="tcp", eid="ipn", routing="static", routes=[{"to": "ipn:3.0", "via": "ipn:2.0"}]),
      "dtn.routes: agent 'hdtn' routes by its contact plan"),
@@ -102,20 +168,26 @@ def test_what_hdtn_cannot_run_is_one_line_naming_the_field(piece, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_an_ltp_link_with_no_rate_to_pace_at_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match=r"^dtn.ltp.rate: link sat01->sat02 has no rate to pace LTP at; give the "):
+        plan_hdtn("sat01", 1, DtnSpec(agent="hdtn", cla="ltp", eid="ipn"), PEERS, "/w", lambda a, b: LinkView())
+
+
 def test_a_node_number_that_is_another_nodes_router_is_refused():
     peers = [Peer("sat02", "10.9.0.3", 1 + ROUTER_BASE, f"ipn:{1 + ROUTER_BASE}.0", "hdtn")]
     with pytest.raises(ValueError, match=rf"^dtn.number 1: .* and {1 + ROUTER_BASE} is another node's number here$"):
         sat01(peers=peers)
 
 
-@pytest.mark.parametrize("cla", ["mtcp", "http", "ltp"])
+@pytest.mark.parametrize("cla", ["mtcp", "http"])
 def test_clas_it_lacks_are_refused_by_the_registry(cla):
-    with pytest.raises(ValueError, match=rf"^dtn.cla '{cla}': agent 'hdtn' does not carry it \(it carries tcp, udp;"):
+    with pytest.raises(ValueError, match=rf"^dtn.cla '{cla}': agent 'hdtn' does not carry it \(it carries tcp, udp, ltp, stcp;"):
         check_agent(DtnSpec(agent="hdtn", cla=cla, eid="ipn"))
 
 
 def test_the_registry_knows_hdtn_and_what_it_carries():
-    assert HDTN.clas == ("tcp", "udp") and "hdtn" in carriers("tcp") and "hdtn" in carriers("udp")
+    assert HDTN.clas == ("tcp", "udp", "ltp", "stcp") and all("hdtn" in carriers(c) for c in HDTN.clas)
+    assert not HDTN.ltp_by_ltpcla  # its own LTP engine: no swarm-ltpcla beside it
     assert HDTN.install.user_tree and HDTN.install.cache_env == "SWARM_HDTN_INSTALL"
     assert HDTN.install.programs == ("hdtn-one-process",) and Path(HDTN.install.dockerfile).exists()
     assert HDTN.needs_containers and HDTN.client(TCP)["client"] == "hdtn-stcp" and "hdtn-stcp" in CLIENTS

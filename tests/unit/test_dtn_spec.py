@@ -16,7 +16,7 @@ def test_defaults_and_endpoint():
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("cla", "bibe", "dtn.cla 'bibe': unknown cla (known: tcp, mtcp, udp, http, ltp)"),
+    ("cla", "bibe", "dtn.cla 'bibe': unknown cla (known: tcp, mtcp, udp, http, ltp, stcp)"),
     ("routing", "prophet", "dtn.routing 'prophet': unknown routing (known: epidemic, sprayandwait, flooding, static)"),
     ("peers", "manual", "dtn.peers 'manual': unknown peers (known: auto, static)"),
     ("janitor", "soon", "dtn.janitor 'soon': expected a duration like 2s, 500ms or 1m"),

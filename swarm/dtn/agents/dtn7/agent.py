@@ -18,7 +18,7 @@ from swarm.dtn.agents.dtn7.log import failure_lines, handovers, parse_dtnd_log
 from swarm.dtn.agents.dtn7.plan import guard_rules, peer_clas, peer_names, plan_agent, readiness
 from swarm.dtn.agents.ltp import plan_ltp
 from swarm.dtn.agents.tcpcl import fastest_rate
-from swarm.spec.dtn import CLAS, DtnSpec
+from swarm.spec.dtn import DtnSpec
 
 HTTP_TIMEOUT = 3.0
 #: Run inside a node: GET each path from dtnd on loopback, print the bodies as one JSON list.
@@ -59,7 +59,7 @@ def http_many(shell: NodeShell, port: int, paths: list[str], timeout: float = HT
 class Dtn7(Agent):
     name = "dtn7"
     title = "dtn7-rs"
-    clas = CLAS  # tcp, mtcp, udp, http built in; ltp through swarm-ltpcla on its external-CLA WebSocket
+    clas = ("tcp", "mtcp", "udp", "http", "ltp")  # built in; ltp through swarm-ltpcla on its external-CLA WebSocket
     daemon = "dtnd"
     install = Install(script="images/dtn/build.sh", programs=("dtnd", "dtnsend", "dtnrecv", "dtnquery", "dtntrigger"),
                       cache="dtn7", cache_env="SWARM_DTN7_CACHE", dockerfile="images/dtn/Dockerfile",

@@ -8,7 +8,8 @@
 - Planned by swarm.dtn.agents.hdtn.plan: the node is its router (hdtn-one-process, ipn:<N + 1000000>.0) and its
   applications' BP node ipn:<N> (flightsw/hdtn_app.py over STCP on loopback), hdtn.json and the contact plan HDTN's
   CGR routes over.
-- CLAs: `tcp` (HDTN's TCPCLv4) and `udp`.
+- CLAs: `tcp` (HDTN's TCPCLv4), `udp`, `ltp` (HDTN's own LTP engine over UDP, port 1113) and `stcp` (HDTN's
+  simple TCP CLA: HDTN to HDTN only, no other agent has it).
 - Asked in the node: readiness = the application side listens and the router holds a TCPCLv4 session with every
   peer's router (its log's "received valid SessionInit from remote with EID ..."; `udp`: the router started);
   counters = the application side's files (delivered, sent) and the peers with a session.
@@ -40,7 +41,7 @@ SESSION_RE = re.compile(r"received valid SessionInit from remote with EID ipn:(\
 class Hdtn(Agent):
     name = "hdtn"
     title = "HDTN (the user's build)"
-    clas = ("tcp", "udp")
+    clas = ("tcp", "udp", "ltp", "stcp")
     daemon = "hdtn"
     install = Install(script="", programs=PROGRAMS, cache="", cache_env="SWARM_HDTN_INSTALL",
                       dockerfile="images/hdtn/Dockerfile", image_repo="swarm-emu/hdtn", first_build="",
@@ -51,7 +52,7 @@ class Hdtn(Agent):
     def plan(self, node: str, index: int, isl_ip: str, piece: DtnSpec, peers: list[Peer], workdir: str,
              isl_subnet: str, rtt: float, link_of: Callable[[str, str], LinkView]) -> AgentPlan:
         return plan_hdtn(node, piece.number_of(index), piece, peers, workdir, link_of, self.config_text(piece),
-                         piece.config or "")
+                         piece.config or "", piece.ltp.engine_of(index))
 
     def guard(self, piece: DtnSpec, isl_subnet: str) -> str:
         """The CLA's port answers the ISL only (as for every agent); the application side's and the router's

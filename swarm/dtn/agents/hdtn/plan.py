@@ -9,8 +9,9 @@ namespace:
                               127.0.0.1:APP_PORT (STCP) and sends the node's bundles into the router's STCP
                               induct on 127.0.0.1:LOCAL_PORT
     its HDTN router           ipn:<N + ROUTER_BASE>.0: hdtn-one-process, one induct on the ISL for the swarm's CLA
-                              (`tcp`: TCPCLv4, `udp`), one outduct per peer toward the peer's router, and the local
-                              STCP induct and outduct above
+                              (`tcp`: TCPCLv4, `udp`, `stcp`; `ltp`: one LTP-over-UDP induct per peer, all on port 1113),
+                              one outduct per peer toward the peer's router, and the local STCP induct and outduct
+                              above
 
     hdtn.json       HDTN's configuration (HdtnConfig: inducts, outducts, storage from `dtn.storage.limit`)
     contacts.json   its contact plan (HDTN's JSON form, times from the router's start): a contact each way between
@@ -21,6 +22,13 @@ namespace:
     user.json       the user's file (`dtn.config`), a JSON object merged over hdtn.json (their inducts, outducts,
                     storage settings; a key HDTN does not know is HDTN's to refuse)
 
+With `cla: ltp` the router's LTP engine is the node's engine ID (`dtn.ltp.engine`, else its index, as for every
+agent) and each peer's is the peer's: HDTN's LTP engine manager serves all of them on one UDP port and tells them
+apart by engine ID, so an ION or swarm-ltpcla engine is a peer like another. Each peer's one-way light time is the
+slower direction of its link, the pacing rate the link's (or `dtn.ltp.rate`) through the contact plan, and the
+sessions in flight (HDTN's pipeline; one bundle per LTP session, HDTN does not aggregate) cover the link's rate x
+round trip.
+
 HDTN speaks only `ipn:` (dtn.eid: ipn). A peer running another agent is a BP node that routes for itself: the
 router's outduct and contacts name the peer's own number (Peer.agent tells which).
 """
@@ -28,7 +36,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Callable
+import math
+from typing import Any, Callable, Optional
 
 from swarm.dtn.agents.base import AgentPlan, LinkView, Peer, UserConfigError
 from swarm.spec.dtn import DtnSpec, node_key
@@ -49,7 +58,7 @@ APP_PORT = 4558
 #: HDTN's ZMQ ports (router publisher, telemetry API): bound by hdtn-one-process, refused off loopback too.
 ZMQ_PORTS = (10200, 10305)
 #: HDTN's names for the swarm's CLAs it carries (dtn.cla -> convergenceLayer).
-CLA_NAMES = {"tcp": "tcpcl_v4", "udp": "udp"}
+CLA_NAMES = {"tcp": "tcpcl_v4", "udp": "udp", "ltp": "ltp_over_udp", "stcp": "stcp"}
 #: How long the generated contacts last (s): HDTN's router forwards only within a contact.
 HORIZON_S = 30 * 86400
 #: Storage without dtn.storage.limit (bytes), and the largest bundle the router takes.
@@ -60,6 +69,18 @@ SEGMENT_MRU = 200_000
 PIPELINE_BUNDLES = 50
 PIPELINE_BYTES = 50_000_000
 KEEPALIVE_S = 15
+#: LTP: the LTP client service (bundle protocol), random session numbers of 32 bits (ION's and swarm-ltpcla's
+#: session numbers are 32-bit), segments handed to sendmmsg at once, the most sessions one peer keeps in flight, and
+#: the block buffer each receiving session starts with (it grows for larger bundles).
+LTP_CLIENT_SERVICE = 1
+LTP_RANDOM_BITS = 32
+LTP_BATCH = 15
+MAX_LTP_SESSIONS = 20_000
+LTP_PREALLOCATED = 200_000
+#: An HDTN sender pings its peer engine this often when idle (a cancel segment of a session that never was) and
+#: takes the link down when no acknowledgement comes back. Only toward HDTN peers: another engine need not answer
+#: a cancel for a session it never saw (RFC 5326 leaves it open), and a link taken down routes bundles away.
+LTP_PING_S = 15
 
 
 class HdtnConfigError(UserConfigError):
@@ -82,7 +103,7 @@ def cla_of(piece: DtnSpec) -> str:
         return CLA_NAMES[piece.cla]
     except KeyError:
         raise ValueError(f"dtn.cla {piece.cla!r}: agent 'hdtn' carries {', '.join(CLA_NAMES)} here (HDTN's "
-                         "TCPCLv4 and UDP convergence layers)") from None
+                         "TCPCLv4, UDP, LTP and STCP convergence layers)") from None
 
 
 def user_config(text: str, source: str) -> dict[str, Any]:
@@ -133,11 +154,75 @@ def outduct(cla: str, next_hop: int, host: str, port: int, name: str) -> dict[st
     return out
 
 
-def hdtn_config(node: str, number: int, piece: DtnSpec, peers: list[Peer], workdir: str) -> dict[str, Any]:
-    """hdtn.json of the router of node `number` (pure)."""
+def ltp_link(node: str, peer: Peer, piece: DtnSpec, link_of: Callable[[str, str], LinkView]) -> tuple[int, int, int]:
+    """(pacing rate bit/s, one-way light time ms, sessions in flight) of the LTP link toward `peer`: the link's rate
+    (else `dtn.ltp.rate`), the slower of its two directions, and rate x (round trip + 2 s of queueing) over the
+    bundle size the dtn experiment sizes for (`dtn.tcpcl.bundle`), within [PIPELINE_BUNDLES, MAX_LTP_SESSIONS].
+    ValueError naming the field for a link with no rate to pace at."""
+    out, back = link_of(node, peer.name), link_of(peer.name, node)
+    rate = out.rate or piece.ltp.rate
+    if not rate:
+        raise ValueError(f"dtn.ltp.rate: link {node}->{peer.name} has no rate to pace LTP at; give the link a rate "
+                         "(links:) or set dtn.ltp.rate")
+    owlt = max(out.delay, back.delay)
+    in_flight = rate / 8 * (2 * owlt + 2.0) / piece.tcpcl.bundle
+    return int(rate), round(owlt * 1000), max(PIPELINE_BUNDLES, min(MAX_LTP_SESSIONS, math.ceil(in_flight) + 1))
+
+
+def ltp_induct(piece: DtnSpec, engine: int, peer: Peer, owlt_ms: int, sessions: int) -> dict[str, Any]:
+    """The LTP-over-UDP induct that receives `peer`'s blocks (every key HDTN's InductsConfig requires for it)."""
+    ltp, port = piece.ltp, piece.cla_port()
+    return {"name": f"ltp from {peer.name}", "convergenceLayer": "ltp_over_udp", "boundPort": port,
+            "numRxCircularBufferElements": 1000, "thisLtpEngineId": engine, "remoteLtpEngineId": peer.index,
+            "ltpReportSegmentMtu": ltp.segment, "oneWayLightTimeMs": owlt_ms,
+            "oneWayMarginTimeMs": round(ltp.margin * 1000), "clientServiceId": LTP_CLIENT_SERVICE,
+            "preallocatedRedDataBytes": LTP_PREALLOCATED, "ltpMaxRetriesPerSerialNumber": ltp.rtx_limit,
+            "ltpRandomNumberSizeBits": LTP_RANDOM_BITS, "ltpRemoteUdpHostname": peer.isl_ip,
+            "ltpRemoteUdpPort": port, "ltpRxDataSegmentSessionNumberRecreationPreventerHistorySize": 1000,
+            "ltpMaxExpectedSimultaneousSessions": sessions, "ltpMaxUdpPacketsToSendPerSystemCall": LTP_BATCH,
+            "delaySendingOfReportSegmentsTimeMsOrZeroToDisable": 20, "keepActiveSessionDataOnDisk": False,
+            "activeSessionDataOnDiskNewFileDurationMs": 2000, "activeSessionDataOnDiskDirectory": "./"}
+
+
+def ltp_outduct(piece: DtnSpec, engine: int, peer: Peer, owlt_ms: int, sessions: int) -> dict[str, Any]:
+    """The LTP-over-UDP outduct toward `peer`'s engine, `sessions` bundles (one LTP session each) in flight."""
+    ltp, port = piece.ltp, piece.cla_port()
+    out = outduct("ltp_over_udp", hop(peer), peer.isl_ip, port, f"to {peer.name}")
+    out.update({"maxNumberOfBundlesInPipeline": sessions,
+                "maxSumOfBundleBytesInPipeline": max(PIPELINE_BYTES, sessions * piece.tcpcl.bundle),
+                "thisLtpEngineId": engine, "remoteLtpEngineId": peer.index, "ltpDataSegmentMtu": ltp.segment,
+                "oneWayLightTimeMs": owlt_ms, "oneWayMarginTimeMs": round(ltp.margin * 1000),
+                "clientServiceId": LTP_CLIENT_SERVICE, "numRxCircularBufferElements": 1000,
+                "ltpMaxRetriesPerSerialNumber": ltp.rtx_limit, "ltpCheckpointEveryNthDataSegment": 0,
+                "ltpRandomNumberSizeBits": LTP_RANDOM_BITS, "ltpSenderBoundPort": port,
+                "ltpMaxUdpPacketsToSendPerSystemCall": LTP_BATCH,
+                "ltpSenderPingSecondsOrZeroToDisable": LTP_PING_S if peer.agent == "hdtn" else 0,
+                "delaySendingOfDataSegmentsTimeMsOrZeroToDisable": 20, "keepActiveSessionDataOnDisk": False,
+                "activeSessionDataOnDiskNewFileDurationMs": 2000, "activeSessionDataOnDiskDirectory": "./"})
+    return out
+
+
+def isl_ducts(node: str, engine: int, piece: DtnSpec, peers: list[Peer],
+              link_of: Callable[[str, str], LinkView]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(inducts, outducts) on the ISL: LTP, one of each per peer; any other CLA, one induct and an outduct per peer."""
     cla, port = cla_of(piece), piece.cla_port()
+    if piece.cla != "ltp":
+        return ([induct(cla, port, f"isl {piece.cla}")],
+                [outduct(cla, hop(p), p.isl_ip, port, f"to {p.name}") for p in peers])
+    inducts, outducts = [], []
+    for p in peers:
+        _, owlt_ms, sessions = ltp_link(node, p, piece, link_of)
+        inducts.append(ltp_induct(piece, engine, p, owlt_ms, sessions))
+        outducts.append(ltp_outduct(piece, engine, p, owlt_ms, sessions))
+    return inducts, outducts
+
+
+def hdtn_config(node: str, number: int, piece: DtnSpec, peers: list[Peer], workdir: str, engine: Optional[int] = None,
+                link_of: Callable[[str, str], LinkView] = lambda a, b: LinkView()) -> dict[str, Any]:
+    """hdtn.json of the router of node `number` (pure); `engine`: its LTP engine ID (default: `number`)."""
     wd = workdir.rstrip("/")
     storage = piece.storage.limit or DEFAULT_STORAGE
+    inducts, outducts = isl_ducts(node, number if engine is None else engine, piece, peers, link_of)
     return {
         "hdtnConfigName": f"swarm-emu {node}",
         "userInterfaceOn": False,
@@ -154,17 +239,16 @@ def hdtn_config(node: str, number: int, piece: DtnSpec, peers: list[Peer], workd
         "maxBundleSizeBytes": min(MAX_BUNDLE, piece.max_bundle() or MAX_BUNDLE),
         "maxIngressBundleWaitOnEgressMilliseconds": 2000,
         "bufferRxToStorageOnLinkUpSaturation": False,
-        "maxLtpReceiveUdpPacketSizeBytes": 65536,
+        "maxLtpReceiveUdpPacketSizeBytes": 65536,  # any segment (dtn.ltp.segment <= 65,507)
         "neighborDepletedStorageDelaySeconds": 0,
         "fragmentBundlesLargerThanBytes": 0,
         "enforceBundlePriority": False,
         "zmqBoundRouterPubSubPortPath": ZMQ_PORTS[0],
         "zmqBoundTelemApiPortPath": ZMQ_PORTS[1],
         "inductsConfig": {"inductConfigName": "swarm-emu", "inductVector": [
-            induct(cla, port, f"isl {piece.cla}"), induct("stcp", LOCAL_PORT, "applications")]},
+            *inducts, induct("stcp", LOCAL_PORT, "applications")]},
         "outductsConfig": {"outductConfigName": "swarm-emu", "outductVector": [
-            *(outduct(cla, hop(p), p.isl_ip, port, f"to {p.name}") for p in peers),
-            outduct("stcp", number, "127.0.0.1", APP_PORT, "to applications")]},
+            *outducts, outduct("stcp", number, "127.0.0.1", APP_PORT, "to applications")]},
         "storageConfig": {"storageImplementation": "asio_single_threaded", "tryToRestoreFromDisk": False,
                           "autoDeleteFilesOnExit": True, "totalStorageCapacityBytes": storage,
                           "storageDeletionPolicy": "never",
@@ -172,20 +256,23 @@ def hdtn_config(node: str, number: int, piece: DtnSpec, peers: list[Peer], workd
     }
 
 
-def contact_plan(node: str, number: int, peers: list[Peer], link_of: Callable[[str, str], LinkView]) -> dict:
+def contact_plan(node: str, number: int, peers: list[Peer], link_of: Callable[[str, str], LinkView],
+                 fallback_rate: Optional[int] = None) -> dict:
     """contacts.json (pure): both directions between the routers of every two of the node and its peers, at the
-    link's rate (0: unlimited, as HDTN reads it) with its one-way delay in whole seconds, and each router to its
-    node's applications; all from the router's start for HORIZON_S."""
+    link's rate (else `fallback_rate`; 0: unlimited, as HDTN reads it) with its one-way delay in whole seconds, and
+    each router to its node's applications; all from the router's start for HORIZON_S. HDTN paces an outduct at its
+    contact's rate: with LTP that is the only pacing there is (`dtn.ltp.rate` for links without a rate)."""
     members = [(node, number, router_number(number))] + [(p.name, int(p.key), hop(p)) for p in peers]
     contacts: list[dict[str, int]] = []
 
     def add(src: int, dst: int, link: LinkView) -> None:
         contacts.append({"contact": len(contacts), "source": src, "dest": dst, "startTime": 0,
-                         "endTime": HORIZON_S, "rateBitsPerSec": int(link.rate or 0),
+                         "endTime": HORIZON_S, "rateBitsPerSec": int(link.rate or fallback_rate or 0),
                          "owlt": max(1, round(link.delay)) if link.delay else 0})
     for _, num, via in members:
         if via != num:  # an HDTN router delivers to its node's applications
-            add(via, num, LinkView())
+            contacts.append({"contact": len(contacts), "source": via, "dest": num, "startTime": 0,
+                             "endTime": HORIZON_S, "rateBitsPerSec": 0, "owlt": 0})
     for a, _, ha in members:
         for b, _, hb in members:
             if a != b:
@@ -194,9 +281,10 @@ def contact_plan(node: str, number: int, peers: list[Peer], link_of: Callable[[s
 
 
 def plan_hdtn(node: str, number: int, piece: DtnSpec, peers: list[Peer], workdir: str,
-              link_of: Callable[[str, str], LinkView], user_text: str = "", user_source: str = "") -> AgentPlan:
-    """HDTN on `node` (node number `number`: its applications ipn:<number>.1); ValueError (one line naming the
-    field) for a piece it cannot run."""
+              link_of: Callable[[str, str], LinkView], user_text: str = "", user_source: str = "",
+              engine: Optional[int] = None) -> AgentPlan:
+    """HDTN on `node` (node number `number`: its applications ipn:<number>.1; LTP engine `engine`, default
+    `number`); ValueError (one line naming the field) for a piece it cannot run."""
     if piece.eid != "ipn":
         raise ValueError(f"node {node!r}: dtn.eid {piece.eid!r}: agent 'hdtn' speaks ipn only (set dtn.eid: ipn)")
     cla_of(piece)
@@ -210,12 +298,19 @@ def plan_hdtn(node: str, number: int, piece: DtnSpec, peers: list[Peer], workdir
         if router_number(n) in numbers:
             raise ValueError(f"dtn.number {n}: agent 'hdtn' gives node N's router the number N + {ROUTER_BASE}, "
                              f"and {router_number(n)} is another node's number here")
-    config = hdtn_config(node, number, piece, peers, workdir)
+    if piece.cla == "ltp" and piece.ltp.red < 1.0:
+        raise ValueError(f"node {node!r}: dtn.ltp.red {piece.ltp.red:g}: agent 'hdtn' sends every block red "
+                         "(leave red out or set 1.0)")
+    if piece.cla == "ltp" and piece.ltp.peers:
+        raise ValueError(f"node {node!r}: dtn.ltp.peers: agent 'hdtn' reaches swarm nodes only here (add the outside "
+                         "engine with your own dtn.config: an ltp_over_udp induct and outduct)")
+    config = hdtn_config(node, number, piece, peers, workdir, engine, link_of)
     if user_text:
         config = merged(config, user_config(user_text, user_source or "dtn.config"))
     wd = workdir.rstrip("/")
     files = {CONFIG: json.dumps(config, indent=2) + "\n",
-             CONTACTS: json.dumps(contact_plan(node, number, peers, link_of), indent=2) + "\n",
+             CONTACTS: json.dumps(contact_plan(node, number, peers, link_of,
+                                               piece.ltp.rate if piece.cla == "ltp" else None), indent=2) + "\n",
              START: START_SCRIPT.format(node=node, helper=HELPER, app_port=APP_PORT, local_port=LOCAL_PORT,
                                         number=number, service=piece.app_service(), program=PROGRAM,
                                         config=f"{wd}/{CONFIG}", contacts=f"{wd}/{CONTACTS}")}
