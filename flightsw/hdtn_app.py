@@ -151,10 +151,11 @@ def _read(conn: socket.socket, n: int) -> bytes | None:
 
 
 def file_bundle(workdir: str, bundle: bytes, n: int) -> None:
-    """Into inbox/ whole (written aside, then renamed: a reader never sees half a bundle)."""
+    """Into inbox/ whole (written aside under a name readers skip, then renamed: a reader never sees half a
+    bundle)."""
     box = os.path.join(workdir, INBOX)
     name = f"{time.time_ns():020d}-{os.getpid()}-{n:08d}.bundle"
-    tmp = os.path.join(box, "." + name)
+    tmp = os.path.join(box, f".{name}.part")
     with open(tmp, "wb") as f:
         f.write(bundle)
     os.rename(tmp, os.path.join(box, name))

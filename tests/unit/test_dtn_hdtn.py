@@ -246,6 +246,36 @@ def test_sequence_numbers_are_never_reused(tmp_path):
     assert [hdtn_app.next_seq(str(tmp_path)) for _ in range(3)] == [0, 1, 2]
 
 
+def test_a_bundle_still_being_written_is_never_taken(tmp_path, monkeypatch):
+    """The race a `dtn` experiment hit on HDTN: a reader polling inbox/ took the half-written file (its name ended
+    in .bundle too) and the application side died renaming it. Here a reader runs while the file is open."""
+    seen = []
+
+    class Writing:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(data[:2])
+            self.f.flush()
+            seen.append(hdtn_app.take_bundle(str(tmp_path)))  # a client reads inbox/ at the worst moment
+            self.f.write(data[2:])
+
+    def opening(path, mode="r", *args, **kwargs):
+        f = open(path, mode, *args, **kwargs)
+        return Writing(f) if "w" in mode else f
+    (tmp_path / hdtn_app.INBOX).mkdir()
+    monkeypatch.setattr(hdtn_app, "open", opening, raising=False)
+    hdtn_app.file_bundle(str(tmp_path), b"whole", 1)
+    assert seen == [None] and hdtn_app.take_bundle(str(tmp_path)) == b"whole"
+
+
 def test_bundles_cross_stcp_into_the_inbox_and_out_to_the_router(tmp_path):
     """The application side over real loopback sockets: what a router sends it is filed and taken by service once;
     what it sends is one STCP frame (length, bundle) on the router's induct."""
