@@ -7,6 +7,10 @@
   peers with a session, `swarm dtn config` prints the configuration and contact plan a node got, and a second `up`
   reuses the image (its tag is the tree's hash).
 - The `dtn` experiment type on HDTN nodes (all-to-ground): every bundle sent is delivered.
+- HDTN's own LTP engine (`cla: ltp`) in a mixed swarm: two HDTN nodes and a dtn7 ground station (swarm-ltpcla,
+  our LTP engine), 0.5 s one-way: bundles cross HDTN -> HDTN, HDTN -> dtn7 and dtn7 -> HDTN, and tshark reads the
+  capture of the ground's ISL interface as LTP sessions of both engines (HDTN's data answered by swarm-ltpcla's
+  reports and the other way round) carrying the bundles of both agents.
 - Bad input: a configuration of the user's that HDTN refuses stops `up` with HDTN's own message (exit 1); a program
   in the tree needing a library the node image lacks is refused by the image's ldd check (exit 2); neither leaves
   a container.
@@ -19,6 +23,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +32,7 @@ import pytest
 
 from alloc import nets_yaml, octets
 from conftest import swarm_containers, user_build, REPO
+from ltp_capture import capture, ltp_rows
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 NET = octets(__file__)  # this file's subnets (tests/alloc.py)
@@ -113,6 +119,41 @@ def test_four_hdtn_status_and_config(four):
     assert f'"myNodeId": {2 + ROUTER_BASE},' in config.stdout
     again = swarm("up", str(spec))  # already up: the same image, nothing rebuilt
     assert "building DTN image" not in again.stdout + again.stderr
+
+
+@pytest.fixture(scope="module")
+def ltp_mixed(hdtn_install, spec_dir):
+    hdtn, dtn7 = "{agent: hdtn, cla: ltp, eid: ipn}", "{agent: dtn7, cla: ltp, eid: ipn}"
+    yield from bring_up(spec_dir, "hd-it-ltp", f"node_list:\n  - {{name: sat01, dtn: {hdtn}}}\n"
+                        f"  - {{name: sat02, dtn: {hdtn}}}\n  - {{name: ground, dtn: {dtn7}}}\n"
+                        "links: {default: {rate: 100Mbit, delay: 0.5s}}\n", NET[3])
+
+
+def test_hdtn_ltp_between_hdtn_nodes_and_with_dtn7_read_on_the_wire(ltp_mixed, spec_dir):
+    """Node numbers = LTP engine IDs = indexes: sat01 1, sat02 2 (HDTN's engines), ground 3 (swarm-ltpcla)."""
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark missing (make setup installs it)")
+    name, _ = ltp_mixed
+    got = send_recv(name, "sat01", "sat02", "hdtn ltp to hdtn")
+    assert got["payload"] == "hdtn ltp to hdtn" and got["src"] == "ipn:1.2", got
+    pcap = spec_dir / "hdtn-ltp.pcapng"
+    cap = capture(name, "ground", pcap)
+    try:
+        got = send_recv(name, "sat02", "ground", "from HDTN")
+        assert got["payload"] == "from HDTN" and got["src"] == "ipn:2.2", got  # dtn7 decodes HDTN's bundle
+        got = send_recv(name, "ground", "sat01", "from dtn7")
+        assert got["payload"] == "from dtn7" and got["dst"] == "ipn:1.1" and got["src"] == "ipn:3.0", got
+    finally:
+        cap.send_signal(signal.SIGINT)
+        cap.communicate(timeout=30)
+    rows = ltp_rows(pcap)
+    by_engine = {e: {int(r[1], 0) for r in rows if r[0] == e} for e in ("2", "3")}
+    for engine, types in by_engine.items():  # each engine's data (types 0-7) answered by the other's reports (8)
+        assert types & set(range(8)) and 8 in types, (engine, by_engine, rows[:20])
+    srcs = {u for r in rows for u in r[2].split(",") if u}
+    assert {"ipn:2.2", "ipn:3.0"} <= srcs, srcs  # dtn7 sends from its node ID
+    status = status_rows(name)
+    assert status["sat01"]["clas"] == ["ltp"] and status["sat02"]["delivered"] >= 1, status
 
 
 def test_the_dtn_experiment_runs_on_hdtn(hdtn_install, spec_dir):
