@@ -5,7 +5,10 @@ sends --size byte bundles as fast as HDTN takes them (`--bundle-rate=0`, BPv7) f
 (STCP on loopback, as the node's applications do); in sat02 HDTN's `bpsink-async` takes the place of the node's
 application side (ipn:2.1, STCP on loopback) and logs what it received every 5 s. The rates are the medians of
 bpsink's full 5 s intervals while bundles flowed (its own "Bundles/sec" and "Payload Only Rate" figures), beside the
-total it received. One swarm per row, taken down after. With `udp` a bundle is one datagram, so bundles are 60,000
+total it received once it logged two idle intervals after bpgen ended (`tail_s`: how long after bpgen that
+was; bundles bpgen offered faster than the link waited in the router's storage) and that total's payload over
+the time from bpgen's start to the last growth of bpsink's log (`goodput_total_mbps`: a transfer's goodput, the
+time known to 5 s, so a lower bound). One swarm per row, taken down after. With `udp` a bundle is one datagram, so bundles are 60,000
 bytes there.
 
     SWARM_HDTN_INSTALL=<prefix> bench/bench_hdtn_rates.py [--clas tcp udp stcp ltp] [--duration 20] [--size 100000]
@@ -53,6 +56,7 @@ GEN = {"outductConfigName": "bench", "outductVector": [{"name": "gen", "converge
 UDP_MAX = 60_000
 RATE_RE = re.compile(r"Bundles/sec: ([0-9.]+)")
 PAYLOAD_RE = re.compile(r"Payload Only Rate: ([0-9.]+) Mbits/sec")
+PAYLOAD_TOTAL_RE = re.compile(r"totalPayloadBytesRx: (\d+)")
 TOTAL_RE = re.compile(r"m_totalBundlesVersion7Rx: (\d+)")
 
 
@@ -79,6 +83,23 @@ def spec_text(cla: str, size: int, rate: str, delay: float, segment: int, mtu: i
             f"networks: {{isl: {{subnet: 10.192.3.0/24, mtu: {mtu}}}, ground: {{subnet: 10.193.3.0/24}}}}\n")
 
 
+def drain(least: float, most: float) -> tuple[float, float]:
+    """Waits after bpgen ended until bpsink's log has not grown for 10 s (it logs a 5 s interval only when bundles
+    came: every bundle still in flight or in the router's storage has arrived, or none will), at least `least` s and
+    at most `most` s. (the wait, s; time.monotonic() of the last poll that found the log grown: the last delivery,
+    to 5 s)."""
+    t0 = last = time.monotonic()
+    seen = -1
+    while time.monotonic() - t0 < most:
+        lines = len(RATE_RE.findall(in_node("sat02", "cat sink.log").stdout))
+        if lines != seen:
+            seen, last = lines, time.monotonic()
+        elif time.monotonic() - last >= 10 and time.monotonic() - t0 >= least:
+            break
+        time.sleep(5)
+    return round(time.monotonic() - t0, 1), last
+
+
 def one(cla: str, duration: int, size: int, tmp: Path, rate: str = "1Gbit", delay: float = 0.0,
         segment: int = 1360, mtu: int = 1500, link: bool = True) -> dict:
     spec = tmp / f"{NAME}.yaml"
@@ -102,13 +123,16 @@ def one(cla: str, duration: int, size: int, tmp: Path, rate: str = "1Gbit", dela
                                "> gen.log 2>&1; grep -a -e bundle_count -e 'payload data' gen.log",
                       timeout=duration + 300)
         sent_s = time.monotonic() - t0
-        time.sleep(6 + 2 * delay)  # the bundles still in flight, and bpsink's next 5 s report covers the tail
+        tail_s, last = drain(6 + 2 * delay, 60 + 10 * delay)
         in_node("sat02", "pkill -INT -f 'bpsink-asyn[c]'; sleep 2")
         log = in_node("sat02", "cat sink.log").stdout
         sent = re.search(r"bundle_count: (\d+)", gen.stdout)
         rates, payload = [float(x) for x in RATE_RE.findall(log)], [float(x) for x in PAYLOAD_RE.findall(log)]
         flowing = [i for i, r in enumerate(rates) if r > 0]
-        full = flowing[1:-1] if len(flowing) > 2 else flowing  # the first and last intervals are partly idle
+        # while bpgen sent: its intervals but the first (partly idle), not the tail after it
+        full = flowing[1:1 + duration // 5] if len(flowing) > 2 else flowing
+        payload_bytes = PAYLOAD_TOTAL_RE.search(log)
+        span = last - t0  # first bundle sent .. last received (to 5 s: an upper bound)
         total = TOTAL_RE.search(log)
         return {"cla": cla, "size": size, "duration_s": duration, "delay_s": delay, "segment": segment, "mtu": mtu,
                 "rate": rate if cla == "ltp" else None, "link_impaired": link and cla == "ltp",
@@ -116,7 +140,9 @@ def one(cla: str, duration: int, size: int, tmp: Path, rate: str = "1Gbit", dela
                 "bundles_received": int(total.group(1)) if total else None,
                 "bundles_per_s_median": round(statistics.median(rates[i] for i in full), 1) if full else None,
                 "payload_mbps_median": round(statistics.median(payload[i] for i in full), 1) if full else None,
-                "bundles_per_s_intervals": rates, "gen_wall_s": round(sent_s, 1),
+                "goodput_total_mbps": round(int(payload_bytes.group(1)) * 8 / span / 1e6, 1)
+                if payload_bytes and span else None,
+                "bundles_per_s_intervals": rates, "gen_wall_s": round(sent_s, 1), "tail_s": tail_s,
                 "seed_001_bundles_per_s": SEED_001.get(cla), "cpus": os.cpu_count()}
     finally:
         swarm("down", NAME, timeout=180)

@@ -110,6 +110,14 @@ def test_stcp_is_hdtns_own_tcp_cla_on_the_isl_and_only_hdtn_carries_it():
         check_agent(DtnSpec(agent="dtn7", cla="stcp"))
 
 
+def test_the_receive_slots_are_datagrams_of_the_segment_size_not_udps_largest():
+    """HDTN allocates 1000 slots per LTP induct at start, each of maxLtpReceiveUdpPacketSizeBytes."""
+    config = json.loads(sat01(LTP).files["hdtn.json"])
+    assert config["maxLtpReceiveUdpPacketSizeBytes"] == 8000 + 512
+    assert {i["numRxCircularBufferElements"] for i in config["inductsConfig"]["inductVector"]} == {1000}
+    assert json.loads(sat01().files["hdtn.json"])["maxLtpReceiveUdpPacketSizeBytes"] == 65536  # no LTP
+
+
 def test_ltp_sessions_in_flight_cover_the_links_rate_times_round_trip():
     config = json.loads(sat01(LTP).files["hdtn.json"])
     outs = {o["name"]: o for o in config["outductsConfig"]["outductVector"]}

@@ -77,6 +77,12 @@ LTP_RANDOM_BITS = 32
 LTP_BATCH = 15
 MAX_LTP_SESSIONS = 20_000
 LTP_PREALLOCATED = 200_000
+#: HDTN allocates each LTP engine's receive ring (1000 datagrams, its examples' size) at start, each slot as large
+#: as maxLtpReceiveUdpPacketSizeBytes: the node's segment plus LTP_DATAGRAM_SLACK (LTP's headers and SDNVs), not
+#: UDP's largest, so that a node with N peers holds N x 1000 x ~1.9 kB (1,360 B segments) instead of N x 64 MB.
+#: A bigger ring (0.2 s of 1 Gbit/s) did not stop HDTN's "buffers full" drops on this 2-core host: its receiving
+#: engine falls behind a sender paced at 1 Gbit/s however long the ring (BENCHMARKS.md, "HDTN").
+LTP_DATAGRAM_SLACK = 512
 #: HDTN's LTP sender pings (a cancel segment of a session that never was, to see the peer engine answer) are off.
 #: With them on, HDTN's egress holds an outduct physically down until its first ping is answered, a round trip
 #: after start, and stores what arrives meanwhile: measured with experiments/dtn-ltp-delay-hdtn.yaml (2026-12-01),
@@ -241,7 +247,8 @@ def hdtn_config(node: str, number: int, piece: DtnSpec, peers: list[Peer], workd
         "maxBundleSizeBytes": min(MAX_BUNDLE, piece.max_bundle() or MAX_BUNDLE),
         "maxIngressBundleWaitOnEgressMilliseconds": 2000,
         "bufferRxToStorageOnLinkUpSaturation": False,
-        "maxLtpReceiveUdpPacketSizeBytes": 65536,  # any segment (dtn.ltp.segment <= 65,507)
+        # each receive slot a whole datagram: the node's segment and LTP's headers (the most UDP carries otherwise)
+        "maxLtpReceiveUdpPacketSizeBytes": piece.ltp.segment + LTP_DATAGRAM_SLACK if piece.cla == "ltp" else 65536,
         "neighborDepletedStorageDelaySeconds": 0,
         "fragmentBundlesLargerThanBytes": 0,
         "enforceBundlePriority": False,
