@@ -68,10 +68,10 @@ def in_node(node: str, script: str, timeout: float = 120) -> subprocess.Complete
     return swarm("exec", NAME, node, "--", "sh", "-c", f"cd {WD} && {script}", timeout=timeout)
 
 
-def spec_text(cla: str, size: int, rate: str, delay: float, segment: int, mtu: int, link: bool = True) -> str:
+def spec_text(cla: str, rate: str, delay: float, segment: int, mtu: int, link: bool = True) -> str:
     """The two-node swarm of one row: LTP paced at `rate` on links of `rate` and `delay` (`link` False: no link
     impairment, HDTN's pacing alone); other CLAs unimpaired."""
-    dtn = f"agent: hdtn, cla: {cla}, eid: ipn, tcpcl: {{bundle: {size}}}"
+    dtn = f"agent: hdtn, cla: {cla}, eid: ipn"
     links = ""
     if cla == "ltp" and not link:
         dtn += f", ltp: {{segment: {segment}, rate: {rate}}}"
@@ -103,7 +103,7 @@ def drain(least: float, most: float) -> tuple[float, float]:
 def one(cla: str, duration: int, size: int, tmp: Path, rate: str = "1Gbit", delay: float = 0.0,
         segment: int = 1360, mtu: int = 1500, link: bool = True) -> dict:
     spec = tmp / f"{NAME}.yaml"
-    spec.write_text(spec_text(cla, size, rate, delay, segment, mtu, link))
+    spec.write_text(spec_text(cla, rate, delay, segment, mtu, link))
     duration = int(duration + 2 * delay)  # as many full intervals once the first bundles have crossed
     swarm("down", NAME)
     up = swarm("up", str(spec))

@@ -69,14 +69,18 @@ SEGMENT_MRU = 200_000
 PIPELINE_BUNDLES = 50
 PIPELINE_BYTES = 50_000_000
 KEEPALIVE_S = 15
-#: LTP: the LTP client service (bundle protocol), random session numbers of 32 bits (ION's and swarm-ltpcla's
-#: session numbers are 32-bit), segments handed to sendmmsg at once, the most sessions one peer keeps in flight, and
-#: the block buffer each receiving session starts with (it grows for larger bundles).
+#: LTP: the LTP client service (bundle protocol), random session numbers of 32 bits (the smaller of HDTN's two
+#: choices: SDNVs any engine decodes; swarm-ltpcla took them both ways in the live test), segments handed to sendmmsg
+#: at once, the most sessions one peer keeps in flight, and the block buffer each receiving session starts with (it
+#: grows for larger bundles).
 LTP_CLIENT_SERVICE = 1
 LTP_RANDOM_BITS = 32
 LTP_BATCH = 15
 MAX_LTP_SESSIONS = 20_000
 LTP_PREALLOCATED = 200_000
+#: The bundle size the sessions in flight are sized for: the seeds' ~100 kB (`dtn.tcpcl` is TCPCL's alone). Smaller
+#: bundles get fewer bytes in flight than the link's rate x round trip, larger ones more.
+LTP_SIZING_BUNDLE = 100_000
 #: HDTN allocates each LTP engine's receive ring (1000 datagrams, its examples' size) at start, each slot as large
 #: as maxLtpReceiveUdpPacketSizeBytes: the node's segment plus LTP_DATAGRAM_SLACK (LTP's headers and SDNVs), not
 #: UDP's largest, so that a node with N peers holds N x 1000 x ~1.9 kB (1,360 B segments) instead of N x 64 MB.
@@ -164,8 +168,8 @@ def outduct(cla: str, next_hop: int, host: str, port: int, name: str) -> dict[st
 
 def ltp_link(node: str, peer: Peer, piece: DtnSpec, link_of: Callable[[str, str], LinkView]) -> tuple[int, int, int]:
     """(pacing rate bit/s, one-way light time ms, sessions in flight) of the LTP link toward `peer`: the link's rate
-    (else `dtn.ltp.rate`), the slower of its two directions, and rate x (round trip + 2 s of queueing) over the
-    bundle size the dtn experiment sizes for (`dtn.tcpcl.bundle`), within [PIPELINE_BUNDLES, MAX_LTP_SESSIONS].
+    (else `dtn.ltp.rate`), the slower of its two directions, and rate x (round trip + 2 s of queueing) over
+    LTP_SIZING_BUNDLE, within [PIPELINE_BUNDLES, MAX_LTP_SESSIONS].
     ValueError naming the field for a link with no rate to pace at."""
     out, back = link_of(node, peer.name), link_of(peer.name, node)
     rate = out.rate or piece.ltp.rate
@@ -173,7 +177,7 @@ def ltp_link(node: str, peer: Peer, piece: DtnSpec, link_of: Callable[[str, str]
         raise ValueError(f"dtn.ltp.rate: link {node}->{peer.name} has no rate to pace LTP at; give the link a rate "
                          "(links:) or set dtn.ltp.rate")
     owlt = max(out.delay, back.delay)
-    in_flight = rate / 8 * (2 * owlt + 2.0) / piece.tcpcl.bundle
+    in_flight = rate / 8 * (2 * owlt + 2.0) / LTP_SIZING_BUNDLE
     return int(rate), round(owlt * 1000), max(PIPELINE_BUNDLES, min(MAX_LTP_SESSIONS, math.ceil(in_flight) + 1))
 
 
@@ -197,7 +201,7 @@ def ltp_outduct(piece: DtnSpec, engine: int, peer: Peer, owlt_ms: int, sessions:
     ltp, port = piece.ltp, piece.cla_port()
     out = outduct("ltp_over_udp", hop(peer), peer.isl_ip, port, f"to {peer.name}")
     out.update({"maxNumberOfBundlesInPipeline": sessions,
-                "maxSumOfBundleBytesInPipeline": max(PIPELINE_BYTES, sessions * piece.tcpcl.bundle),
+                "maxSumOfBundleBytesInPipeline": max(PIPELINE_BYTES, sessions * LTP_SIZING_BUNDLE),
                 "thisLtpEngineId": engine, "remoteLtpEngineId": peer.index, "ltpDataSegmentMtu": ltp.segment,
                 "oneWayLightTimeMs": owlt_ms, "oneWayMarginTimeMs": round(ltp.margin * 1000),
                 "clientServiceId": LTP_CLIENT_SERVICE, "numRxCircularBufferElements": 1000,
