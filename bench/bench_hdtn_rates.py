@@ -4,12 +4,12 @@ on the compose backend, sat01 -> sat02 over each --clas CLA between their router
 sends --size byte bundles as fast as HDTN takes them (`--bundle-rate=0`, BPv7) for --duration s into sat01's router
 (STCP on loopback, as the node's applications do); in sat02 HDTN's `bpsink-async` takes the place of the node's
 application side (ipn:2.1, STCP on loopback) and logs what it received every 5 s. The rates are the medians of
-bpsink's full 5 s intervals while bundles flowed (its own "Bundles/sec" and "Payload Only Rate" figures), beside the
-total it received once it logged two idle intervals after bpgen ended (`tail_s`: how long after bpgen that
-was; bundles bpgen offered faster than the link waited in the router's storage) and that total's payload over
-the time from bpgen's start to the last growth of bpsink's log (`goodput_total_mbps`: a transfer's goodput, the
-time known to 5 s, so a lower bound). One swarm per row, taken down after. With `udp` a bundle is one datagram, so bundles are 60,000
-bytes there.
+bpsink's 5 s intervals while bpgen sent (its own "Bundles/sec" and "Payload Only Rate" figures), beside the
+total it received once its log had not grown for 10 s after bpgen ended (`tail_s`: how long after bpgen that was;
+bundles bpgen offered faster than the link waited in the router's storage) and that total's payload over the time
+from bpgen's start to the last growth of bpsink's log (`goodput_total_mbps`: a transfer's goodput, the time known
+to 5 s, so a lower bound). One swarm per row, taken down after. With `udp` a bundle is one datagram, so bundles are
+60,000 bytes there.
 
     SWARM_HDTN_INSTALL=<prefix> bench/bench_hdtn_rates.py [--clas tcp udp stcp ltp] [--duration 20] [--size 100000]
         [--rate 1Gbit] [--delays 0 2 4] [--segments 1360 8000 64000] [--mtus 1500 9000]
@@ -73,11 +73,10 @@ def spec_text(cla: str, rate: str, delay: float, segment: int, mtu: int, link: b
     impairment, HDTN's pacing alone); other CLAs unimpaired."""
     dtn = f"agent: hdtn, cla: {cla}, eid: ipn"
     links = ""
-    if cla == "ltp" and not link:
+    if cla == "ltp":
         dtn += f", ltp: {{segment: {segment}, rate: {rate}}}"
-    elif cla == "ltp":
-        dtn += f", ltp: {{segment: {segment}, rate: {rate}}}"
-        links = f"links: {{default: {{rate: {rate}" + (f", delay: {delay:g}s" if delay else "") + "}}\n"
+        if link:
+            links = f"links: {{default: {{rate: {rate}" + (f", delay: {delay:g}s" if delay else "") + "}}\n"
     return (f"name: {NAME}\nbackend: compose\nnode_list: [{{name: sat01}}, {{name: sat02}}]\n"
             f"defaults: {{dtn: {{{dtn}}}}}\n{links}"
             f"networks: {{isl: {{subnet: 10.192.3.0/24, mtu: {mtu}}}, ground: {{subnet: 10.193.3.0/24}}}}\n")

@@ -166,11 +166,10 @@ def outduct(cla: str, next_hop: int, host: str, port: int, name: str) -> dict[st
     return out
 
 
-def ltp_link(node: str, peer: Peer, piece: DtnSpec, link_of: Callable[[str, str], LinkView]) -> tuple[int, int, int]:
-    """(pacing rate bit/s, one-way light time ms, sessions in flight) of the LTP link toward `peer`: the link's rate
-    (else `dtn.ltp.rate`), the slower of its two directions, and rate x (round trip + 2 s of queueing) over
-    LTP_SIZING_BUNDLE, within [PIPELINE_BUNDLES, MAX_LTP_SESSIONS].
-    ValueError naming the field for a link with no rate to pace at."""
+def ltp_link(node: str, peer: Peer, piece: DtnSpec, link_of: Callable[[str, str], LinkView]) -> tuple[int, int]:
+    """(one-way light time ms, sessions in flight) of the LTP link toward `peer`: the slower of its two directions,
+    and the pacing rate (the link's, else `dtn.ltp.rate`) x (round trip + 2 s of queueing) over LTP_SIZING_BUNDLE,
+    within [PIPELINE_BUNDLES, MAX_LTP_SESSIONS]. ValueError naming the field for a link with no rate to pace at."""
     out, back = link_of(node, peer.name), link_of(peer.name, node)
     rate = out.rate or piece.ltp.rate
     if not rate:
@@ -178,7 +177,7 @@ def ltp_link(node: str, peer: Peer, piece: DtnSpec, link_of: Callable[[str, str]
                          "(links:) or set dtn.ltp.rate")
     owlt = max(out.delay, back.delay)
     in_flight = rate / 8 * (2 * owlt + 2.0) / LTP_SIZING_BUNDLE
-    return int(rate), round(owlt * 1000), max(PIPELINE_BUNDLES, min(MAX_LTP_SESSIONS, math.ceil(in_flight) + 1))
+    return round(owlt * 1000), max(PIPELINE_BUNDLES, min(MAX_LTP_SESSIONS, math.ceil(in_flight) + 1))
 
 
 def ltp_induct(piece: DtnSpec, engine: int, peer: Peer, owlt_ms: int, sessions: int) -> dict[str, Any]:
@@ -223,7 +222,7 @@ def isl_ducts(node: str, engine: int, piece: DtnSpec, peers: list[Peer],
                 [outduct(cla, hop(p), p.isl_ip, port, f"to {p.name}") for p in peers])
     inducts, outducts = [], []
     for p in peers:
-        _, owlt_ms, sessions = ltp_link(node, p, piece, link_of)
+        owlt_ms, sessions = ltp_link(node, p, piece, link_of)
         inducts.append(ltp_induct(piece, engine, p, owlt_ms, sessions))
         outducts.append(ltp_outduct(piece, engine, p, owlt_ms, sessions))
     return inducts, outducts
@@ -278,18 +277,17 @@ def contact_plan(node: str, number: int, peers: list[Peer], link_of: Callable[[s
     members = [(node, number, router_number(number))] + [(p.name, int(p.key), hop(p)) for p in peers]
     contacts: list[dict[str, int]] = []
 
-    def add(src: int, dst: int, link: LinkView) -> None:
+    def add(src: int, dst: int, rate: int, owlt: int) -> None:
         contacts.append({"contact": len(contacts), "source": src, "dest": dst, "startTime": 0,
-                         "endTime": HORIZON_S, "rateBitsPerSec": int(link.rate or fallback_rate or 0),
-                         "owlt": max(1, round(link.delay)) if link.delay else 0})
+                         "endTime": HORIZON_S, "rateBitsPerSec": rate, "owlt": owlt})
     for _, num, via in members:
-        if via != num:  # an HDTN router delivers to its node's applications
-            contacts.append({"contact": len(contacts), "source": via, "dest": num, "startTime": 0,
-                             "endTime": HORIZON_S, "rateBitsPerSec": 0, "owlt": 0})
+        if via != num:  # an HDTN router delivers to its node's applications, unlimited
+            add(via, num, 0, 0)
     for a, _, ha in members:
         for b, _, hb in members:
             if a != b:
-                add(ha, hb, link_of(a, b))
+                link = link_of(a, b)
+                add(ha, hb, int(link.rate or fallback_rate or 0), max(1, round(link.delay)) if link.delay else 0)
     return {"contacts": contacts}
 
 
