@@ -342,12 +342,13 @@ class DtnAgents:
                            input=text)
 
     def load_contacts(self, plan: ContactPlan, release: float, others: str) -> list[str]:
-        """Give every agent that routes by a contact plan (Agent.load_contacts: ION) the run's plan (swarm node
+        """Give every agent that routes by a contact plan (Agent.load_contacts: ION, HDTN) the run's plan (swarm node
         names, times from `release`, Unix s), in parallel; what an agent would not take of it, one line per entry
         naming the node. RuntimeFailure when an agent refuses the load."""
         pieces = {n.name: n.spec.dtn for n in self.swarm.nodes}
         link_of = self.link_view()
-        load = ContactLoad(plan, release, node_numbers(pieces), others, lambda a, b: link_of(a, b).delay)
+        load = ContactLoad(plan, release, node_numbers(pieces), others, lambda a, b: link_of(a, b).delay,
+                           {name: piece.agent for name, piece in pieces.items() if piece is not None})
         notes: list[str] = []
 
         def one(p: AgentPlan) -> None:

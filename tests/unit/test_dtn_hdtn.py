@@ -5,7 +5,9 @@ decoder), its CRC, and STCP into and out of its inbox over loopback. Talking to 
 tests/integration/test_dtn_hdtn_live.py's."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import socket
 import struct
 import threading
@@ -15,13 +17,14 @@ from pathlib import Path
 import pytest
 
 from conftest import golden, wait_until
-from flightsw import hdtn_app
+from flightsw import hdtn_api, hdtn_app
 from flightsw.dtn_traffic import CLIENTS, decode_bundle
 from swarm.cli.dtn import config_text
 from swarm.dtn.agents import REGISTRY, carriers, check_agent
-from swarm.dtn.agents.base import AgentPlan, LinkView, Peer, UserConfigError
+from swarm.dtn.agents.base import AgentPlan, ContactLoad, LinkView, Peer, UserConfigError
 from swarm.dtn.agents.hdtn.agent import parse_counters, readiness
-from swarm.dtn.agents.hdtn.plan import APP_PORT, LOCAL_PORT, ROUTER_BASE, plan_hdtn
+from swarm.dtn.agents.hdtn.plan import APP_PORT, LOCAL_PORT, ROUTER_BASE, plan_hdtn, run_contact_plan
+from swarm.dtn.contacts import parse_contact_plan
 from swarm.dtn.plan import plan_agents
 from swarm.spec.dtn import DtnSpec
 
@@ -146,6 +149,57 @@ def test_a_peer_running_another_agent_is_its_own_router():
     assert hops == [2, 3 + ROUTER_BASE, 1]
     pairs = {(c["source"], c["dest"]) for c in json.loads(plan.files["contacts.json"])["contacts"]}
     assert (1 + ROUTER_BASE, 2) in pairs and (2 + ROUTER_BASE, 2) not in pairs
+
+
+def run_plan(text: str, others: str = "down", agents=None, unlimited=()):
+    """sat01's uploaded plan for the contact plan `text` (the contacts on lines `unlimited` at no finite rate, as
+    HDTN plans' rate 0 reads), released at 1000.4 s (Unix)."""
+    agents = agents or {"sat01": "hdtn", "sat02": "hdtn", "ground": "hdtn"}
+    generated = sat01(peers=[Peer(n, "10.9.0.9", i, f"ipn:{i}.0", agents[n]) for i, n in ((2, "sat02"), (3, "ground"))])
+    plan = parse_contact_plan(text)
+    plan = dataclasses.replace(plan, contacts=tuple(dataclasses.replace(c, rate=math.inf) if c.line in unlimited else c
+                                                    for c in plan.contacts))
+    load = ContactLoad(plan, 1000.4, {"sat01": 1, "sat02": 2, "ground": 3}, others,
+                       lambda a, b: 2.2 if "ground" in (a, b) else 0.0, agents)
+    doc, refused = run_contact_plan(generated.files["contacts.json"], load)
+    return [tuple(c[k] for k in ("source", "dest", "startTime", "endTime", "rateBitsPerSec", "owlt"))
+            for c in doc["contacts"]], refused
+
+
+def test_the_runs_contact_plan_is_given_between_hops_in_unix_seconds_keeping_the_links_rate():
+    rows, refused = run_plan("a contact +0 +60 sat01 sat02 125000000\na contact +5 +15 sat01 ground 1\n"
+                             "a contact +15 +60 sat02 ground 1000\na contact +0 +9 sat01 moon 10\n", unlimited=(2,))
+    r1, r2, r3 = ROUTER_BASE + 1, ROUTER_BASE + 2, ROUTER_BASE + 3
+    forever = 1000 + 30 * 86400
+    assert rows == [(r1, 1, 0, forever, 0, 0), (r2, 2, 0, forever, 0, 0), (r3, 3, 0, forever, 0, 0),  # applications
+                    (r1, r2, 1000, 1060, 1_000_000_000, 0),   # the plan's rate, bytes/s -> bit/s
+                    (r1, r3, 1005, 1015, 100_000_000, 3),     # no finite rate: the rate the start gave that hop
+                    (r2, r3, 1015, 1060, 8000, 3)]            # the link's delay, whole seconds up
+    assert refused == ["line 4: contact sat01 -> moon: not two DTN nodes of the swarm"]
+
+
+def test_pairs_the_plan_does_not_name_keep_their_started_contacts_only_when_others_keep():
+    plan = "a contact +0 +60 sat01 sat02 125000000\n"
+    down, _ = run_plan(plan, "down")
+    keep, _ = run_plan(plan, "keep")
+    r1, r3 = ROUTER_BASE + 1, ROUTER_BASE + 3
+    assert not [r for r in down if {r[0], r[1]} == {r1, r3}]
+    assert (r1, r3, 0, 1000 + 30 * 86400, 100_000_000, 2) in keep and (r3, r1, 0, 1000 + 30 * 86400, 0, 0) in keep
+
+
+def test_a_range_of_the_plan_gives_the_light_time_and_another_agents_node_is_its_own_hop():
+    rows, _ = run_plan("a contact +0 +60 sat01 ground 1000\na range +0 +60 sat01 ground 4.2\n",
+                       agents={"sat01": "hdtn", "sat02": "hdtn", "ground": "ion"})
+    assert (ROUTER_BASE + 1, 3, 1000, 1060, 8000, 5) in rows
+    assert not [r for r in rows if r[0] == ROUTER_BASE + 3 or r[1] == ROUTER_BASE + 3]
+
+
+def test_the_api_helper_makes_times_relative_to_the_upload_and_drops_what_is_over():
+    doc = {"contacts": [{"contact": 0, "startTime": 0, "endTime": 900, "source": 1, "dest": 2},
+                        {"contact": 1, "startTime": 0, "endTime": 1100, "source": 1, "dest": 2},
+                        {"contact": 2, "startTime": 1005, "endTime": 1015, "source": 2, "dest": 1}]}
+    out = hdtn_api.relative_to(doc, 1000.4)["contacts"]
+    assert [(c["contact"], c["startTime"], c["endTime"]) for c in out] == [(0, 0, 100), (1, 5, 15)]
 
 
 def test_through_the_swarm_planner_peers_carry_their_agents():

@@ -91,13 +91,16 @@ class Install:
 class ContactLoad:
     """A run's contact plan as its agents are given it: the plan (swarm node names, times in s from `release`,
     Unix s), the swarm's ipn node numbers, what the run does with pairs in no contact (`others`: 'down' or
-    'keep', as swarm.dtn.contacts.link_schedule), and each directed link's one-way delay (s) from the spec."""
+    'keep', as swarm.dtn.contacts.link_schedule), each directed link's one-way delay (s) from the spec, and
+    each node's agent."""
 
     plan: ContactPlan
     release: float
     numbers: dict[str, int]
     others: str = "down"
     owlt: Callable[[str, str], float] = lambda a, b: 0.0
+    #: each DTN node's agent (node name -> its registry name): a plan names nodes, an HDTN router routes by hops
+    agents: dict[str, str] = field(default_factory=dict)
 
 
 class AgentFailed(RuntimeError):

@@ -10,18 +10,23 @@
   CGR routes over.
 - CLAs: `tcp` (HDTN's TCPCLv4), `udp`, `ltp` (HDTN's own LTP engine over UDP, port 1113) and `stcp` (HDTN's
   simple TCP CLA: HDTN to HDTN only, no other agent has it).
+- Routed by the run's contact plan when an experiment has one (load_contacts: uploaded over HDTN's telemetry API by
+  flightsw/hdtn_api.py), else by the contacts its start gave it (every link up at its rate).
 - Asked in the node: readiness = the application side listens and the router holds a TCPCLv4 session with every
   peer's router (its log's "received valid SessionInit from remote with EID ..."; `udp`: the router started);
   counters = the application side's files (delivered, sent) and the peers with a session.
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Callable, Optional
 
-from swarm.dtn.agents.base import Agent, AgentPlan, Counters, Install, LinkView, NodeShell, Peer, script_output, script_ready
+from swarm.dtn.agents.base import (Agent, AgentPlan, ContactLoad, Counters, Install, LinkView, NodeShell, Peer,
+                                   script_output, script_ready)
 from swarm.dtn.agents.dtn7.plan import guard_rules
-from swarm.dtn.agents.hdtn.plan import APP_PORT, HELPER, LOCAL_PORT, PROGRAM, ROUTER_BASE, ZMQ_PORTS, plan_hdtn
+from swarm.dtn.agents.hdtn.plan import (APP_PORT, CONTACTS, HELPER, LOCAL_PORT, PROGRAM, ROUTER_BASE, ZMQ_PORTS,
+                                       plan_hdtn, run_contact_plan)
 from swarm.spec.dtn import DtnSpec
 
 PROGRAMS = (PROGRAM,)
@@ -35,6 +40,9 @@ COUNTERS = ('cd "$0" || exit 4; cat node-number; echo ---; cat delivered 2>/dev/
             'cat sent 2>/dev/null || echo 0; echo ---; '
             'grep -o "received valid SessionInit from remote with EID ipn:[0-9]*" dtnd.log | sort -u; true')
 SEND = 'cd "$0" && python3 "$1" send --node "$(cat node-number)" --lifetime "$2" "$3"'
+#: The run's contact plan from stdin (kept as run-contacts.json), uploaded over HDTN's telemetry API.
+API = "/opt/swarm/flightsw/hdtn_api.py"
+LOAD_CONTACTS = ('cd "$0" && cat > run-contacts.json && python3 "$1" upload-contacts --port "$2" run-contacts.json')
 SESSION_RE = re.compile(r"received valid SessionInit from remote with EID ipn:(\d+)")
 
 
@@ -88,6 +96,18 @@ class Hdtn(Agent):
 
     def handovers(self, log: str, cla: str) -> int:
         return 0  # no external CLA modules
+
+    def load_contacts(self, shell: NodeShell, plan: AgentPlan, load: ContactLoad) -> Optional[list[str]]:
+        """HDTN routes (CGR) and brings its outducts up and down by its contact plan: the run's plan replaces the
+        one its start gave it (plan.run_contact_plan), uploaded over HDTN's telemetry API; an upload HDTN does not
+        answer with success is an OSError."""
+        doc, refused = run_contact_plan(plan.files.get(CONTACTS, ""), load)
+        res = shell(["sh", "-c", LOAD_CONTACTS, plan.workdir, API, str(ZMQ_PORTS[1])], json.dumps(doc), 60, False)
+        if not res.ok:
+            said = (res.stderr or res.stdout).strip()
+            raise OSError(f"HDTN on {plan.node} did not take the run's contact plan: "
+                          f"{said.splitlines()[-1][:200] if said else f'exit {res.returncode}'}")
+        return refused
 
     def client(self, piece: DtnSpec) -> dict[str, Any]:
         return {"client": "hdtn-stcp", "workdir": NODE_DIR}

@@ -39,7 +39,8 @@ import json
 import math
 from typing import Any, Callable, Optional
 
-from swarm.dtn.agents.base import AgentPlan, LinkView, Peer, UserConfigError
+from swarm.dtn.agents.base import AgentPlan, ContactLoad, LinkView, Peer, UserConfigError
+from swarm.dtn.contacts import Contact, pair, write_hdtn
 from swarm.spec.dtn import DtnSpec, node_key
 
 PROGRAM = "hdtn-one-process"
@@ -275,20 +276,59 @@ def contact_plan(node: str, number: int, peers: list[Peer], link_of: Callable[[s
     each router to its node's applications; all from the router's start for HORIZON_S. HDTN paces an outduct at its
     contact's rate: with LTP that is the only pacing there is (`dtn.ltp.rate` for links without a rate)."""
     members = [(node, number, router_number(number))] + [(p.name, int(p.key), hop(p)) for p in peers]
-    contacts: list[dict[str, int]] = []
-
-    def add(src: int, dst: int, rate: int, owlt: int) -> None:
-        contacts.append({"contact": len(contacts), "source": src, "dest": dst, "startTime": 0,
-                         "endTime": HORIZON_S, "rateBitsPerSec": rate, "owlt": owlt})
-    for _, num, via in members:
-        if via != num:  # an HDTN router delivers to its node's applications, unlimited
-            add(via, num, 0, 0)
+    rows = [(via, num, 0, HORIZON_S, 0, 0) for _, num, via in members if via != num]  # router -> applications
     for a, _, ha in members:
         for b, _, hb in members:
             if a != b:
                 link = link_of(a, b)
-                add(ha, hb, int(link.rate or fallback_rate or 0), max(1, round(link.delay)) if link.delay else 0)
-    return {"contacts": contacts}
+                rows.append((ha, hb, 0, HORIZON_S, int(link.rate or fallback_rate or 0),
+                             max(1, round(link.delay)) if link.delay else 0))
+    return write_hdtn(rows)
+
+
+def run_contact_plan(generated: str, load: ContactLoad) -> tuple[dict, list[str]]:
+    """The run's contact plan as a running HDTN router is given it (pure): HDTN's JSON document with times in Unix
+    seconds (flightsw/hdtn_api.py makes them relative to the moment it uploads, as HDTN reads an uploaded plan), and
+    what of the plan it would not take (one line each). `generated`: the node's contacts.json from its start.
+
+    Like ION, HDTN routes (CGR) over the whole plan and brings an outduct up and down by its own contacts, pacing
+    it at the contact's rate. Each contact of the plan between two DTN nodes of the swarm goes from the sender's
+    hop (its HDTN router, else the node itself) to the receiver's, at whole seconds from the release; a contact at
+    no finite rate keeps the rate the node's start gave that hop (the link's, or `dtn.ltp.rate`, for LTP pacing);
+    its one-way light time is the plan's range for the pair, else the link's delay. Pairs the plan names keep only
+    the plan's contacts; other pairs keep their started contacts when `load.others` is 'keep', none when 'down'.
+    Every HDTN router of the swarm delivers to its node's applications throughout (CGR needs that last hop for
+    nodes beyond the node's peers too)."""
+    started = json.loads(generated).get("contacts", []) if generated else []
+    started_rate = {(c["source"], c["dest"]): c["rateBitsPerSec"] for c in started}
+    numbers = load.numbers
+
+    def hop_of(name: str) -> int:
+        return router_number(numbers[name]) if load.agents.get(name) == "hdtn" else numbers[name]
+
+    hops = {hop_of(name): name for name in numbers}
+    ours = [c for c in load.plan.contacts if c.a in numbers and c.b in numbers and c.a != c.b]
+    refused = [f"line {c.line}: contact {c.a} -> {c.b}: not two DTN nodes of the swarm"
+               for c in load.plan.contacts if c.a not in numbers or c.b not in numbers]
+    named = {pair(c.a, c.b) for c in ours}
+    forever = round(load.release) + HORIZON_S
+    rows = [(router_number(numbers[name]), numbers[name], 0, forever, 0, 0)  # every router -> its applications
+            for name in numbers if load.agents.get(name) == "hdtn"]
+    for c in started:
+        a, b = hops.get(c["source"]), hops.get(c["dest"])
+        if a and b and load.others == "keep" and pair(a, b) not in named:
+            rows.append((c["source"], c["dest"], 0, forever, c["rateBitsPerSec"], c["owlt"]))
+
+    def light_time(c: Contact) -> int:
+        for r in load.plan.ranges:
+            if pair(r.a, r.b) == pair(c.a, c.b) and r.start <= c.start < r.end:
+                return math.ceil(r.owlt)
+        return math.ceil(load.owlt(c.a, c.b))
+    for c in ours:
+        src, dst = hop_of(c.a), hop_of(c.b)
+        rate = round(c.rate * 8) if math.isfinite(c.rate) else started_rate.get((src, dst), 0)
+        rows.append((src, dst, round(load.release + c.start), round(load.release + c.end), rate, light_time(c)))
+    return write_hdtn(rows), refused
 
 
 def plan_hdtn(node: str, number: int, piece: DtnSpec, peers: list[Peer], workdir: str,
