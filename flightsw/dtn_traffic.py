@@ -236,7 +236,8 @@ class IonTools:
     while none runs: the endpoint queues; what bprecvfile took and no client read waits in <workdir>/inbox/<service>
     for the next client). ION hands an application the payload only, so a bundle's source is the node its payload
     header names and its creation time is not known (None). The node name is the host name (ION's own rule for its
-    dtn admin endpoint)."""
+    dtn admin endpoint). With `eid: ipn` the endpoints are ipn:<N>.2 (sending) and ipn:<N>.<service>, N the node
+    number its ionrc gives."""
 
     name = "ion-tools"
     STORE_EVERY_S = 5.0
@@ -244,12 +245,21 @@ class IonTools:
     def __init__(self, opts: dict):
         self.wd = os.environ.get("ION_NODE_WDNAME") or opts.get("workdir") or "/var/lib/swarm-dtn"
         self.node = socket.gethostname()
+        self.scheme = opts.get("eid") or "dtn"
         self.proc: subprocess.Popen | None = None
         self.rxdir = ""
         self.next = 1  # the testfile bprecvfile writes next
         self.service = ""
         self.stored, self.stored_at = 0, -1e9  # bplist's last answer and when (store)
         atexit.register(self.close)
+
+    def _own(self, service: str) -> str:
+        """This node's endpoint of `service` in its scheme (the node number from ION's own ionrc, `1 <N> ...`)."""
+        if self.scheme != "ipn":
+            return f"dtn://{self.node}/{service}"
+        with open(os.path.join(self.wd, "node.ionrc")) as f:
+            number = next(line.split()[1] for line in f if line.startswith("1 "))
+        return f"ipn:{number}.{service}"
 
     def _inbox(self, service: str) -> str:
         """Where bundles bprecvfile took but no client read are kept for the next client: bprecvfile takes every
@@ -262,7 +272,8 @@ class IonTools:
         fd, path = tempfile.mkstemp(dir=spool, prefix="t.")
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
-        res = subprocess.run(["bpsendfile", f"dtn://{self.node}/src", dst_eid, path, "0.1", str(lifetime)],
+        res = subprocess.run(["bpsendfile", self._own("2" if self.scheme == "ipn" else "src"), dst_eid, path, "0.1",
+                              str(lifetime)],
                              cwd=self.wd, capture_output=True, text=True, timeout=60)
         said = (res.stdout + res.stderr).strip()
         if res.returncode or "Can't" in said or "Invalid" in said:  # it exits 0 either way; complaints on stdout
@@ -289,7 +300,7 @@ class IonTools:
         if self.proc is None:
             self.service = service
             self.rxdir = tempfile.mkdtemp(dir=self.wd, prefix="rx.")
-            self.proc = subprocess.Popen(["bprecvfile", f"dtn://{self.node}/{service}"], cwd=self.rxdir,
+            self.proc = subprocess.Popen(["bprecvfile", self._own(service)], cwd=self.rxdir,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.next = 1
         path = os.path.join(self.rxdir, f"testfile{self.next}")
@@ -310,7 +321,7 @@ class IonTools:
     def _decoded(self, service: str, payload: bytes) -> tuple[dict, int]:
         head = read_payload(payload)
         src = f"dtn://{head['from']}/" if head else "unknown (ION gives the payload only)"
-        return ({"src": src, "dst": f"dtn://{self.node}/{service}", "created_ms": None, "cts_seq": None,
+        return ({"src": src, "dst": self._own(service), "created_ms": None, "cts_seq": None,
                  "lifetime_ms": None, "bid": f"{src}-{head['seq']}" if head else "", "hops": None, "age_ms": None,
                  "previous": None, "payload": payload}, len(payload))
 

@@ -298,3 +298,16 @@ def test_a_host_buffer_too_small_for_ions_ltp_at_the_links_rate_is_said_with_wha
     assert host_notes(DtnSpec(agent="ion", cla="udp"), 1_000_000_000, 212_992) == []
     assert "rmem_default=8388608" in host_notes(ltp, 2_000_000_000, 212_992)[0]  # 2 Gbit/s x 30 ms = 7.5 MB
     assert [a for a, agent in REGISTRY.items() if agent.host_notes(ltp, 10**9, 1) != []] == ["ion"]
+
+
+def test_the_ion_client_names_the_nodes_own_endpoints_in_its_scheme(tmp_path, monkeypatch):
+    """The traffic program's ion-tools client: dtn://<host>/<service> by default, ipn:<N>.<service> with `eid: ipn`
+    (N from the node's ionrc, as ION read it), and the ipn source ipn:<N>.2 is an endpoint the node registers."""
+    from flightsw.dtn_traffic import IonTools
+    plan = sat01(DtnSpec(agent="ion", cla="ltp", eid="ipn"))
+    (tmp_path / "node.ionrc").write_text(plan.files["node.ionrc"])
+    monkeypatch.setattr("socket.gethostname", lambda: "sat01")
+    assert IonTools({"workdir": str(tmp_path)})._own("in") == "dtn://sat01/in"
+    ipn = IonTools({"workdir": str(tmp_path), "eid": "ipn"})
+    assert (ipn._own("1"), ipn._own("2")) == ("ipn:1.1", "ipn:1.2")
+    assert "a endpoint ipn:1.2 q" in plan.files["node.bprc"].splitlines()

@@ -39,11 +39,13 @@ READY = ('cd "$0" || exit 4; grep -m 1 "^ION start:" dtnd.log && exit 3; grep -q
 COUNTERS = ('cd "$0" || exit 4; bpstats >/dev/null 2>&1; grep "\\[x\\] " ion.log | tail -n 7; echo ---; '
             'bplist count 2>&1; echo ---; printf "l plan\\nq\\n" | bpadmin; echo ---; '
             'grep -c "bprecvfile has created" ion.log; true')
-#: Send stdin as one bundle with bpsendfile from dtn://<node>/src: the payload is kept in spool/ until ION has
-#: sent it (ION reads the file when the bundle leaves), then removed by later sends once older than its lifetime.
+#: Send stdin as one bundle with bpsendfile from dtn://<node>/src (`$3` dtn) or ipn:<N>.2 (`$3` ipn, N from the
+#: node's ionrc): the payload is kept in spool/ until ION has sent it (ION reads the file when the bundle leaves),
+#: then removed by later sends once older than its lifetime.
 SEND = ('cd "$0" && mkdir -p spool && f=$(mktemp "$PWD/spool/b.XXXXXX") && cat > "$f" && '
         'find spool -type f -mmin +"$(( $2 / 60 + 2 ))" ! -newer "$f" -delete; '
-        'src="dtn://$(hostname)/src"; bpsendfile "$src" "$1" "$f" 0.1 "$2" >/dev/null 2>&1; '
+        'if [ "$3" = ipn ]; then src="ipn:$(sed -n "s/^1 \\([0-9]*\\) .*/\\1/p" node.ionrc).2"; '
+        'else src="dtn://$(hostname)/src"; fi; bpsendfile "$src" "$1" "$f" 0.1 "$2" >/dev/null 2>&1; '
         'tail -n 20 ion.log | grep -q "bpsendfile sent .$f" || { tail -n 3 ion.log >&2; exit 1; }; '
         'echo "$src $(stat -c %Y "$f") $(basename "$f")"')
 #: Load ionadmin lines from stdin (kept as contacts.ionrc) and print what ION complained of: ionadmin's own answers
@@ -101,7 +103,7 @@ class Ion(Agent):
 
     def send(self, shell: NodeShell, programs: dict[str, str], piece: DtnSpec, dst_eid: str, payload: bytes,
              lifetime: float) -> str:
-        res = shell(["sh", "-c", SEND, NODE_DIR, dst_eid, str(max(1, int(lifetime)))],
+        res = shell(["sh", "-c", SEND, NODE_DIR, dst_eid, str(max(1, int(lifetime))), piece.eid],
                     payload.decode("utf-8", "replace"), 60, False)
         if not res.ok:
             raise OSError(f"bpsendfile did not send: {(res.stderr or res.stdout).strip()[-200:]}")
@@ -128,7 +130,7 @@ class Ion(Agent):
         return refused
 
     def client(self, piece: DtnSpec) -> dict[str, Any]:
-        return {"client": "ion-tools"}
+        return {"client": "ion-tools", "eid": piece.eid}
 
 
 def readiness(plan: AgentPlan, listing: str) -> Optional[str]:

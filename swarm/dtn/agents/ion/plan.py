@@ -43,6 +43,8 @@ START = "start.sh"
 CONFIG = "ion.config"
 #: Where ION's senders (bpsendfile) send from: applications receive on dtn://<node>/in, which one process holds.
 SOURCE_SERVICE = "src"
+#: ipn: the applications send from ipn:<N>.2 (as on HDTN nodes) and receive on ipn:<N>.1.
+SOURCE_SERVICE_NUMBER = 2
 #: How long the generated contacts last (s): ION needs a contact for LTP to transmit at all.
 HORIZON_S = 30 * 86400
 #: The rate of a contact over a link without one (bytes/s): 1 Gbit/s.
@@ -197,8 +199,8 @@ def bprc(node: str, number: int, isl_ip: str, piece: DtnSpec, peers: list[Peer],
         raise ValueError(f"dtn.cla {piece.cla!r}: agent 'ion' carries ltp and udp (ION 4.1's tcp is TCPCLv3)")
     lines = [f"# bundle protocol of {node} (swarm-emu)", "1",
              "a scheme ipn 'ipnfw' 'ipnadminep'", "a scheme dtn 'dtn2fw' 'dtn2adminep'",
-             f"a endpoint ipn:{number}.1 q", f"a endpoint {endpoint(node, APP_SERVICE)} q",
-             f"a endpoint {endpoint(node, SOURCE_SERVICE)} q"]
+             f"a endpoint ipn:{number}.1 q", f"a endpoint ipn:{number}.{SOURCE_SERVICE_NUMBER} q",
+             f"a endpoint {endpoint(node, APP_SERVICE)} q", f"a endpoint {endpoint(node, SOURCE_SERVICE)} q"]
     if piece.cla == "ltp":
         lines += ["a protocol ltp", f"a induct ltp {number} ltpcli"]
     else:
