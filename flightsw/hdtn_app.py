@@ -34,6 +34,12 @@ SOURCE_SERVICE = 2  # where the node's applications send from (ipn:<N>.2); they 
 LOCAL_PORT = 4557  # the router's STCP induct (swarm.dtn.agents.hdtn.plan.LOCAL_PORT)
 DTN_EPOCH = 946_684_800  # 2000-01-01T00:00:00Z in Unix seconds
 LENGTH = struct.Struct("!I")
+#: The previous node block (RFC 9171 section 4.4.1) each bundle made here carries, naming this node, without a CRC.
+#: HDTN's router rewrites a bundle's previous node block to name itself and keeps its CRC type, but gives a bundle
+#: without one a new block with a CRC-32C; ION 4.1.3 drops such a bundle ("CRC check failed for extension block",
+#: seen in the three-stack live test) though tshark and an independent CRC-32C both find that CRC right. With
+#: this block, HDTN's forwards of the node's bundles reach ION too.
+PREVIOUS_NODE = 6
 
 
 # ---------------------------------------------------------------------------------------------- BPv7
@@ -77,11 +83,14 @@ def ipn(eid: str) -> list:
 
 def make_bundle(src: str, dst: str, payload: bytes, created_ms: int, seq: int, lifetime_ms: int) -> bytes:
     """One BPv7 bundle: a primary block with its CRC-16 (computed over the block with a zeroed CRC, as RFC 9171
-    section 4.2.1 says) and a payload block, in an indefinite-length array."""
+    section 4.2.1 says), a previous node block without a CRC (PREVIOUS_NODE says why) and a payload block, in an
+    indefinite-length array."""
     fields = [7, 0, 1, ipn(dst), ipn(src), ipn(src), [created_ms, seq], lifetime_ms]
     unsigned = _head(4, 9) + b"".join(cbor(f) for f in fields) + cbor(b"\0\0")
     primary = unsigned[:-2] + crc16_x25(unsigned).to_bytes(2, "big")
-    return b"\x9f" + primary + cbor([1, 1, 0, 0, payload]) + b"\xff"
+    node = ipn(src)[1][0]
+    previous = cbor([PREVIOUS_NODE, 2, 0, 0, cbor([2, [node, 0]])])
+    return b"\x9f" + primary + previous + cbor([1, 1, 0, 0, payload]) + b"\xff"
 
 
 def next_seq(workdir: str) -> int:
