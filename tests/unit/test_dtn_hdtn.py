@@ -255,7 +255,7 @@ def test_the_registry_knows_hdtn_and_what_it_carries():
 
 def test_the_guard_keeps_the_loopback_ports_to_loopback():
     rules = HDTN.guard(TCP, "10.9.0.0/24")
-    assert 'iif "lo" accept' in rules and "tcp dport { 4557, 4558, 10200, 10305 } reject with tcp reset" in rules
+    assert 'iif "lo" accept' in rules and "tcp dport { 4557, 4558, 8086, 10200, 10305 } reject with tcp reset" in rules
     assert rules.index('iif "lo" accept') < rules.index("4557, 4558")
 
 
@@ -281,9 +281,30 @@ def test_what_the_router_and_the_application_side_say_is_read_back():
     assert readiness(plan, log + line.format(3 + ROUTER_BASE)) is None
     assert sat01(DtnSpec(agent="hdtn", cla="udp", eid="ipn")).expected_peers == ()
     c = parse_counters(f"1\n---\n4\n---\n2\n---\n{log}", TCP)
-    assert (c.eid, c.peers, c.delivered, c.stored, c.clas) == ("ipn:1.0", ["2"], 4, 0, ["tcp"])
+    assert (c.eid, c.peers, c.delivered, c.stored, c.forwarded, c.clas) == ("ipn:1.0", ["2"], 4, 0, 0, ["tcp"])
+    told = '{"received": 7, "forwarded": 5, "failed": 1, "stored": 3}'
+    c = parse_counters(f"1\n---\n4\n---\n2\n---\n{log}---\n{told}\n", TCP)
+    assert (c.stored, c.delivered, c.forwarded, c.received, c.failed) == (3, 4, 5, 7, 1)
     err = "[egress][error]: something failed"
-    assert HDTN.failure_lines(f"ok\n{err}\nHDTN start: x\n") == [(None, err), (None, "HDTN start: x")]
+    gui = '[telem][fatal]: Cannot find "/usr/local/share/HDTN/gui/index.html" : make sure document-root is set properly'
+    assert HDTN.failure_lines(f"ok\n{gui}\n{err}\nHDTN start: x\n") == [(None, err), (None, "HDTN start: x")]
+
+
+def test_the_routers_counters_are_its_isl_ducts_and_storage_from_its_telemetry():
+    """HDTN's get_inducts / get_outducts / get_storage answers (keys as HDTN's TelemetryDefinitions writes them),
+    its ducts in hdtn.json's order: the loopback induct and outduct (the node's applications) are not the ISL's."""
+    config = json.loads(sat01().files["hdtn.json"])  # inducts: ISL, applications; outducts: sat02, ground, apps
+    inducts = {"allInducts": [
+        {"convergenceLayer": "tcpcl_v4", "inductConnections": [{"totalBundlesReceived": 4}, {"totalBundlesReceived": 2}]},
+        {"convergenceLayer": "stcp", "inductConnections": [{"totalBundlesReceived": 50}]}]}
+    outducts = {"allOutducts": [{"convergenceLayer": "tcpcl_v4", "totalBundlesSent": 3, "totalBundlesFailedToSend": 1},
+                                {"convergenceLayer": "tcpcl_v4", "totalBundlesSent": 2, "totalBundlesFailedToSend": 0},
+                                {"convergenceLayer": "stcp", "totalBundlesSent": 40, "totalBundlesFailedToSend": 0}]}
+    storage = {"numBundlesOnDisk": 9, "usedSpaceBytes": 90000}
+    assert hdtn_api.tally(config, inducts, outducts, storage) == {"received": 6, "forwarded": 5, "failed": 1,
+                                                                  "stored": 9}
+    assert hdtn_api.tally(config, {"allInducts": [{"inductConnections": "[]"}]}, {}, {}) == {  # none yet
+        "received": 0, "forwarded": 0, "failed": 0, "stored": 0}
 
 
 def test_crc16_x25_is_the_standard_one():
@@ -295,8 +316,10 @@ def test_a_bundle_made_here_reads_back_with_the_traffic_programs_decoder():
     got = decode_bundle(raw)
     assert (got["src"], got["dst"], got["created_ms"], got["cts_seq"], got["lifetime_ms"], got["payload"]) == \
         ("ipn:1.2", "ipn:3.1", 812_345_678_901, 7, 3_600_000, b"hello")
+    assert got["previous"] == "ipn:1.0"  # a previous node block without a CRC (hdtn_app.PREVIOUS_NODE says why)
+    assert b"\x85\x06\x02\x00\x00" in raw
     # the primary block's CRC-16 checks: computed over the block with the CRC field zeroed
-    primary = raw[1:raw.index(b"\x85\x01\x01")]
+    primary = raw[1:raw.index(b"\x85\x06\x02")]
     assert hdtn_app.crc16_x25(primary[:-2] + b"\0\0").to_bytes(2, "big") == primary[-2:]
     with pytest.raises(ValueError, match="HDTN nodes speak ipn only"):
         hdtn_app.make_bundle("ipn:1.2", "dtn://x/in", b"", 0, 0, 1)

@@ -14,7 +14,8 @@
   flightsw/hdtn_api.py), else by the contacts its start gave it (every link up at its rate).
 - Asked in the node: readiness = the application side listens and the router holds a TCPCLv4 session with every
   peer's router (its log's "received valid SessionInit from remote with EID ..."; `udp`: the router started);
-  counters = the application side's files (delivered, sent) and the peers with a session.
+  counters = the application side's files (delivered), the peers with a session, and the router's telemetry
+  (stored, forwarded, received, failed: flightsw/hdtn_api.py).
 """
 from __future__ import annotations
 
@@ -25,24 +26,29 @@ from typing import Any, Callable, Optional
 from swarm.dtn.agents.base import (Agent, AgentPlan, ContactLoad, Counters, Install, LinkView, NodeShell, Peer,
                                    script_output, script_ready)
 from swarm.dtn.agents.dtn7.plan import guard_rules
-from swarm.dtn.agents.hdtn.plan import (APP_PORT, CONTACTS, HELPER, LOCAL_PORT, PROGRAM, ROUTER_BASE, ZMQ_PORTS,
-                                       plan_hdtn, run_contact_plan)
+from swarm.dtn.agents.hdtn.plan import (APP_PORT, CONTACTS, GUI_NOISE, GUI_PORT, HELPER, LOCAL_PORT, PROGRAM, ROUTER_BASE,
+                                       ZMQ_PORTS, plan_hdtn, run_contact_plan)
 from swarm.spec.dtn import DtnSpec
 
 PROGRAMS = (PROGRAM,)
 NODE_DIR = "/var/lib/swarm-dtn"
+#: The in-node client of HDTN's telemetry API (the run's contact plan, the router's counters).
+API = "/opt/swarm/flightsw/hdtn_api.py"
 #: Inside the node, in its work folder: why the start failed, or not started yet, or the log lines readiness reads.
 READY = ('cd "$0" || exit 4; grep -m 1 "^HDTN start:" dtnd.log && exit 3; test -e app.ready '
          '|| { echo starting; exit 4; }; grep -q "starting Storage" dtnd.log || { echo "router starting"; exit 4; }; '
          'grep -o "received valid SessionInit from remote with EID ipn:[0-9]*" dtnd.log | sort -u; true')
-#: Counters: the node's number, the application side's counts (delivered, sent), the routers it has a session with.
+#: Counters: the node's number, the application side's counts (delivered, sent), the routers it has a session with,
+#: and the router's own counts from its telemetry API (flightsw/hdtn_api.py; nothing while the router is down).
 COUNTERS = ('cd "$0" || exit 4; cat node-number; echo ---; cat delivered 2>/dev/null || echo 0; echo ---; '
             'cat sent 2>/dev/null || echo 0; echo ---; '
-            'grep -o "received valid SessionInit from remote with EID ipn:[0-9]*" dtnd.log | sort -u; true')
+            'grep -o "received valid SessionInit from remote with EID ipn:[0-9]*" dtnd.log | sort -u; echo ---; '
+            'test -e api.on && python3 "$1" counters --port "$2" --timeout 3 2>/dev/null; true')
 SEND = 'cd "$0" && python3 "$1" send --node "$(cat node-number)" --lifetime "$2" "$3"'
 #: The run's contact plan from stdin (kept as run-contacts.json), uploaded over HDTN's telemetry API.
-API = "/opt/swarm/flightsw/hdtn_api.py"
-LOAD_CONTACTS = ('cd "$0" && cat > run-contacts.json && python3 "$1" upload-contacts --port "$2" run-contacts.json')
+LOAD_CONTACTS = ('cd "$0" && cat > run-contacts.json || exit 1; test -e api.on || { echo "its hdtn-one-process has no '
+                 'telemetry API (build HDTN with its default USE_WEB_INTERFACE=ON)" >&2; exit 1; }; '
+                 'python3 "$1" upload-contacts --port "$2" run-contacts.json')
 SESSION_RE = re.compile(r"received valid SessionInit from remote with EID ipn:(\d+)")
 
 
@@ -64,15 +70,15 @@ class Hdtn(Agent):
 
     def guard(self, piece: DtnSpec, isl_subnet: str) -> str:
         """The CLA's port answers the ISL only (as for every agent); the application side's and the router's
-        loopback ports (STCP, ZeroMQ) answer loopback only."""
-        return guard_rules(piece, isl_subnet, local_tcp=(LOCAL_PORT, APP_PORT, *ZMQ_PORTS))
+        loopback ports (STCP, ZeroMQ, the web interface) answer loopback only."""
+        return guard_rules(piece, isl_subnet, local_tcp=(LOCAL_PORT, APP_PORT, *ZMQ_PORTS, GUI_PORT))
 
     def ready(self, shell: NodeShell, plan: AgentPlan) -> Optional[str]:
         why, out = script_ready(shell, ["sh", "-c", READY, plan.workdir])
         return why or readiness(plan, out)
 
     def counters(self, shell: NodeShell, node: str, piece: DtnSpec) -> Counters:
-        out = script_output(shell, ["sh", "-c", COUNTERS, NODE_DIR])
+        out = script_output(shell, ["sh", "-c", COUNTERS, NODE_DIR, API, str(ZMQ_PORTS[1])])
         return parse_counters(out, piece)
 
     def store(self, shell: NodeShell, piece: DtnSpec, timeout: float) -> list[str]:
@@ -92,7 +98,7 @@ class Hdtn(Agent):
 
     def failure_lines(self, log: str) -> list[tuple[Optional[float], str]]:
         return [(None, line.strip()) for line in log.splitlines()
-                if "[error]" in line or "[fatal]" in line or line.startswith("HDTN start:")]
+                if ("[error]" in line or "[fatal]" in line or line.startswith("HDTN start:")) and GUI_NOISE not in line]
 
     def handovers(self, log: str, cla: str) -> int:
         return 0  # no external CLA modules
@@ -127,11 +133,18 @@ def readiness(plan: AgentPlan, log: str) -> Optional[str]:
 
 
 def parse_counters(text: str, piece: DtnSpec) -> Counters:
-    """COUNTERS' answer (pure): delivered and sent from the application side, peers = node numbers whose router
-    (or own agent) set up a session. HDTN's forwarded/received/stored counts are its telemetry's: 0 here."""
-    number, delivered, _sent, log = (text.split("---\n") + ["", "", ""])[:4]
+    """COUNTERS' answer (pure): delivered from the application side, peers = node numbers whose router (or own
+    agent) set up a session, stored / forwarded / received / failed from the router's telemetry (0 without it)."""
+    number, delivered, _sent, log, telemetry = (text.split("---\n") + ["", "", "", ""])[:5]
     peers = sorted((n - ROUTER_BASE if n > ROUTER_BASE else n for n in session_routers(log)))
-    return Counters(f"ipn:{number.strip()}.0", [str(n) for n in peers], 0, _int(delivered), 0, 0, 0, [piece.cla])
+    try:
+        told = json.loads(telemetry.strip() or "{}")
+    except ValueError:
+        told = {}
+    stored, forwarded, received, failed = (int(told.get(k, 0)) if isinstance(told, dict) else 0
+                                           for k in ("stored", "forwarded", "received", "failed"))
+    return Counters(f"ipn:{number.strip()}.0", [str(n) for n in peers], stored, _int(delivered), forwarded, received,
+                    failed, [piece.cla])
 
 
 def _int(text: str) -> int:

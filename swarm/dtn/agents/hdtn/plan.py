@@ -58,6 +58,12 @@ LOCAL_PORT = 4557
 APP_PORT = 4558
 #: HDTN's ZMQ ports (router publisher, telemetry API): bound by hdtn-one-process, refused off loopback too.
 ZMQ_PORTS = (10200, 10305)
+#: HDTN's web interface (in its default build, beside the telemetry API): also loopback only. Its pages are not in
+#: the node image (the image takes the build's bin/ and lib/), so HDTN logs one fatal line about them at start
+#: ("Cannot find .../gui/index.html : make sure document-root is set properly") and runs on, the API answering:
+#: that line is never taken for why a router stopped.
+GUI_PORT = 8086
+GUI_NOISE = "make sure document-root is set"
 #: HDTN's names for the swarm's CLAs it carries (dtn.cla -> convergenceLayer).
 CLA_NAMES = {"tcp": "tcpcl_v4", "udp": "udp", "ltp": "ltp_over_udp", "stcp": "stcp"}
 #: How long the generated contacts last (s): HDTN's router forwards only within a contact.
@@ -363,7 +369,7 @@ def plan_hdtn(node: str, number: int, piece: DtnSpec, peers: list[Peer], workdir
              CONTACTS: json.dumps(contact_plan(node, number, peers, link_of,
                                                piece.ltp.rate if piece.cla == "ltp" else None), indent=2) + "\n",
              START: START_SCRIPT.format(node=node, helper=HELPER, app_port=APP_PORT, local_port=LOCAL_PORT,
-                                        number=number, service=piece.app_service(), program=PROGRAM,
+                                        number=number, service=piece.app_service(), program=PROGRAM, gui_noise=GUI_NOISE,
                                         config=f"{wd}/{CONFIG}", contacts=f"{wd}/{CONTACTS}")}
     if user_text:
         files[USER] = user_text
@@ -381,6 +387,9 @@ START_SCRIPT = r"""#!/bin/sh
 # applications (flightsw/hdtn_app.py).
 cd "$(dirname "$0")"
 echo {number} > node-number
+# HDTN's telemetry API (the run's contact plan, the router's counters) is in builds with its telemetry runner
+# (HDTN's default, USE_WEB_INTERFACE=ON): asked only where the program has it
+if grep -q "Starting telemetry runner" "$(command -v {program})"; then touch api.on; else rm -f api.on; fi
 rm -f app.ready
 python3 {helper} serve --port {app_port} --node {number} --service {service} &
 app=$!
@@ -394,7 +403,7 @@ hdtn=$!
 trap 'kill $hdtn $app 2>/dev/null; wait; exit 0' TERM INT
 wait $hdtn
 rc=$?
-why=$(grep -a -m 1 -i -e "error\]" -e "fatal\]" dtnd.log | cut -c 1-300)
+why=$(grep -a -i -e "error\]" -e "fatal\]" dtnd.log | grep -v "{gui_noise}" | head -n 1 | cut -c 1-300)
 echo "HDTN start: {program} exited ($rc): ${{why:-see dtnd.log}}"
 kill $app 2>/dev/null
 exit 1
