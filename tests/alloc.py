@@ -58,7 +58,7 @@ SIZES: dict[str, int] = {
     "test_sweep_failures.py": 1,
     "test_dtn_ion_live.py": 3,
     "test_dtn_ud3tn_live.py": 4,
-    "test_dtn_hdtn_live.py": 4,
+    "test_dtn_hdtn_live.py": 6,
 }
 
 #: the frameworks' default subnets (swarm/spec/model.py): a test that brings up a swarm names its own

@@ -6,11 +6,13 @@
   and out of the router over STCP on loopback, as HDTN's own bpgen/bpsink do), `swarm dtn` counts them and lists the
   peers with a session, `swarm dtn config` prints the configuration and contact plan a node got, and a second `up`
   reuses the image (its tag is the tree's hash).
-- The `dtn` experiment type on HDTN nodes (all-to-ground): every bundle sent is delivered.
+- The `dtn` experiment type on HDTN nodes (all-to-ground): every bundle sent is delivered; with a contact plan,
+  HDTN is given it at the release and routes (CGR) and waits by it.
 - HDTN's own LTP engine (`cla: ltp`) in a mixed swarm: two HDTN nodes and a dtn7 ground station (swarm-ltpcla,
   our LTP engine), 0.5 s one-way: bundles cross HDTN -> HDTN, HDTN -> dtn7 and dtn7 -> HDTN, and tshark reads the
   capture of the ground's ISL interface as LTP sessions of both engines (HDTN's data answered by swarm-ltpcla's
-  reports and the other way round) carrying the bundles of both agents.
+  reports and the other way round) carrying the bundles of both agents; and three stacks on one LTP (HDTN, ION where
+  SWARM_ION_INSTALL is set, dtn7), HDTN's and ION's engines read answering each other on the wire.
 - Bad input: a configuration of the user's that HDTN refuses stops `up` with HDTN's own message (exit 1); a program
   in the tree needing a library the node image lacks is refused by the image's ldd check (exit 2); neither leaves
   a container.
@@ -113,6 +115,9 @@ def test_four_hdtn_status_and_config(four):
     after = status_rows(name)
     assert after["sat02"]["delivered"] == before["sat02"]["delivered"] + 1, (before["sat02"], after["sat02"])
     assert all(after[n]["delivered"] == before[n]["delivered"] for n in ("sat01", "sat03", "sat04"))
+    # the routers' own counts, from HDTN's telemetry API: sat03's router sent it on the ISL, sat02's took it there
+    assert after["sat03"]["forwarded"] >= before["sat03"]["forwarded"] + 1, (before["sat03"], after["sat03"])
+    assert after["sat02"]["received"] >= before["sat02"]["received"] + 1, (before["sat02"], after["sat02"])
     config = swarm("dtn", "config", name, "sat02")
     assert config.returncode == 0, config.stderr
     assert "# /var/lib/swarm-dtn/hdtn.json" in config.stdout and "# /var/lib/swarm-dtn/contacts.json" in config.stdout
@@ -175,6 +180,82 @@ def test_the_dtn_experiment_runs_on_hdtn(hdtn_install, spec_dir):
     finally:
         swarm("down", name)
         assert not swarm_containers(name)
+
+
+def test_hdtn_routes_and_waits_by_the_runs_contact_plan(hdtn_install, spec_dir):
+    """experiments/dtn-contacts-hdtn.yaml's run, shorter: both satellites send to the ground, every node a peer of
+    every other; the plan (experiments/contacts/chain-gap.txt, others down) has no sat01-ground contact and no
+    sat02-ground contact from 5 s to 15 s. HDTN is given it at the release over its telemetry API: every bundle
+    arrives once (sat01's only through sat02, by HDTN's CGR), and those made in the gap only after it (before this,
+    HDTN's contacts said every link was up for 30 days and its router sent sat01's bundles into the cut link)."""
+    name = "hd-it-contacts"
+    plan = REPO / "experiments" / "contacts" / "chain-gap.txt"
+    exp = spec_dir / "contacts.yaml"
+    exp.write_text(f"type: dtn\nname: {name}\nbackend: compose\npattern: all-to-ground\nsizes: [2]\n"
+                   "bundle_sizes: [10kB]\nrates: [5]\nclas: [ltp]\nroutings: [epidemic]\nduration: 18s\ndrain: 30s\n"
+                   f"contacts: {{plan: {plan}, others: down}}\n"
+                   "dtn: {agent: hdtn, eid: ipn, ltp: {rate: 100Mbit}}\n"
+                   f"swarm: {{{nets_yaml(NET[4])}}}\n")
+    results = spec_dir / "contacts-results"
+    try:
+        res = swarm("run", str(exp), "--results", str(results), "--no-report", timeout=900)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        run = sorted(p.parent for p in results.rglob("tests.csv"))[-1]
+        with open(run / "tests.csv") as f:
+            row = list(csv.DictReader(f))[0]
+        with open(run / "bundles.csv") as f:
+            bundles = list(csv.DictReader(f))
+        assert int(row["bundles_sent"]) >= 160 and row["bundles_delivered"] == row["bundles_sent"], row
+        assert all(int(b["copies"]) == 1 for b in bundles), [b for b in bundles if b["copies"] != "1"][:3]
+        assert len({b["src"] for b in bundles}) == 2, {b["src"] for b in bundles}  # sat01's arrive too, via sat02
+        t0 = min(float(b["created_ts"]) for b in bundles)  # the first bundle leaves at the release
+        gap = [b for b in bundles if t0 + 6 <= float(b["created_ts"]) <= t0 + 13.5]
+        early = [b for b in gap if float(b["delivered_ts"]) < t0 + 14.5]
+        assert len(gap) >= 60 and not early, early[:3]  # HDTN's contacts are whole seconds: 15 s +- 0.5
+    finally:
+        swarm("down", name)
+        assert not swarm_containers(name)
+
+
+def test_hdtn_ion_and_dtn7_over_ltp_read_on_the_wire(hdtn_install, spec_dir):
+    """Three stacks, one LTP: an HDTN satellite (HDTN's LTP engine 1), an ION satellite (ION's, engine 2) and a dtn7
+    ground station (swarm-ltpcla, engine 3), 0.5 s one-way at 100 Mbit/s. Bundles cross HDTN -> ION, ION -> HDTN,
+    ION -> dtn7 and dtn7 -> HDTN, and tshark reads the capture of the ION node's ISL interface as LTP sessions of
+    HDTN's engine answered by ION's reports and the other way round."""
+    ion = os.environ.get("SWARM_ION_INSTALL", "")
+    if not ion or not Path(ion, "bin", "bpadmin").exists():
+        pytest.skip("no ION build: set SWARM_ION_INSTALL to the install prefix of ION 4.1 built from its sources "
+                    "(docs/DTN.md)")
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark missing (make setup installs it)")
+    name = "hd-it-stacks"
+    pieces = {"sat01": "{agent: hdtn, cla: ltp, eid: ipn}", "sat02": f"{{agent: ion, cla: ltp, eid: ipn, install: {ion}}}",
+              "ground": "{agent: dtn7, cla: ltp, eid: ipn}"}
+    nodes = "".join(f"  - {{name: {n}, dtn: {p}}}\n" for n, p in pieces.items())
+    gen = bring_up(spec_dir, name, f"node_list:\n{nodes}links: {{default: {{rate: 100Mbit, delay: 0.5s}}}}\n", NET[5])
+    next(gen)
+    pcap = spec_dir / "stacks.pcapng"
+    try:
+        cap = capture(name, "sat02", pcap)
+        try:
+            for src, dst in (("sat01", "sat02"), ("sat02", "sat01"), ("sat02", "ground"), ("ground", "sat01")):
+                text = f"{src} to {dst}"
+                got = send_recv(name, src, dst, text)
+                assert got["payload"] == text, (src, dst, got)
+                if dst != "sat02":  # ION hands its applications the payload only, not the bundle's source
+                    assert got["src"].startswith(f"ipn:{NUMBERS[src]}."), (src, dst, got)
+        finally:
+            cap.send_signal(signal.SIGINT)
+            cap.communicate(timeout=30)
+        rows = ltp_rows(pcap)
+        by_engine = {e: {int(r[1], 0) for r in rows if r[0] == e} for e in ("1", "2")}
+        for engine, types in by_engine.items():  # HDTN's data (types 0-7) answered by ION's reports (8), and back
+            assert types & set(range(8)) and 8 in types, (engine, by_engine, rows[:20])
+    finally:
+        next(gen, None)
+
+
+NUMBERS = {"sat01": 1, "sat02": 2, "ground": 3}
 
 
 def test_a_configuration_hdtn_refuses_stops_up_and_leaves_nothing(hdtn_install, spec_dir):
