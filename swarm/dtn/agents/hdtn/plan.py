@@ -292,6 +292,32 @@ def contact_plan(node: str, number: int, peers: list[Peer], link_of: Callable[[s
     return write_hdtn(rows)
 
 
+def _hop_of(name: str, load: ContactLoad) -> int:
+    """The node number a contact of `name` runs to or from: its HDTN router, or the node itself (another agent)."""
+    number = load.numbers[name]
+    return router_number(number) if load.agents.get(name) == "hdtn" else number
+
+
+def _light_time(c: Contact, load: ContactLoad) -> int:
+    """A contact's one-way light time in whole seconds: its pair's range in the plan at its start, else the link's."""
+    for r in load.plan.ranges:
+        if pair(r.a, r.b) == pair(c.a, c.b) and r.start <= c.start < r.end:
+            return math.ceil(r.owlt)
+    return math.ceil(load.owlt(c.a, c.b))
+
+
+def _unnamed_started(started: list[dict], load: ContactLoad, named: set[tuple[str, str]],
+                     forever: int) -> list[tuple[int, int, int, int, int, int]]:
+    """The started contacts between two of the swarm's DTN nodes whose pair the plan does not name (others: keep)."""
+    hops = {_hop_of(name, load): name for name in load.numbers}
+    rows = []
+    for c in started:
+        a, b = hops.get(c["source"]), hops.get(c["dest"])
+        if a and b and pair(a, b) not in named:
+            rows.append((c["source"], c["dest"], 0, forever, c["rateBitsPerSec"], c["owlt"]))
+    return rows
+
+
 def run_contact_plan(generated: str, load: ContactLoad) -> tuple[dict, list[str]]:
     """The run's contact plan as a running HDTN router is given it (pure): HDTN's JSON document with times in Unix
     seconds (flightsw/hdtn_api.py makes them relative to the moment it uploads, as HDTN reads an uploaded plan), and
@@ -308,32 +334,19 @@ def run_contact_plan(generated: str, load: ContactLoad) -> tuple[dict, list[str]
     started = json.loads(generated).get("contacts", []) if generated else []
     started_rate = {(c["source"], c["dest"]): c["rateBitsPerSec"] for c in started}
     numbers = load.numbers
-
-    def hop_of(name: str) -> int:
-        return router_number(numbers[name]) if load.agents.get(name) == "hdtn" else numbers[name]
-
-    hops = {hop_of(name): name for name in numbers}
     ours = [c for c in load.plan.contacts if c.a in numbers and c.b in numbers and c.a != c.b]
     refused = [f"line {c.line}: contact {c.a} -> {c.b}: not two DTN nodes of the swarm"
                for c in load.plan.contacts if c.a not in numbers or c.b not in numbers]
-    named = {pair(c.a, c.b) for c in ours}
     forever = round(load.release) + HORIZON_S
     rows = [(router_number(numbers[name]), numbers[name], 0, forever, 0, 0)  # every router -> its applications
             for name in numbers if load.agents.get(name) == "hdtn"]
-    for c in started:
-        a, b = hops.get(c["source"]), hops.get(c["dest"])
-        if a and b and load.others == "keep" and pair(a, b) not in named:
-            rows.append((c["source"], c["dest"], 0, forever, c["rateBitsPerSec"], c["owlt"]))
-
-    def light_time(c: Contact) -> int:
-        for r in load.plan.ranges:
-            if pair(r.a, r.b) == pair(c.a, c.b) and r.start <= c.start < r.end:
-                return math.ceil(r.owlt)
-        return math.ceil(load.owlt(c.a, c.b))
+    if load.others == "keep":
+        rows += _unnamed_started(started, load, {pair(c.a, c.b) for c in ours}, forever)
     for c in ours:
-        src, dst = hop_of(c.a), hop_of(c.b)
+        src, dst = _hop_of(c.a, load), _hop_of(c.b, load)
         rate = round(c.rate * 8) if math.isfinite(c.rate) else started_rate.get((src, dst), 0)
-        rows.append((src, dst, round(load.release + c.start), round(load.release + c.end), rate, light_time(c)))
+        rows.append((src, dst, round(load.release + c.start), round(load.release + c.end), rate,
+                     _light_time(c, load)))
     return write_hdtn(rows), refused
 
 
