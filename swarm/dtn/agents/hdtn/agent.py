@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 from swarm.dtn.agents.base import (Agent, AgentPlan, ContactLoad, Counters, Install, LinkView, NodeShell, Peer,
                                    script_output, script_ready)
 from swarm.dtn.agents.dtn7.plan import guard_rules
-from swarm.dtn.agents.hdtn.plan import (APP_PORT, CONTACTS, GUI_NOISE, GUI_PORT, HELPER, LOCAL_PORT, PROGRAM, ROUTER_BASE,
+from swarm.dtn.agents.hdtn.plan import (API_MARK, APP_PORT, CONTACTS, GUI_NOISE, GUI_PORT, HELPER, LOCAL_PORT, PROGRAM, ROUTER_BASE,
                                        ZMQ_PORTS, plan_hdtn, run_contact_plan)
 from swarm.spec.dtn import DtnSpec
 
@@ -43,10 +43,10 @@ READY = ('cd "$0" || exit 4; grep -m 1 "^HDTN start:" dtnd.log && exit 3; test -
 COUNTERS = ('cd "$0" || exit 4; cat node-number; echo ---; cat delivered 2>/dev/null || echo 0; echo ---; '
             'cat sent 2>/dev/null || echo 0; echo ---; '
             'grep -o "received valid SessionInit from remote with EID ipn:[0-9]*" dtnd.log | sort -u; echo ---; '
-            'test -e api.on && python3 "$1" counters --port "$2" --timeout 3 2>/dev/null; true')
+            f'test -e {API_MARK} && python3 "$1" counters --port "$2" --timeout 3 2>/dev/null; true')
 SEND = 'cd "$0" && python3 "$1" send --node "$(cat node-number)" --lifetime "$2" "$3"'
 #: The run's contact plan from stdin (kept as run-contacts.json), uploaded over HDTN's telemetry API.
-LOAD_CONTACTS = ('cd "$0" && cat > run-contacts.json || exit 1; test -e api.on || { echo "its hdtn-one-process has no '
+LOAD_CONTACTS = (f'cd "$0" && cat > run-contacts.json || exit 1; test -e {API_MARK} || {{ echo "its hdtn-one-process has no '
                  'telemetry API (build HDTN with its default USE_WEB_INTERFACE=ON)" >&2; exit 1; }; '
                  'python3 "$1" upload-contacts --port "$2" run-contacts.json')
 SESSION_RE = re.compile(r"received valid SessionInit from remote with EID ipn:(\d+)")

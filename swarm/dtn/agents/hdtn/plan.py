@@ -63,6 +63,9 @@ ZMQ_PORTS = (10200, 10305)
 #: ("Cannot find .../gui/index.html : make sure document-root is set properly") and runs on, the API answering:
 #: that line is never taken for why a router stopped.
 GUI_PORT = 8086
+#: Made by images/hdtn/Dockerfile where the user's hdtn-one-process has HDTN's telemetry API (its default build):
+#: the API is asked only there.
+API_MARK = "/opt/hdtn/telemetry-api"
 GUI_NOISE = "make sure document-root is set"
 #: HDTN's names for the swarm's CLAs it carries (dtn.cla -> convergenceLayer).
 CLA_NAMES = {"tcp": "tcpcl_v4", "udp": "udp", "ltp": "ltp_over_udp", "stcp": "stcp"}
@@ -400,9 +403,6 @@ START_SCRIPT = r"""#!/bin/sh
 # applications (flightsw/hdtn_app.py).
 cd "$(dirname "$0")"
 echo {number} > node-number
-# HDTN's telemetry API (the run's contact plan, the router's counters) is in builds with its telemetry runner
-# (HDTN's default, USE_WEB_INTERFACE=ON): asked only where the program has it
-if grep -q "Starting telemetry runner" "$(command -v {program})"; then touch api.on; else rm -f api.on; fi
 rm -f app.ready
 python3 {helper} serve --port {app_port} --node {number} --service {service} &
 app=$!
