@@ -214,8 +214,8 @@ def test_hdtn_ion_and_dtn7_over_ltp_read_on_the_wire(hdtn_install, spec_dir):
     numbers = {"sat01": 1, "sat02": 2, "ground": 3}  # node numbers = LTP engine IDs = indexes
     nodes = "".join(f"  - {{name: {n}, dtn: {p}}}\n" for n, p in pieces.items())
     pcap = spec_dir / "stacks.pcapng"
-    with contextmanager(bring_up)(spec_dir, name, f"node_list:\n{nodes}links: {{default: {{rate: 100Mbit, delay: "
-                                  "0.5s}}}\n", NET[5]):
+    links = "links: {default: {rate: 100Mbit, delay: 0.5s}}\n"
+    with contextmanager(bring_up)(spec_dir, name, f"node_list:\n{nodes}{links}", NET[5]):
         cap = capture(name, "sat02", pcap)
         try:
             for src, dst in (("sat01", "sat02"), ("sat02", "sat01"), ("sat02", "ground"), ("ground", "sat01")):
