@@ -10,12 +10,14 @@ sum of two uniform 10 ms jitters (~33 ms) plus scheduling on a shared 2-core hos
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -166,10 +168,36 @@ def test_engines_hold_at_the_switch(need_userspace, caps):
         swarm.down()
 
 
+@contextlib.contextmanager
+def stalled(pids: list[int], pause: float = 0.004, run: float = 0.003):
+    """The engines paused `pause` s in every `pause + run` s, as a busy host's scheduler or a hypervisor pausing
+    the vCPU does: a stall between the engine's two clock reads once moved arrivals back by its length and
+    released datagrams up to 4 ms early (CI, 2026-12-02: 396.2 ms on a 400 ms link)."""
+    stop = threading.Event()
+
+    def storm() -> None:
+        while not stop.is_set():
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            time.sleep(pause)
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+            time.sleep(run)
+
+    thread = threading.Thread(target=storm)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def test_engine_keeps_packets_past_the_kernels_bound(need_userspace, monkeypatch):
     """Past its kernel bound (--kernel-hold, lowered here to 100 so a few thousand datagrams reach it) the engine
     keeps the packets' bytes itself, drops the kernel's copy and sends them when due: every datagram arrives
-    once, with the link's delay, while the kernel never held more than about the bound."""
+    once, with the link's delay and never before it, even with the engine stalled again and again, while the
+    kernel never held more than about the bound."""
     monkeypatch.setenv(KERNEL_HOLD_ENV, "100")
     swarm = make("le-keep", NET[8])
     swarm.down()
@@ -180,13 +208,17 @@ def test_engine_keeps_packets_past_the_kernels_bound(need_userspace, monkeypatch
         rx = subprocess.Popen(["ip", "netns", "exec", node_ns(swarm.name, "sat02"), sys.executable, str(PROBE),
                                "recv", "5301", str(count), "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert rx.stderr.readline().strip() == "ready"
-        subprocess.run(["ip", "netns", "exec", node_ns(swarm.name, "sat01"), sys.executable, str(PROBE), "send",
-                        swarm.node("sat02").isl_ip, "5301", str(count), str(pps), "1400"], check=True, timeout=60)
+        engines = sorted({rec["linkd_pid"] for rec in swarm.links.load().nodes.values() if rec.get("linkd_pid")})
+        with stalled(engines):
+            subprocess.run(["ip", "netns", "exec", node_ns(swarm.name, "sat01"), sys.executable, str(PROBE), "send",
+                            swarm.node("sat02").isl_ip, "5301", str(count), str(pps), "1400"], check=True, timeout=60)
         got = json.loads(rx.communicate(timeout=60)[0])
         head, _ = swarm.links.linkd.stats("sat02")
         assert sorted(got["seq"]) == list(range(count)), (len(got["seq"]), head)  # each exactly once
         delays = sorted(got["delay_ms"])
-        assert 399 <= delays[len(delays) // 2] <= 420 and delays[0] >= 399, (delays[0], delays[len(delays) // 2])
+        early = [d for d in delays if d < 400]
+        assert not early, (len(early), delays[0])  # sent ~0.1 ms after the probe's stamp, held 400 ms from arrival
+        assert delays[len(delays) // 2] <= 420, delays[len(delays) // 2]
         assert int(head["kept"]) >= count // 2, head  # most went through the engine's own memory
         assert int(head["kernel_held_peak"]) <= 100 + 300, head  # the bound, plus what was in flight when it armed
         assert head["kernel_dropped"] == "0" and head["inject_errors"] == "0", head

@@ -84,6 +84,24 @@ fn real_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The monotonic and the realtime clock read at one instant (to within 20 us), for turning the kernel's realtime
+/// arrival stamps into the engine's monotonic clock: a stall between the two reads (a preempted thread, a vCPU
+/// the hypervisor paused) would move every arrival back by its length and release packets that much early, so
+/// a pair whose monotonic reads lie further apart is read again (three tries, then the last pair).
+fn mono_real_ns() -> (u64, u64) {
+    let mut pair = (0, 0);
+    for _ in 0..3 {
+        let before = mono_ns();
+        let real = real_ns();
+        let after = mono_ns();
+        pair = (after, real);
+        if after - before <= 20_000 {
+            break;
+        }
+    }
+    pair
+}
+
 enum Kind {
     Verdict(Option<Box<[u8]>>),
     Inject(Option<Mac>, Box<[u8]>),
@@ -1217,7 +1235,6 @@ fn run(o: Opts) -> i32 {
         // packets: a burst neither delays due verdicts nor waits behind them
         let mut more = ticking || fds[0].revents != 0 || sock.borrow().stashed();
         while more {
-            let now = mono_ns();
             batch.clear();
             arena.clear();
             let got = sock.borrow_mut().recv_batch(256, |queue, p| {
@@ -1248,7 +1265,8 @@ fn run(o: Opts) -> i32 {
             if batch.is_empty() {
                 break;
             }
-            let real = real_ns();
+            // both clocks at one instant, after the read (before, the read itself lay between them)
+            let (now, real) = mono_real_ns();
             let mut touched: u64 = 0;
             for &(k, (id, hw_src, len, at, n, csum_not_ready, stamp_ns)) in batch.iter() {
                 let inst = &mut insts[k];
