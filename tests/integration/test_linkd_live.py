@@ -209,6 +209,7 @@ def test_engine_keeps_packets_past_the_kernels_bound(need_userspace, monkeypatch
                                "recv", "5301", str(count), "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert rx.stderr.readline().strip() == "ready"
         engines = sorted({rec["linkd_pid"] for rec in swarm.links.load().nodes.values() if rec.get("linkd_pid")})
+        assert engines, swarm.links.load().nodes  # the stalls below must reach the engine
         with stalled(engines):
             subprocess.run(["ip", "netns", "exec", node_ns(swarm.name, "sat01"), sys.executable, str(PROBE), "send",
                             swarm.node("sat02").isl_ip, "5301", str(count), str(pps), "1400"], check=True, timeout=60)
