@@ -14,7 +14,6 @@ under CI, which has no µD3TN build). Subnets from tests/alloc.py; swarm names u
 """
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ import pytest
 
 from alloc import nets_yaml, octets
 from conftest import swarm_containers, user_build, REPO
+from dtn_runs import run_experiment, table
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 NET = octets(__file__)  # this file's subnets (tests/alloc.py)
@@ -140,14 +140,8 @@ def test_the_dtn_experiment_runs_on_ud3tn(ud3tn_install, spec_dir):
     exp.write_text(f"type: dtn\nname: {name}\nbackend: compose\npattern: all-to-ground\nsizes: [2]\n"
                    "bundle_sizes: [1kB]\nrates: [5]\nclas: [mtcp]\nroutings: [static]\nduration: 4s\ndrain: 15s\n"
                    f"dtn: {{agent: ud3tn}}\nswarm: {{{nets_yaml(NET[2])}}}\n")
-    results = spec_dir / "results"
     try:
-        res = swarm("run", str(exp), "--results", str(results), "--no-report", timeout=900)
-        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-        runs = sorted(p.parent for p in results.rglob("tests.csv"))
-        assert runs, list(results.rglob("*"))[:20]
-        with open(runs[-1] / "tests.csv") as f:
-            rows = list(csv.DictReader(f))
+        rows = table(run_experiment(exp, spec_dir / "results") / "tests.csv")
         assert rows and all(int(r["bundles_sent"]) >= 10 for r in rows), rows
         assert all(int(r["bundles_delivered"]) == int(r["bundles_sent"]) for r in rows), rows
     finally:
