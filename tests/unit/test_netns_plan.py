@@ -129,6 +129,33 @@ def test_compose_down_removes_only_labelled_ids(tmp_path):
     assert ["docker", "network", "rm", "n1"] in runner.calls
 
 
+
+def test_compose_down_releases_one_endpoint_per_call_before_the_stop(tmp_path):
+    """Docker 20.10 loses an endpoint-count update when a network's endpoints go at once (a parallel stop): the
+    down takes each container off each of its networks in a call of its own, and only then stops them."""
+    from dataclasses import replace
+    from swarm.runtime.runner import Result
+
+    removed: set[str] = set()  # a fake daemon: what was removed is no longer listed
+
+    def remove(a):
+        removed.update(a)
+        return Result(a, 0)
+
+    runner = RecordingRunner(answers=[
+        (lambda a: a[:2] == ["docker", "ps"], lambda a: Result(a, 0, "" if removed else "c1\nc2\n")),
+        (lambda a: a[:2] == ["docker", "rm"], remove),
+        (lambda a: a[:2] == ["docker", "inspect"] and "{{.Id}}" in a[3],
+         lambda a: Result(a, 0, "c1 demo_isl demo_ground\nc2 demo_isl demo_ground\n")),
+    ])
+    backend = get_backend("compose", runner, replace(CAPS, docker=True, compose=["docker-compose"]), tmp_path)
+    backend.down("demo")
+    disconnects = [c for c in runner.calls if c[1:3] == ["network", "disconnect"]]
+    assert disconnects == [["docker", "network", "disconnect", "--force", net, c]
+                           for c in ("c1", "c2") for net in ("demo_isl", "demo_ground")]
+    stop = next(i for i, c in enumerate(runner.calls) if c[1:2] == ["stop"])
+    assert runner.calls.index(disconnects[-1]) < stop
+
 def test_up_refuses_a_subnet_a_host_interface_uses(tmp_path):
     import json as _json
     from swarm.runtime.swarm import Swarm
