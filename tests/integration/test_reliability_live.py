@@ -129,9 +129,11 @@ def test_down_during_a_compose_up_cancels_it_and_leaves_nothing(need_docker, tmp
     containers, as a slow Compose does (the compose backend's docstring: v1 seen to hang). Raced against a real
     up, the down lost on a busy host (stress run 2 of 44313a8: the up ended between its first container and the
     down taking the swarm's lock, so there was nothing to cancel), which says nothing about the cancel."""
+    from swarm.runtime.image import ensure_image
     from swarm.runtime.probe import compose_command
     from swarm.runtime.runner import Runner
 
+    ensure_image(Runner(), REPO)  # built first: the wait below is for the up's Compose, not a cold host's image build
     name = "rel-cancel"
     spec = tmp_path / "s.yaml"
     spec.write_text(f"name: {name}\nnodes: 6\nbackend: compose\n"
