@@ -129,7 +129,6 @@ def test_compose_down_removes_only_labelled_ids(tmp_path):
     assert ["docker", "network", "rm", "n1"] in runner.calls
 
 
-
 def test_compose_down_releases_one_endpoint_per_call_before_the_stop(tmp_path):
     """Docker 20.10 loses an endpoint-count update when a network's endpoints go at once (a parallel stop): the
     down takes each container off each of its networks in a call of its own, and only then stops them."""
@@ -155,6 +154,7 @@ def test_compose_down_releases_one_endpoint_per_call_before_the_stop(tmp_path):
                            for c in ("c1", "c2") for net in ("demo_isl", "demo_ground")]
     stop = next(i for i, c in enumerate(runner.calls) if c[1:2] == ["stop"])
     assert runner.calls.index(disconnects[-1]) < stop
+
 
 def test_up_refuses_a_subnet_a_host_interface_uses(tmp_path):
     import json as _json

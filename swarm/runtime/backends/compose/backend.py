@@ -294,8 +294,8 @@ class ComposeBackend(Backend):
         now and then loses a decrement: the network then refuses removal ('has active endpoints') with nothing
         attached until the daemon restarts ("Fixing inconsistent endpoint_cnt ... Expected=0, Actual=1" on its
         start). Seen at 6 nodes in CI; with plain docker calls here 2 of 60 networks drifted with the parallel
-        stop and none of 60 with this
-        (BENCHMARKS.md, "One endpoint per call at `down`"). Errors are left to the steps after."""
+        stop and none of 60 with this (BENCHMARKS.md, "One endpoint per call at `down`"). Errors are left to the
+        steps after."""
         fmt = "{{.Id}}{{range $net, $_ := .NetworkSettings.Networks}} {{$net}}{{end}}"
         res = self.runner.run([*self.docker, "inspect", "--format", fmt, *ids], check=False, timeout=60)
         for line in res.stdout.splitlines():
