@@ -103,24 +103,32 @@ def test_compose_backend_refuses_without_docker(tmp_path):
         backend.check_available()
 
 
-def test_compose_down_removes_only_labelled_ids(tmp_path):
-    from dataclasses import replace
+def fake_docker(containers: list[str], networks: list[str], *more) -> RecordingRunner:
+    """A runner answering as a Docker daemon holding `containers` and `networks` would: what `docker rm` or
+    `docker network rm` removed is no longer listed. `more`: further (match, answer) pairs."""
     from swarm.runtime.runner import Result
 
-    removed: set[str] = set()  # a fake daemon: what was removed is no longer listed
+    removed: set[str] = set()
 
     def listing(ids):
         return lambda a: Result(a, 0, "".join(f"{i}\n" for i in ids if i not in removed))
 
     def remove(a):
-        removed.update(x for x in a if x in ("c1", "c2", "n1"))
+        removed.update(a)
         return Result(a, 0)
 
-    runner = RecordingRunner(answers=[
-        (lambda a: a[:2] == ["docker", "ps"], listing(["c1", "c2"])),
-        (lambda a: a[:3] == ["docker", "network", "ls"], listing(["n1"])),
+    return RecordingRunner(answers=[
+        (lambda a: a[:2] == ["docker", "ps"], listing(containers)),
+        (lambda a: a[:3] == ["docker", "network", "ls"], listing(networks)),
         (lambda a: a[:2] == ["docker", "rm"] or a[:3] == ["docker", "network", "rm"], remove),
+        *more,
     ])
+
+
+def test_compose_down_removes_only_labelled_ids(tmp_path):
+    from dataclasses import replace
+
+    runner = fake_docker(["c1", "c2"], ["n1"])
     backend = get_backend("compose", runner, replace(CAPS, docker=True, compose=["docker-compose"]), tmp_path)
     assert backend.down("demo") == ["2 container(s)", "1 network(s)"]
     lists = [c for c in runner.calls if "ls" in c or "ps" in c]
@@ -135,18 +143,8 @@ def test_compose_down_releases_one_endpoint_per_call_before_the_stop(tmp_path):
     from dataclasses import replace
     from swarm.runtime.runner import Result
 
-    removed: set[str] = set()  # a fake daemon: what was removed is no longer listed
-
-    def remove(a):
-        removed.update(a)
-        return Result(a, 0)
-
-    runner = RecordingRunner(answers=[
-        (lambda a: a[:2] == ["docker", "ps"], lambda a: Result(a, 0, "" if removed else "c1\nc2\n")),
-        (lambda a: a[:2] == ["docker", "rm"], remove),
-        (lambda a: a[:2] == ["docker", "inspect"] and "{{.Id}}" in a[3],
-         lambda a: Result(a, 0, "c1 demo_isl demo_ground\nc2 demo_isl demo_ground\n")),
-    ])
+    runner = fake_docker(["c1", "c2"], [], (lambda a: a[:2] == ["docker", "inspect"] and "{{.Id}}" in a[3],
+                                            lambda a: Result(a, 0, "c1 demo_isl demo_ground\nc2 demo_isl demo_ground\n")))
     backend = get_backend("compose", runner, replace(CAPS, docker=True, compose=["docker-compose"]), tmp_path)
     backend.down("demo")
     disconnects = [c for c in runner.calls if c[1:3] == ["network", "disconnect"]]
